@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+	"go.yaml.in/yaml/v3"
+)
+
+// settings are read from, in order of precedence: flags, KILN_* environment
+// variables (--data-dir = KILN_DATA_DIR), the --config file (YAML or TOML,
+// keys named like the flags), and the defaults.
+type settings struct {
+	fs      *flag.FlagSet
+	config  string
+	envPref string
+}
+
+func newSettings(name string) *settings {
+	s := &settings{fs: flag.NewFlagSet(name, flag.ContinueOnError), envPref: "KILN_"}
+	s.fs.StringVar(&s.config, "config", "", "optional YAML or TOML file of settings (keys named like the flags)")
+	return s
+}
+
+func envName(flagName string) string {
+	return "KILN_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse applies flags (which may stand before, between or after the
+// positional arguments), then fills every flag not given on the command line
+// from the environment, then from the config file. It returns the
+// positional arguments.
+func (s *settings) parse(args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := s.fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if s.fs.NArg() == 0 {
+			break
+		}
+		positional = append(positional, s.fs.Arg(0))
+		args = s.fs.Args()[1:]
+	}
+	return positional, s.fill()
+}
+
+func (s *settings) fill() error {
+	given := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if !given["config"] {
+		if v, ok := os.LookupEnv(envName("config")); ok {
+			s.config = v
+		}
+	}
+	var file map[string]any
+	if s.config != "" {
+		var err error
+		if file, err = readConfigFile(s.config); err != nil {
+			return err
+		}
+		for k := range file {
+			if k == "config" || s.fs.Lookup(k) == nil {
+				return usageError{fmt.Sprintf("config file %s: unknown setting %q", s.config, k)}
+			}
+		}
+	}
+	var errs []error
+	s.fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || f.Name == "config" {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if err := f.Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", envName(f.Name), v, err))
+			}
+			return
+		}
+		if v, ok := file[f.Name]; ok {
+			for _, one := range configValues(v) {
+				if err := f.Value.Set(one); err != nil {
+					errs = append(errs, fmt.Errorf("config file %s: %s: %w", s.config, f.Name, err))
+				}
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// configValues turns a config file value into flag strings; a list sets a
+// repeatable flag once per item.
+func configValues(v any) []string {
+	if list, ok := v.([]any); ok {
+		out := make([]string, 0, len(list))
+		for _, item := range list {
+			out = append(out, fmt.Sprint(item))
+		}
+		return out
+	}
+	return []string{fmt.Sprint(v)}
+}
+
+func readConfigFile(path string) (map[string]any, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config file: %w", err)
+	}
+	out := map[string]any{}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".toml":
+		if _, err := toml.Decode(string(data), &out); err != nil {
+			return nil, fmt.Errorf("config file %s: %w", path, err)
+		}
+	case ".yaml", ".yml":
+		if err := yaml.Unmarshal(data, &out); err != nil {
+			return nil, fmt.Errorf("config file %s: %w", path, err)
+		}
+	default:
+		return nil, fmt.Errorf("config file %s: name must end in .yaml, .yml or .toml", path)
+	}
+	return out, nil
+}

@@ -1,0 +1,258 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kilnhq/kiln/internal/api"
+	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/ratelimit"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/store"
+)
+
+// storeConfig names the database; serve and admin share it.
+type storeConfig struct {
+	DataDir     string
+	DatabaseURL string
+}
+
+func (c *storeConfig) register(s *settings) {
+	s.fs.StringVar(&c.DataDir, "data-dir", "./kiln-data", "database (SQLite), server roots, blobs, keys, bootstrap token")
+	s.fs.StringVar(&c.DatabaseURL, "database-url", "", "postgres://… for PostgreSQL; empty = SQLite in the data dir")
+}
+
+func (c storeConfig) validate() error {
+	if c.DataDir == "" {
+		return usageError{"--data-dir must not be empty"}
+	}
+	if c.DatabaseURL != "" && !store.IsPostgresURL(c.DatabaseURL) {
+		return usageError{"--database-url must start with postgres:// or postgresql://"}
+	}
+	return nil
+}
+
+func (c storeConfig) open(ctx context.Context) (*store.DB, error) {
+	return store.Open(ctx, store.Options{URL: c.DatabaseURL, DataDir: c.DataDir})
+}
+
+// serveConfig is every setting of kiln serve (api.md §9).
+type serveConfig struct {
+	storeConfig
+	Addr       string
+	Dev        bool
+	RateLimit  int
+	PublicHost string
+	LogLevel   string
+	LogFormat  string
+}
+
+func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
+	var c serveConfig
+	s := newSettings("kiln serve")
+	s.fs.SetOutput(stderr)
+	c.storeConfig.register(s)
+	s.fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "API listener")
+	s.fs.BoolVar(&c.Dev, "dev", false, "development mode: adds the kiln-test software profile to the catalog")
+	s.fs.IntVar(&c.RateLimit, "rate-limit", 100, "requests per minute per token (the per-route limits scale with it)")
+	s.fs.StringVar(&c.PublicHost, "public-host", "127.0.0.1", "host named in server addresses and SFTP credentials")
+	s.fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	pos, err := s.parse(args)
+	if err != nil {
+		return c, err
+	}
+	if len(pos) > 0 {
+		return c, usageError{fmt.Sprintf("kiln serve takes no arguments, got %q", pos)}
+	}
+	if err := c.storeConfig.validate(); err != nil {
+		return c, err
+	}
+	if c.RateLimit < 1 {
+		return c, usageError{"--rate-limit must be at least 1"}
+	}
+	if c.PublicHost == "" {
+		return c, usageError{"--public-host must not be empty"}
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		return c, usageError{fmt.Sprintf("--addr %q: %v", c.Addr, err)}
+	}
+	return c, nil
+}
+
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler
+	switch format {
+	case "text":
+		h = slog.NewTextHandler(w, opts)
+	case "json":
+		h = slog.NewJSONHandler(w, opts)
+	default:
+		return nil, usageError{fmt.Sprintf("--log-format %q: want text or json", format)}
+	}
+	return slog.New(api.WithRequestID(h)), nil
+}
+
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseServe(args, stderr)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
+	if err != nil {
+		return err
+	}
+	db, err := cfg.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer db.Close() // last: after the HTTP server has drained
+	log.Info("database ready", "store", store.Options{URL: cfg.DatabaseURL, DataDir: cfg.DataDir})
+
+	authSvc, err := auth.NewService(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer authSvc.Close()
+	if err := bootstrap(ctx, authSvc, cfg.DataDir, stdout, log); err != nil {
+		return err
+	}
+
+	var limiter ratelimit.Limiter
+	var pgLimiter *ratelimit.Postgres
+	if db.Dialect() == store.Postgres {
+		pgLimiter = ratelimit.NewPostgres(db.Write())
+		limiter = pgLimiter
+	} else {
+		limiter = ratelimit.NewMemory(time.Now)
+	}
+	m := metrics.New()
+	serverSvc := servers.NewService(db, cfg.PublicHost)
+	m.RegisterCounts("kiln_servers", "Servers by status.", "status", serverSvc.CountByStatus, log)
+
+	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
+		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Metrics: m, Ready: db.Ping,
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	log.Info("kiln serving", "addr", ln.Addr().String(), "version", version, "dev", cfg.Dev, "rate_limit", cfg.RateLimit)
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serve http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("shutting down")
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			return fmt.Errorf("shut down http: %w", err)
+		}
+		return nil
+	})
+	if pgLimiter != nil {
+		g.Go(func() error { sweepLoop(gctx, pgLimiter, log); return nil })
+	}
+	err = g.Wait()
+	log.Info("stopped")
+	return err
+}
+
+// sweepLoop forgets rate-limit keys whose quota is full again.
+func sweepLoop(ctx context.Context, p *ratelimit.Postgres, log *slog.Logger) {
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := p.Sweep(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("rate limit sweep failed", "err", err)
+			}
+		}
+	}
+}
+
+// bootstrap creates team default and its first token on the very first
+// start, prints the token once and leaves it in <data-dir>/bootstrap-token.
+func bootstrap(ctx context.Context, a *auth.Service, dataDir string, stdout io.Writer, log *slog.Logger) error {
+	token, created, err := a.Bootstrap(ctx)
+	if err != nil || !created {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data directory: %w", err)
+	}
+	path := filepath.Join(dataDir, "bootstrap-token")
+	if err := writeSecretFile(path, string(token)+"\n"); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s\nCreated team %q and its first token (shown once; also in %s):\n\n    %s\n\n%s\n",
+		strings.Repeat("=", 72), auth.BootstrapTeam, path, token, strings.Repeat("=", 72))
+	log.Info("bootstrap team created", "team", auth.BootstrapTeam, "token_file", path)
+	return nil
+}
+
+// writeSecretFile writes data readable by the owner only, replacing any
+// older file atomically.
+func writeSecretFile(path, data string) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := f.Chmod(0o600); err == nil {
+		_, err = f.WriteString(data)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, path)
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return nil
+	} else {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+}

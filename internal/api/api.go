@@ -1,0 +1,124 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/ratelimit"
+	"github.com/kilnhq/kiln/internal/servers"
+)
+
+// Prefix is the base path of the client API.
+const Prefix = "/api/client/v1"
+
+// Config holds the operator settings the HTTP layer needs.
+type Config struct {
+	// RateLimit is requests per minute per token (api.md §1.4); the
+	// per-route limits scale with it.
+	RateLimit int
+}
+
+// Deps are the domain services the handlers call.
+type Deps struct {
+	Log     *slog.Logger
+	Auth    *auth.Service
+	Limiter ratelimit.Limiter
+	Servers *servers.Service
+	Metrics *metrics.Metrics
+	// Ready reports whether the service can answer (database reachable).
+	Ready func(ctx context.Context) error
+}
+
+// Server is the HTTP handler of kiln serve.
+type Server struct {
+	cfg     Config
+	deps    Deps
+	log     *slog.Logger
+	mux     *http.ServeMux
+	openapi []byte
+	routes  []route
+}
+
+// New builds the handler with every route registered.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if cfg.RateLimit < 1 {
+		return nil, fmt.Errorf("rate limit must be at least 1 request per minute, got %d", cfg.RateLimit)
+	}
+	doc, err := openAPIJSON()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, deps: deps, log: deps.Log, mux: http.NewServeMux(), openapi: doc}
+	s.routes = s.table()
+	for _, rt := range s.routes {
+		s.mux.Handle(rt.method+" "+Prefix+rt.path, s.wrap(rt))
+	}
+	ops := []route{
+		{method: http.MethodGet, path: "/healthz", public: true, h: s.healthz},
+		{method: http.MethodGet, path: "/readyz", public: true, h: s.readyz},
+		{method: http.MethodGet, path: "/metrics", public: true, h: func(w http.ResponseWriter, r *http.Request) error {
+			deps.Metrics.Handler().ServeHTTP(w, r)
+			return nil
+		}},
+	}
+	for _, rt := range ops {
+		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
+	}
+	s.mux.Handle("/", s.wrap(route{path: "(unmatched)", public: true, h: s.fallback}))
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// fallback answers requests no route matched: 405 with Allow when the path
+// exists under another method, else 404.
+func (s *Server) fallback(w http.ResponseWriter, r *http.Request) error {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if m == r.Method {
+			continue
+		}
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "/" && pattern != "" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		return newHTTPError(http.StatusMethodNotAllowed, codeMethodNotAllowed,
+			fmt.Sprintf("method %s is not allowed here; allowed: %s", r.Method, strings.Join(allow, ", ")))
+	}
+	return newHTTPError(http.StatusNotFound, codeNotFound, "no such endpoint: "+r.URL.Path)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.deps.Ready(ctx); err != nil {
+		s.log.WarnContext(ctx, "not ready", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "database unreachable"})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return nil
+}
+
+func (s *Server) serveOpenAPI(w http.ResponseWriter, _ *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_, _ = w.Write(s.openapi)
+	return nil
+}

@@ -1,0 +1,31 @@
+// Package api translates HTTP to calls into the domain packages and typed
+// errors back to the error model of api.md §0. It owns routing, middleware
+// (request id, panic recovery, access log, metrics, authentication, rate
+// limits), strict JSON decoding and the OpenAPI document.
+//
+// Decisions:
+//   - Routing is the standard library's http.ServeMux with method patterns;
+//     every route is one row of the table in routes.go, which also carries its
+//     OpenAPI operation id and its rate-limit class. 404 and 405 (with Allow)
+//     are answered as JSON errors by one fallback handler.
+//   - The OpenAPI 3.1 document is written by hand (openapi.yaml, embedded and
+//     served as JSON) rather than generated with huma: the seed fixes the
+//     shapes field by field, and a hand-written document states them exactly
+//     (nullability, maxItems, error bodies) while the handlers stay plain
+//     net/http with no framework between a request and the domain call. Code
+//     and document cannot drift because the test suite (openapi_test.go)
+//     checks that every route of the table is an operation of the document
+//     and back, drives every route, and validates every real response it
+//     gets against the document with pb33f/libopenapi-validator; a second
+//     test compares the document with the seed's and validates the seed's
+//     operations' responses against the seed document too.
+//   - Errors: handlers return errors; writeError holds the only table from
+//     domain errors to status + code. Anything unknown is 500 INTERNAL with a
+//     generic body; the detail is logged once, with the request id.
+//   - JSON bodies are decoded strictly: Content-Type must be JSON (415), the
+//     body is capped (413), unknown fields are refused naming their path,
+//     and type errors name the field (400 VALIDATION_ERROR with issues).
+//
+// It must never contain domain logic or SQL, and never log a token, a
+// request body or an Authorization header.
+package api

@@ -1,0 +1,71 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// Error codes of api.md §0 used by this package.
+const (
+	codeValidation       = "VALIDATION_ERROR"
+	codeInvalidServerID  = "INVALID_SERVER_ID"
+	codeInvalidToken     = "INVALID_TOKEN"
+	codeServerNotFound   = "SERVER_NOT_FOUND"
+	codeNotFound         = "NOT_FOUND"
+	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
+	codePayloadTooLarge  = "PAYLOAD_TOO_LARGE"
+	codeUnsupportedMedia = "UNSUPPORTED_MEDIA_TYPE"
+	codeRateLimited      = "RATE_LIMITED"
+	codeUnavailable      = "UNAVAILABLE"
+	codeInternal         = "INTERNAL"
+)
+
+// errorBody is every error response (seed ErrorResponse).
+type errorBody struct {
+	Error  string           `json:"error"`
+	Code   string           `json:"code"`
+	Issues []validate.Issue `json:"issues,omitempty"`
+}
+
+// httpError is an error that already knows its answer: errors the HTTP layer
+// itself finds (a bad header, an unknown route, a malformed body).
+type httpError struct {
+	status int
+	code   string
+	msg    string
+	issues []validate.Issue
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func newHTTPError(status int, code, msg string) *httpError {
+	return &httpError{status: status, code: code, msg: msg}
+}
+
+// apiError is the one table from errors to status and body.
+func apiError(err error) (int, errorBody) {
+	if he, ok := errors.AsType[*httpError](err); ok {
+		return he.status, errorBody{Error: he.msg, Code: he.code, Issues: he.issues}
+	}
+	if ve, ok := errors.AsType[*validate.Error](err); ok {
+		return http.StatusBadRequest, errorBody{Error: ve.Error(), Code: codeValidation, Issues: ve.Issues}
+	}
+	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		_ = mbe
+		return http.StatusRequestEntityTooLarge, errorBody{Error: "request body is too large", Code: codePayloadTooLarge}
+	}
+	switch {
+	case errors.Is(err, auth.ErrInvalidToken):
+		return http.StatusUnauthorized, errorBody{Error: "missing, malformed, unknown or revoked bearer token", Code: codeInvalidToken}
+	case errors.Is(err, servers.ErrNotFound):
+		return http.StatusNotFound, errorBody{Error: "server not found", Code: codeServerNotFound}
+	case errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, errorBody{Error: "the request took too long", Code: codeUnavailable}
+	}
+	return http.StatusInternalServerError, errorBody{Error: "internal error; the request id identifies it in the server log", Code: codeInternal}
+}

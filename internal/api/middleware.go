@@ -1,0 +1,262 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/ids"
+	"github.com/kilnhq/kiln/internal/ratelimit"
+)
+
+type ctxKey struct{}
+
+// reqState travels in the request context.
+type reqState struct {
+	id        string
+	principal auth.Principal
+}
+
+func state(ctx context.Context) *reqState {
+	st, _ := ctx.Value(ctxKey{}).(*reqState)
+	return st
+}
+
+// principal is who the authenticated request acts as.
+func principal(r *http.Request) auth.Principal { return state(r.Context()).principal }
+
+// RequestID returns the request id carried by ctx, or "".
+func RequestID(ctx context.Context) string {
+	if st := state(ctx); st != nil {
+		return st.id
+	}
+	return ""
+}
+
+// WithRequestID wraps a slog handler so every record logged with a request's
+// context carries its request_id.
+func WithRequestID(h slog.Handler) slog.Handler { return requestIDHandler{h} }
+
+type requestIDHandler struct{ slog.Handler }
+
+func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id := RequestID(ctx); id != "" {
+		r.AddAttrs(slog.String("request_id", id))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h requestIDHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
+}
+
+// validRequestID accepts 1-128 characters of [A-Za-z0-9._:-].
+func validRequestID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// statusWriter remembers the status and size of an answer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach Flush and deadlines (SSE).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// wrap builds the middleware chain of one route once, at registration:
+// request id → recovery → access log and metrics → token → rate limits →
+// handler → error writer.
+func (s *Server) wrap(rt route) http.Handler {
+	label := rt.method + " " + rt.path
+	if rt.method == "" {
+		label = rt.path
+	}
+	rules := s.rules(rt.limit)
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		st := &reqState{id: r.Header.Get("X-Request-Id")}
+		if !validRequestID(st.id) {
+			st.id = ids.RandomBase62(20)
+		}
+		ctx := context.WithValue(r.Context(), ctxKey{}, st)
+		r = r.WithContext(ctx)
+		w := &statusWriter{ResponseWriter: rw}
+		w.Header().Set("X-Request-Id", st.id)
+
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				s.log.ErrorContext(ctx, "handler panicked", "panic", fmt.Sprint(p), "route", label)
+				if w.status == 0 {
+					s.writeError(w, r, fmt.Errorf("panic: %v", p))
+				}
+			}
+			d := time.Since(start)
+			if w.status == 0 {
+				w.status = http.StatusOK
+			}
+			s.deps.Metrics.ObserveRequest(label, r.Method, w.status, d)
+			attrs := []slog.Attr{
+				slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", label),
+				slog.Int("status", w.status), slog.Int64("bytes", w.bytes),
+				slog.Float64("duration_ms", float64(d.Microseconds())/1000),
+			}
+			if st.principal.TeamID != "" {
+				attrs = append(attrs, slog.String("team_id", st.principal.TeamID), slog.String("token_id", st.principal.TokenID))
+			}
+			s.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+		}()
+
+		if !rt.public {
+			p, err := s.authenticate(r)
+			if err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+			st.principal = p
+			if err := s.limit(w, r, p, rules); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
+		if err := rt.h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	})
+}
+
+func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
+	h := r.Header.Get("Authorization")
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return auth.Principal{}, auth.ErrInvalidToken
+	}
+	return s.deps.Auth.Authenticate(r.Context(), strings.TrimSpace(token))
+}
+
+// writeError answers err through the one table; server-side failures are
+// logged here, once, with the request id.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	status, body := apiError(err)
+	if status >= 500 {
+		s.log.ErrorContext(r.Context(), "request failed", "err", err)
+	}
+	writeJSON(w, status, body)
+}
+
+// limitClass names the tighter per-route limits of api.md §1.4.
+type limitClass string
+
+const (
+	limitNone           limitClass = ""
+	limitFilesSearch    limitClass = "files.search"
+	limitFilesWrite     limitClass = "files.write"
+	limitFilesDelete    limitClass = "files.delete"
+	limitFilesPull      limitClass = "files.pull"
+	limitCompress       limitClass = "files.compress"
+	limitDecompress     limitClass = "files.decompress"
+	limitSnapshotCreate limitClass = "snapshots.create"
+)
+
+// classPerHundred is each class's limit when the global one is 100/min.
+func classPerHundred(c limitClass) int {
+	switch c {
+	case limitFilesSearch, limitFilesDelete:
+		return 30
+	case limitFilesWrite:
+		return 60
+	case limitCompress, limitDecompress:
+		return 20
+	case limitFilesPull, limitSnapshotCreate:
+		return 10
+	}
+	return 0
+}
+
+type namedRule struct {
+	name string
+	rule ratelimit.Rule
+}
+
+// rules are the limits a route's requests count against: the global one,
+// then the route's class scaled by --rate-limit/100 (at least 1).
+func (s *Server) rules(c limitClass) []namedRule {
+	out := []namedRule{{"global", ratelimit.Rule{Limit: s.cfg.RateLimit, Period: time.Minute}}}
+	if n := classPerHundred(c); n > 0 {
+		scaled := max(1, int(int64(n)*int64(s.cfg.RateLimit)/100))
+		out = append(out, namedRule{string(c), ratelimit.Rule{Limit: scaled, Period: time.Minute}})
+	}
+	return out
+}
+
+// limit counts the request against every rule and sets the RateLimit-*
+// headers from the tightest one; a refusal is 429 with Retry-After.
+func (s *Server) limit(w http.ResponseWriter, r *http.Request, p auth.Principal, rules []namedRule) error {
+	var shown ratelimit.Result
+	for i, nr := range rules {
+		res, err := s.deps.Limiter.Allow(r.Context(), p.TokenID+":"+nr.name, nr.rule)
+		if err != nil {
+			return err
+		}
+		if i == 0 || !res.Allowed || (shown.Allowed && res.Remaining < shown.Remaining) {
+			shown = res
+		}
+		if !res.Allowed {
+			break
+		}
+	}
+	h := w.Header()
+	h.Set("RateLimit-Limit", strconv.Itoa(shown.Limit))
+	h.Set("RateLimit-Remaining", strconv.Itoa(shown.Remaining))
+	h.Set("RateLimit-Reset", strconv.Itoa(ceilSeconds(shown.Reset)))
+	if !shown.Allowed {
+		retry := max(1, ceilSeconds(shown.RetryAfter))
+		h.Set("Retry-After", strconv.Itoa(retry))
+		return newHTTPError(http.StatusTooManyRequests, codeRateLimited,
+			fmt.Sprintf("rate limit of %d requests per minute exceeded; retry in %d s", shown.Limit, retry))
+	}
+	return nil
+}
+
+func ceilSeconds(d time.Duration) int {
+	return int(math.Ceil(d.Seconds()))
+}

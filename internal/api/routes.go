@@ -1,0 +1,28 @@
+package api
+
+import (
+	"net/http"
+)
+
+// handlerFunc answers a request or returns the error to answer.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// route is one endpoint: its pattern, its OpenAPI operation id, whether it
+// needs a token, and which tighter rate limit applies besides the global one.
+type route struct {
+	method string
+	path   string // below Prefix for API routes
+	op     string // operationId in openapi.yaml; "" for routes outside the API
+	public bool   // no token needed
+	limit  limitClass
+	h      handlerFunc
+}
+
+// table lists every route of the client API. openapi_test.go checks it
+// against openapi.yaml in both directions.
+func (s *Server) table() []route {
+	return []route{
+		{method: http.MethodGet, path: "/openapi.json", op: "getOpenAPI", public: true, h: s.serveOpenAPI},
+		{method: http.MethodGet, path: "/servers", op: "listServers", h: s.listServers},
+	}
+}
