@@ -145,7 +145,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	m := metrics.New()
 	serverSvc := servers.NewService(db, cfg.PublicHost)
-	m.RegisterCounts("kiln_servers", "Servers by status.", "status", serverSvc.CountByStatus, log)
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Metrics: m, Ready: db.Ping,

@@ -71,6 +71,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
 	s.mux.Handle("/", s.wrap(route{path: "(unmatched)", public: true, h: s.fallback}))
+	deps.Metrics.RegisterCounts("kiln_servers", "Servers by status.", "status", deps.Servers.CountByStatus, deps.Log)
 	return s, nil
 }
 
