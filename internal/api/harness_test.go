@@ -83,7 +83,13 @@ func loadValidators(t testing.TB) (ours, seed validator.Validator, seedOps map[s
 	return validators.ours, validators.seed, validators.seedOps
 }
 
-const seedPath = "../../../shared/spec/seed-openapi.json"
+// seedPath is the customer's contract. The copy in testdata lets the suite
+// run from a clone without shared/; TestSeedCopyIsCurrent keeps it equal to
+// shared/spec/seed-openapi.json whenever that is beside the repository.
+const (
+	seedPath   = "testdata/seed-openapi.json"
+	sharedSeed = "../../../shared/spec/seed-openapi.json"
+)
 
 func TestMain(m *testing.M) {
 	flag.Parse()

@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"sort"
@@ -344,5 +347,22 @@ func TestServedDocumentIsTheEmbeddedOne(t *testing.T) {
 	}
 	if err := json.Unmarshal(body, &doc); err != nil || doc.Info.Version != "1.0.0" {
 		t.Fatalf("info.version = %q, %v", doc.Info.Version, err)
+	}
+}
+
+func TestSeedCopyIsCurrent(t *testing.T) {
+	shared, err := os.ReadFile(sharedSeed)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("SKIP: %s is not beside the repository; using the committed copy", sharedSeed)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := os.ReadFile(seedPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(shared, local) {
+		t.Fatalf("%s differs from %s: copy the shared one over", seedPath, sharedSeed)
 	}
 }
