@@ -1,0 +1,38 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/testserver"
+)
+
+// testServer runs the bundled fake Minecraft server (profile kiln-test):
+// status ping, vanilla-like log lines, console commands, a world folder.
+// Hidden from the usage text: it is what servers run, not what operators do.
+func testServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("kiln testserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o testserver.Options
+	fs.IntVar(&o.Port, "port", 0, "game port (0 = server.properties server-port, else any free port)")
+	fs.StringVar(&o.Host, "host", "", "address to listen on (empty = all interfaces)")
+	fs.StringVar(&o.Dir, "dir", "", "server root (default the working directory)")
+	fs.StringVar(&o.MOTD, "motd", "", "message of the day (default server.properties motd)")
+	fs.IntVar(&o.MaxPlayers, "max-players", 0, "player slots (default server.properties max-players)")
+	fs.StringVar(&o.Version, "version", "", "game version to report (default "+testserver.DefaultVersion+")")
+	fs.DurationVar(&o.StartupDelay, "startup-delay", 0, "simulated boot time (default "+testserver.DefaultStartupDelay.String()+")")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Sprintf("kiln testserver takes no arguments, got %q", fs.Args())}
+	}
+	if o.StartupDelay < 0 || o.StartupDelay > time.Minute {
+		return usageError{"--startup-delay must be between 0 and 1m"}
+	}
+	return testserver.Run(ctx, o, os.Stdin, stdout)
+}

@@ -1,0 +1,43 @@
+// Package testserver is a fake Minecraft Java server for demos and tests,
+// run as `kiln testserver`: the real game cannot be downloaded offline,
+// and the platform only needs what it watches of a server. It owns that
+// imitation: vanilla-format log lines on stdout, a world directory with a
+// level.dat, Server List Ping on the game port (through slp), and the
+// console commands stop, say, list, save-all, save-off, save-on and help
+// on stdin.
+//
+// It must never reach the network beyond its own listener, never touch a
+// file outside its server root (every path goes through os.Root, so even a
+// hostile level-name stays inside), never write server.properties (the
+// platform owns it), and never spin: idle, it is blocked in Accept, in a
+// stdin Read and in one select.
+//
+// Decisions:
+//   - Precedence is Options, then server.properties (server-port, server-ip,
+//     motd, max-players, level-name), then vanilla's defaults. Port 0 with
+//     no server-port (or server-port=0) takes any free port, reported on
+//     the "Starting Minecraft server on HOST:PORT" line, so tests need no
+//     fixed port. An empty Host listens on every interface, as a container
+//     needs, and is logged as "*" like vanilla.
+//   - The port is bound before the simulated boot (a conflict fails early
+//     with vanilla's FAILED TO BIND lines) but served only after it, and
+//     "Done (N.NNNs)!" is logged once Serve runs: a ping before Done waits
+//     in the accept queue, as it would behind vanilla's server thread, and
+//     a ping after Done is answered.
+//   - `stop` and ctx cancellation (SIGTERM, SIGINT, docker stop) end the
+//     same way: stop lines, listener closed, world saved, nil. EOF on stdin
+//     does not stop the server; a detached console (docker without -i,
+//     stdin from /dev/null) must not.
+//   - Command replies use vanilla's texts, including its second replies
+//     ("Saving is already turned off") and the two-line unknown-command
+//     error. There is no autosave, so save-off only flips the flag; only
+//     save-all and stopping write the world.
+//   - level.dat is real gzip-compressed NBT (LevelName, LastPlayed,
+//     version), rewritten through a temporary file on every save, so tools
+//     that read it find a level name and backups never see half a file.
+//   - Logs are written from Run's goroutine only, so stdout needs no lock.
+//     The stdin reader is the one goroutine Run cannot stop (a Read on an
+//     io.Reader cannot be interrupted); it sends nothing after Run returns
+//     and ends at stdin's next line or EOF. In the kiln process Run's
+//     return ends the process.
+package testserver
