@@ -1,0 +1,83 @@
+// Package install fetches server software from each project's official
+// API into a server root: Fill v3 (Paper, Folia, Velocity, Waterfall),
+// Purpur, Mojang's piston-meta (Vanilla), Fabric meta, the Forge and
+// NeoForge Mavens, and BungeeCord's Jenkins; kiln-test needs nothing.
+//
+// It owns resolving versions ("latest" → a concrete version and build),
+// verifying every checksum an upstream publishes, the content-addressed
+// artifact cache shared by all servers, and writing the jar (and eula.txt)
+// into the root. It never starts a server, never picks ports or memory,
+// and never writes anything but whole files into a root.
+//
+// Every request carries the User-Agent (PaperMC refuses generic ones),
+// refuses non-2xx answers (*UpstreamError), caps metadata at 16 MiB and
+// artifacts at 512 MiB (ErrTooLarge), and is bounded by the caller's
+// context plus a timeout (30 s for metadata, 15 min for a download).
+//
+// Mirror (--installer-mirror-url): when Options.MirrorURL is set, it
+// replaces every upstream. The scheme of the upstream URL is dropped and
+// its host (with port, if any) becomes the first path segment under the
+// mirror, path and query kept:
+//
+//	https://fill.papermc.io/v3/projects/paper
+//	  → <mirror>/fill.papermc.io/v3/projects/paper
+//	https://piston-data.mojang.com/v1/objects/<sha1>/server.jar
+//	  → <mirror>/piston-data.mojang.com/v1/objects/<sha1>/server.jar
+//
+// Download URLs found inside upstream answers are rewritten the same way,
+// so one mirror (a static tree or a caching proxy) serves every upstream.
+// Hosts used: fill.papermc.io, fill-data.papermc.io (or whatever host Fill
+// names), api.purpurmc.org, piston-meta.mojang.com, piston-data.mojang.com,
+// meta.fabricmc.net, files.minecraftforge.net, maven.minecraftforge.net,
+// maven.neoforged.net, ci.md-5.net. Without a mirror every URL must be
+// https.
+//
+// Checksums, per upstream:
+//   - Fill: sha256 of each build's server:default download, downloaded
+//     from the URL in the answer (never built).
+//   - Purpur: md5 from the build's metadata.
+//   - Mojang: the version document is checked against the manifest's sha1,
+//     the server jar against the document's sha1 and size.
+//   - Forge, NeoForge: the Maven sidecar next to the installer jar, the
+//     strongest present of .sha256, .sha1, .md5; an installer with no
+//     sidecar is refused.
+//   - Fabric publishes no checksum of its server launcher: Kiln records the
+//     sha256 it computed (catalog.Result.Checksum is empty) and caches the launcher
+//     by its URL, which pins game, loader and installer versions.
+//   - BungeeCord publishes no checksum either. Jenkins' fingerprint of the
+//     jar (an MD5) is verified when the build recorded one; otherwise only
+//     HTTPS protects the download and catalog.Result.Checksum is empty.
+//
+// Cache: <CacheDir>/sha256/<hex> holds each artifact under its SHA-256;
+// <CacheDir>/index/{sha1,md5,url}/<hex> maps an upstream checksum (or URL)
+// to that SHA-256, so a second install of the same artifact makes no
+// download. A download goes to <CacheDir>/tmp, is verified, synced and only
+// then renamed into sha256/, so a bad checksum never poisons the cache. A
+// cached blob is re-hashed while it is copied into a root; a corrupt one is
+// dropped and downloaded again. Files in tmp/ left by a crash are garbage
+// and may be deleted.
+//
+// Decisions:
+//   - Waterfall comes from Fill v3 like Paper: the v2 API is being sunset,
+//     Fill serves every PaperMC project's builds, and Waterfall (end of
+//     life) only needs its existing builds.
+//   - "latest" for Fill is the newest version that has a STABLE or
+//     RECOMMENDED build (Fill lists versions whose builds are all ALPHA or
+//     BETA); BUILD_NUMBER pins a build of any channel.
+//   - Fabric: the Mojang server jar is installed as server.jar
+//     (sha1-verified) next to fabric-server-launcher.jar, so the launcher
+//     finds it instead of downloading it unverified at first start. The
+//     launcher still fetches loader libraries from Fabric's Maven then.
+//   - Forge and NeoForge installers are upstream code run on the host with
+//     `java -jar <installer> --installServer` in the root, through Runner
+//     (a seam so an agent or a container can run it instead), with a
+//     minimal environment and a 30-minute limit. They download the game jar
+//     and libraries themselves, outside the mirror; a failed run may leave
+//     some of their libraries/ behind (a rerun overwrites them). Modern
+//     versions leave a JVM args file (catalog.Result.ArgsFile), old Forge a jar.
+//   - Writes into the root go through os.Root and temp file + rename: a
+//     planted symlink is replaced, never written through, and a jar is
+//     either the old one or the whole new one.
+//   - eula.txt is written from the profile's EULA variable on every
+//     install.
+package install

@@ -1,0 +1,287 @@
+package install
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// ErrVersionNotFound is returned when the upstream does not have the
+// requested version, build or loader version (or has no stable build of
+// it).
+var ErrVersionNotFound = errors.New("version not found")
+
+// ErrTooLarge is returned when an upstream answer is larger than allowed
+// (16 MiB of metadata, 512 MiB for an artifact).
+var ErrTooLarge = errors.New("upstream response too large")
+
+// ErrNoJava is returned when the Forge or NeoForge installer must run and
+// there is no java on the host.
+var ErrNoJava = errors.New("java not found on the host")
+
+// ChecksumError reports a download whose content does not match what the
+// upstream published. Nothing of it was kept.
+type ChecksumError struct {
+	URL  string // upstream URL of the artifact
+	Algo string // sha256, sha1, md5, or size
+	Want string
+	Got  string
+}
+
+func (e *ChecksumError) Error() string {
+	return fmt.Sprintf("%s of %s is %s, upstream published %s", e.Algo, e.URL, e.Got, e.Want)
+}
+
+// UpstreamError reports an upstream answer that is not 2xx.
+type UpstreamError struct {
+	URL     string // the URL requested (the mirror's when one is set)
+	Status  int    // HTTP status of the upstream answer
+	Message string // reason given in the body, if any
+}
+
+func (e *UpstreamError) Error() string {
+	if e.Message != "" {
+		return fmt.Sprintf("upstream %s answered %d: %s", e.URL, e.Status, e.Message)
+	}
+	return fmt.Sprintf("upstream %s answered %d", e.URL, e.Status)
+}
+
+// UserAgent returns the User-Agent Kiln sends upstream; PaperMC requires
+// one naming the software and a contact.
+func UserAgent(version string) string {
+	return "Kiln/" + version + " (+https://github.com/kilnhq/kiln)"
+}
+
+// Options configure an Installer.
+type Options struct {
+	// MirrorURL, when set, replaces every upstream: see fetcher.target.
+	MirrorURL string
+	// CacheDir holds the content-addressed artifact cache; required.
+	CacheDir string
+	// HTTPClient makes the requests; nil means a client with dial, TLS and
+	// response-header timeouts.
+	HTTPClient *http.Client
+	// UserAgent is sent with every request; empty means UserAgent("dev").
+	UserAgent string
+	Log       *slog.Logger
+	// Runner runs the Forge and NeoForge installers; nil runs them on this
+	// host with os/exec (java from PATH).
+	Runner Runner
+}
+
+// Installer installs server software into server roots. It is safe for
+// concurrent use, but two installs into the same root must not overlap.
+type Installer struct {
+	fetch       fetcher
+	cache       cache
+	log         *slog.Logger
+	runner      Runner
+	hostJava    bool // runner is the host's os/exec: look java up on PATH first
+	artifactMax int64
+	runTimeout  time.Duration
+}
+
+// New returns an Installer. It fails when CacheDir is empty or MirrorURL is
+// not an absolute http(s) URL without query or fragment.
+func New(opts Options) (*Installer, error) {
+	if opts.CacheDir == "" {
+		return nil, errors.New("installer: no cache directory")
+	}
+	mirror := ""
+	if opts.MirrorURL != "" {
+		u, err := url.Parse(opts.MirrorURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return nil, fmt.Errorf("installer: mirror url %q must be an absolute http(s) url without query", opts.MirrorURL)
+		}
+		mirror = strings.TrimRight(u.String(), "/")
+	}
+	client := opts.HTTPClient
+	if client == nil {
+		client = &http.Client{Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: 30 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			ForceAttemptHTTP2:     true,
+		}}
+	}
+	ua := opts.UserAgent
+	if ua == "" {
+		ua = UserAgent("dev")
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	runner := opts.Runner
+	if runner == nil {
+		runner = execRunner{}
+	}
+	return &Installer{
+		fetch:       fetcher{client: client, ua: ua, mirror: mirror, metaMax: defaultMetaMax},
+		cache:       cache{dir: opts.CacheDir},
+		log:         log,
+		runner:      runner,
+		hostJava:    opts.Runner == nil,
+		artifactMax: defaultArtifactMax,
+		runTimeout:  30 * time.Minute,
+	}, nil
+}
+
+// job carries one install through an installer.
+type job struct {
+	p       catalog.Profile
+	version string            // requested version, never empty ("latest" at least)
+	env     map[string]string // the full environment (catalog.Profile.Env)
+	root    *os.Root
+	rootDir string
+}
+
+// setting returns an installer variable: its value, "latest" if unset.
+func (j job) setting(key string) string {
+	if v := j.env[key]; v != "" {
+		return v
+	}
+	return "latest"
+}
+
+// Install fetches the profile's software into root (created if missing),
+// verifying every checksum the upstream publishes, and writes eula.txt when
+// the profile has an EULA variable. Artifacts come from the shared cache
+// when it already holds them.
+//
+// version is the game version (the proxy version for proxies, the Jenkins
+// build for BungeeCord) or "latest"; empty falls back to the profile's
+// version variable in env, then "latest". env holds the server's profile
+// variables as the user set them (nil for none); the installer reads its
+// own (BUILD_NUMBER, LOADER_VERSION, INSTALLER_VERSION, FORGE_VERSION,
+// NEOFORGE_VERSION, EULA, MOTD for kiln-test), defaults filling the rest.
+//
+// Errors: *validate.Error for a bad environment or a malformed version;
+// ErrVersionNotFound; *UpstreamError; *ChecksumError; ErrTooLarge; ErrNoJava
+// (Forge, NeoForge); the context's error when ctx ends. On error the root
+// holds no half-written file: each file is written whole or not at all.
+func (i *Installer) Install(ctx context.Context, p catalog.Profile, version, root string, env map[string]string) (catalog.Result, error) {
+	env, err := p.Env(env)
+	if err != nil {
+		return catalog.Result{}, err
+	}
+	if version == "" && p.VersionVar != "" {
+		version = env[p.VersionVar]
+	}
+	if version == "" {
+		version = "latest"
+	}
+	if !validToken(version) {
+		return catalog.Result{}, validate.Errorf("version", "%q is not a version", version)
+	}
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return catalog.Result{}, fmt.Errorf("install %s: %w", p.Type, err)
+	}
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return catalog.Result{}, fmt.Errorf("install %s: %w", p.Type, err)
+	}
+	defer r.Close()
+	j := job{p: p, version: version, env: env, root: r, rootDir: root}
+
+	var res catalog.Result
+	switch p.Installer.Kind {
+	case catalog.InstallFill:
+		res, err = i.fill(ctx, j)
+	case catalog.InstallPurpur:
+		res, err = i.purpur(ctx, j)
+	case catalog.InstallMojang:
+		res, err = i.vanilla(ctx, j)
+	case catalog.InstallFabric:
+		res, err = i.fabric(ctx, j)
+	case catalog.InstallForge:
+		res, err = i.forge(ctx, j)
+	case catalog.InstallNeoForge:
+		res, err = i.neoforge(ctx, j)
+	case catalog.InstallBungeeCord:
+		res, err = i.bungeecord(ctx, j)
+	case catalog.InstallTestServer:
+		res, err = i.testserver(ctx, j)
+	default:
+		err = fmt.Errorf("no installer of kind %q", p.Installer.Kind)
+	}
+	if err != nil {
+		return catalog.Result{}, fmt.Errorf("install %s %s: %w", p.Type, version, err)
+	}
+	if _, ok := p.Var("EULA"); ok {
+		eula := "# Written by Kiln from the EULA variable: https://aka.ms/MinecraftEULA\neula=" + env["EULA"] + "\n"
+		if err := writeRoot(r, "eula.txt", 0o644, func(w io.Writer) error { _, err := w.Write([]byte(eula)); return err }); err != nil {
+			return catalog.Result{}, fmt.Errorf("install %s: write eula.txt: %w", p.Type, err)
+		}
+	}
+	i.log.InfoContext(ctx, "software installed", "software", p.Type, "version", res.Version,
+		"build", res.Build, "sha256", res.SHA256, "checksum", res.Checksum)
+	return res, nil
+}
+
+// artifactInto makes sure a is in the cache (downloading and verifying it
+// if not) and copies it into the root as name. It returns the SHA-256.
+func (i *Installer) artifactInto(ctx context.Context, j job, a artifact, name string) (string, error) {
+	sha, cached := i.cache.find(a)
+	if !cached {
+		var err error
+		if sha, err = i.download(ctx, a); err != nil {
+			return "", err
+		}
+	}
+	i.log.DebugContext(ctx, "artifact", "url", a.URL, "sha256", sha, "cached", cached)
+	err := i.place(j.root, name, sha)
+	if errors.Is(err, errCorrupt) && cached {
+		// The cached copy went bad on disk: fetch it again, once.
+		i.log.WarnContext(ctx, "cached artifact corrupt, downloading again", "url", a.URL, "sha256", sha)
+		if sha, err = i.download(ctx, a); err != nil {
+			return "", err
+		}
+		err = i.place(j.root, name, sha)
+	}
+	if err != nil {
+		return "", err
+	}
+	return sha, nil
+}
+
+// validToken reports whether s may be a version, build or loader version:
+// it goes into upstream URL paths, so no "/", no "..", printable ASCII.
+func validToken(s string) bool {
+	if s == "" || len(s) > 64 || strings.Contains(s, "..") {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+		case i > 0 && (r == '.' || r == '-' || r == '_' || r == '+' || r == ' '):
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// notFound wraps ErrVersionNotFound with what was looked for.
+func notFound(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrVersionNotFound)
+}
+
+// isStatus reports whether err is an *UpstreamError with that status.
+func isStatus(err error, status int) bool {
+	ue, ok := errors.AsType[*UpstreamError](err)
+	return ok && ue.Status == status
+}
