@@ -1,0 +1,97 @@
+// Package docker is the docker runtime: it runs each game server in its own
+// container on a Docker Engine and satisfies runtime.Runtime and
+// runtime.Instance, like the process runtime of the parent package.
+//
+// What it owns: the containers named kiln-<server id> that carry the labels
+// kiln.managed=true and kiln.server=<server id>, their console stream (an
+// attach of stdin, stdout and stderr) and the goroutine that waits for each
+// one's exit. Nothing else on the engine: no images, networks or volumes.
+//
+// What it must never do:
+//   - pull an image: a missing image is an error that says so; images are
+//     the operator's (or a test's) to load or build;
+//   - run a container privileged, add a capability or loosen the engine's
+//     default seccomp and AppArmor profiles;
+//   - mount anything but the server's root, read-write at /data;
+//   - touch a container that lacks its labels, even one named kiln-<id>
+//     (that is an error, not something to remove);
+//   - set a restart policy: restarts are the servers package's decision,
+//     and an engine restarting a container behind kiln's back would fight it;
+//   - shell out to the docker CLI.
+//
+// Decisions:
+//   - Client: github.com/moby/moby/client, the maintained Engine API client;
+//     github.com/docker/docker is deprecated and frozen since Docker v29.
+//     The API version is negotiated at New (the client speaks 1.40 to
+//     1.56; the engine this was written against speaks 1.41).
+//   - Options.Host empty lets the client read DOCKER_HOST, DOCKER_TLS_VERIFY,
+//     DOCKER_CERT_PATH and DOCKER_API_VERSION, the convention of every
+//     Docker tool, and the one place where this package reads the
+//     environment; a --docker-host flag wins over all of them.
+//   - Console: Tty is off so stdout and stderr arrive as the engine's
+//     multiplexed stream, split with stdcopy (a TTY would echo input and
+//     rewrite newlines). Start attaches before it starts the container, so
+//     no early line is missed; Adopt attaches to a running one and gets
+//     output from then on (nothing is replayed). Lines are capped at 8 KiB,
+//     as in the process runtime. The json-file log (5 MB, one file) is only
+//     a bounded copy for `docker logs`; Kiln never reads it.
+//   - Exit: the wait is registered before the start with condition
+//     next-exit (not-running would answer at once for a created container).
+//     The engine reports 128+N when the main process died of signal N; that
+//     is reported as the signal (Code -1) when Kiln sent it (Stop, Kill) or
+//     when inspect says the OOM killer struck ("killed (out of memory)"),
+//     and as the plain code otherwise.
+//   - Detach, not stop: containers outlive kiln serve. Container.Detach and
+//     Docker.Close close the console stream and end the goroutines but
+//     leave the containers running; the next kiln serve re-attaches with
+//     Adopt (by container id, else by name).
+//   - Start replaces a leftover container of the same server, even a
+//     running one (with a warning): the caller has decided to start, and
+//     the leftover would hold the port.
+//
+// Hardening, for hosts shared by tenants who control what their server runs
+// (plugins, mods), each item and why:
+//   - CapDrop ALL: a game server needs no capability; this removes among
+//     others NET_RAW (forged packets on the bridge), CHOWN, DAC_OVERRIDE,
+//     SETUID/SETGID, MKNOD and KILL.
+//   - no-new-privileges: a setuid binary in the image cannot raise
+//     privileges back.
+//   - ReadonlyRootfs with a tmpfs /tmp (64 MiB, nosuid, nodev, mode 1777):
+//     the image cannot be altered to persist something across restarts or
+//     to fill the engine's disk outside the server's own accounting; writes
+//     go to /data (the server root, which Kiln measures) or to /tmp, which
+//     is memory charged to the container. /tmp keeps exec because JVMs
+//     extract native libraries there (netty, sqlite-jdbc).
+//   - PidsLimit (Options.PidsLimit, default 512 as in Wings): a fork bomb
+//     stops at the limit instead of taking the host down (Wings advisory
+//     CVE-2021-32699).
+//   - Memory = MemorySwap = Spec.MemoryMB: a hard limit with no swap, so
+//     one server cannot push the host into swapping.
+//   - CPUPeriod 100000 and CPUQuota = CPUPercent*1000: CPUPercent is percent
+//     of one core, 100 = one core, as in runtime.Spec.
+//   - Not privileged; the engine's default seccomp and AppArmor profiles.
+//   - Init (the engine's docker-init, tini): PID 1 forwards Stop's SIGTERM
+//     (a program as PID 1 without a handler would ignore it) and reaps
+//     zombies. It needs docker-init on the host, which Docker packages ship.
+//   - The image's entrypoint is cleared: Spec.Argv is the whole command, as
+//     in the process runtime, so argv[0] must exist in the image.
+//   - A numeric user (Options.User), never a name: a name depends on the
+//     image's /etc/passwd, and a bare uid would silently get group 0.
+//
+// The user: Options.User empty means kiln's own uid:gid. The server root is
+// created and filled by kiln (installs, the file API, SFTP, backups), so the
+// same owner on both sides means the game server can write its files and
+// kiln can read, change and delete what the server wrote, with no chown.
+// When kiln runs as root that would make the game server uid 0 (without
+// capabilities, but still root towards any file it can reach), so New
+// warns; the operator should then set a non-root uid:gid and make the
+// server roots owned by it (the test suite does exactly that).
+//
+// Ports: Spec.Port is published for TCP and UDP (query protocol, Bedrock
+// and voice-chat plugins use UDP) on Spec.BindHost:Port to the same port
+// inside the container, so the port the server is configured with is the
+// one players use. BindHost must be an IP address (empty: every
+// interface); a host name is refused rather than resolved, since a public
+// name may not resolve to a local address. Containers use the engine's
+// default bridge network.
+package docker

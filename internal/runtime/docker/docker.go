@@ -1,0 +1,407 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+
+	"github.com/kilnhq/kiln/internal/runtime"
+)
+
+// DefaultPidsLimit caps the processes and threads of one container when
+// Options.PidsLimit is zero: a JVM game server uses a few hundred threads,
+// a fork bomb would use them all (the Wings advisory CVE-2021-32699).
+const DefaultPidsLimit = 512
+
+// Labels put on every container Kiln creates. Kiln only ever removes or
+// re-attaches to containers that carry both, with the server's id.
+const (
+	LabelManaged = "kiln.managed"
+	LabelServer  = "kiln.server"
+)
+
+const (
+	dataDir    = "/data"                                   // where the server root is mounted
+	tmpfsOpts  = "rw,exec,nosuid,nodev,size=64m,mode=1777" // exec: JVMs load native libraries from /tmp
+	logMaxSize = "5m"
+	apiTimeout = 30 * time.Second // Stop, Kill and the exit inspection have no caller ctx
+)
+
+// ErrUnreachable means the Docker Engine did not answer; New wraps it with
+// the address and the cause.
+var ErrUnreachable = errors.New("docker engine unreachable")
+
+// Options configure the docker runtime.
+type Options struct {
+	// Host is the engine address (unix:///var/run/docker.sock,
+	// tcp://host:2376). Empty uses DOCKER_HOST (with DOCKER_TLS_VERIFY and
+	// DOCKER_CERT_PATH) when set, else the platform default socket.
+	Host string
+	Log  *slog.Logger
+	// User is the numeric "uid:gid" that game servers run as. Empty means
+	// kiln's own uid:gid, so the files a server writes in its root belong
+	// to the user that runs kiln (see doc.go).
+	User string
+	// PidsLimit caps processes+threads per container; 0 means
+	// DefaultPidsLimit.
+	PidsLimit int64
+}
+
+// Docker is the docker runtime: one container per game server.
+type Docker struct {
+	cli       *client.Client
+	log       *slog.Logger
+	user      string
+	pidsLimit int64
+
+	mu   sync.Mutex
+	live map[*Container]struct{} // attached instances, detached by Close
+}
+
+var _ runtime.Runtime = (*Docker)(nil)
+
+// New connects to the engine, negotiating the API version (1.40 or later),
+// and returns the runtime. It returns an error wrapping ErrUnreachable when
+// the engine does not answer within ctx and 10 seconds, and a plain error
+// for an invalid Options.User or an engine that is not a Linux one.
+func New(ctx context.Context, o Options) (*Docker, error) {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	user, err := parseUser(o.User)
+	if err != nil {
+		return nil, err
+	}
+	if strings.HasPrefix(user, "0:") {
+		log.Warn("docker game servers will run as root (uid 0, no capabilities); set a non-root uid:gid that owns the server roots", "user", user)
+	}
+	pids := o.PidsLimit
+	if pids <= 0 {
+		pids = DefaultPidsLimit
+	}
+	opt := client.FromEnv
+	if o.Host != "" {
+		opt = client.WithHost(o.Host)
+	}
+	cli, err := client.New(opt)
+	if err != nil {
+		return nil, fmt.Errorf("docker client for %q: %w", o.Host, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ping, err := cli.Ping(pctx, client.PingOptions{NegotiateAPIVersion: true})
+	if err != nil {
+		cli.Close()
+		if ping.APIVersion != "" { // it answered, but we cannot talk to it
+			return nil, fmt.Errorf("docker engine at %s: %w", cli.DaemonHost(), err)
+		}
+		return nil, fmt.Errorf("%w at %s: %w", ErrUnreachable, cli.DaemonHost(), err)
+	}
+	if ping.OSType != "" && ping.OSType != "linux" {
+		cli.Close()
+		return nil, fmt.Errorf("docker engine at %s runs %s containers, kiln needs linux", cli.DaemonHost(), ping.OSType)
+	}
+	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids)
+	return &Docker{cli: cli, log: log, user: user, pidsLimit: pids, live: map[*Container]struct{}{}}, nil
+}
+
+// parseUser checks a numeric uid:gid; empty means the current process's.
+// A bare uid is refused: without an /etc/passwd in the image the group
+// would silently be 0.
+func parseUser(u string) (string, error) {
+	if u == "" {
+		return strconv.Itoa(os.Getuid()) + ":" + strconv.Itoa(os.Getgid()), nil
+	}
+	uid, gid, ok := strings.Cut(u, ":")
+	_, err1 := strconv.ParseUint(uid, 10, 32)
+	_, err2 := strconv.ParseUint(gid, 10, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return "", fmt.Errorf("docker user %q: want numeric uid:gid", u)
+	}
+	return u, nil
+}
+
+// Name implements runtime.Runtime.
+func (d *Docker) Name() string { return "docker" }
+
+// Close detaches every instance still attached (their containers keep
+// running) and releases the client. The runtime is unusable afterwards.
+func (d *Docker) Close() error {
+	d.mu.Lock()
+	live := make([]*Container, 0, len(d.live))
+	for c := range d.live {
+		live = append(live, c)
+	}
+	d.mu.Unlock()
+	for _, c := range live {
+		c.Detach()
+	}
+	return d.cli.Close()
+}
+
+// ContainerName is the name of a server's container.
+func ContainerName(serverID string) string { return "kiln-" + serverID }
+
+// Start implements runtime.Runtime: it removes a container left by a
+// previous run of the server, creates the container, attaches the console
+// and only then starts it, so no early line is lost. It never pulls: a
+// missing image is an error that says so.
+func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(string)) (runtime.Instance, error) {
+	opts, err := d.createOptions(spec)
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
+	}
+	if err := d.removeStale(ctx, spec.ServerID); err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
+	}
+	res, err := d.cli.ContainerCreate(ctx, opts)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("start %s: image %q is not on the docker host (kiln never pulls; load or build it first): %w", spec.ServerID, spec.Image, err)
+		}
+		return nil, fmt.Errorf("start %s: create container: %w", spec.ServerID, err)
+	}
+	for _, w := range res.Warnings {
+		d.log.Warn("docker create warning", "server_id", spec.ServerID, "warning", w)
+	}
+	c, err := d.attach(ctx, res.ID, console, container.WaitConditionNextExit)
+	if err != nil {
+		d.discard(res.ID)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
+	}
+	if _, err := d.cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		c.Detach()
+		d.discard(res.ID)
+		return nil, fmt.Errorf("start %s: start container: %w", spec.ServerID, err)
+	}
+	return c, nil
+}
+
+// createOptions is the whole container definition; doc.go says why each
+// hardening item is there.
+func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions, error) {
+	var none client.ContainerCreateOptions
+	switch {
+	case spec.ServerID == "":
+		return none, errors.New("no server id")
+	case spec.Image == "":
+		return none, errors.New("no container image")
+	case len(spec.Argv) == 0:
+		return none, errors.New("empty command")
+	case !filepath.IsAbs(spec.Root):
+		return none, fmt.Errorf("server root %q is not an absolute path", spec.Root)
+	case spec.Port < 1 || spec.Port > 65535:
+		return none, fmt.Errorf("port %d out of range", spec.Port)
+	case spec.MemoryMB < 0 || spec.CPUPercent < 0:
+		return none, errors.New("negative resource limit")
+	}
+	hostIP, err := bindAddr(spec.BindHost)
+	if err != nil {
+		return none, err
+	}
+	tcp, _ := network.PortFrom(uint16(spec.Port), network.TCP)
+	udp, _ := network.PortFrom(uint16(spec.Port), network.UDP)
+	binding := []network.PortBinding{{HostIP: hostIP, HostPort: strconv.Itoa(spec.Port)}}
+
+	res := container.Resources{PidsLimit: &d.pidsLimit}
+	if spec.MemoryMB > 0 {
+		res.Memory = int64(spec.MemoryMB) << 20
+		res.MemorySwap = res.Memory // memory+swap = memory: no swap
+	}
+	if spec.CPUPercent > 0 {
+		res.CPUPeriod = 100_000
+		res.CPUQuota = int64(spec.CPUPercent) * 1000
+	}
+	init := true
+	return client.ContainerCreateOptions{
+		Name: ContainerName(spec.ServerID),
+		Config: &container.Config{
+			Image:        spec.Image,
+			Entrypoint:   []string{}, // empty, not nil: clears the image's entrypoint
+			Cmd:          spec.Argv,
+			Env:          spec.Env,
+			WorkingDir:   dataDir,
+			User:         d.user,
+			AttachStdin:  true,
+			AttachStdout: true,
+			AttachStderr: true,
+			OpenStdin:    true,
+			Tty:          false,
+			ExposedPorts: network.PortSet{tcp: {}, udp: {}},
+			Labels:       map[string]string{LabelManaged: "true", LabelServer: spec.ServerID},
+		},
+		HostConfig: &container.HostConfig{
+			Mounts: []mount.Mount{{
+				Type:        mount.TypeBind,
+				Source:      spec.Root,
+				Target:      dataDir,
+				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+			}},
+			PortBindings:   network.PortMap{tcp: binding, udp: binding},
+			LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": logMaxSize, "max-file": "1"}},
+			RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+			Privileged:     false,
+			CapDrop:        []string{"ALL"},
+			SecurityOpt:    []string{"no-new-privileges:true"},
+			ReadonlyRootfs: true,
+			Tmpfs:          map[string]string{"/tmp": tmpfsOpts},
+			Init:           &init,
+			Resources:      res,
+		},
+	}, nil
+}
+
+// bindAddr is the host address a game port is published on: empty means
+// every interface. Docker needs an address, so a host name other than
+// localhost is refused rather than resolved to an address that may not be
+// local (a public name behind NAT).
+func bindAddr(h string) (netip.Addr, error) {
+	switch h {
+	case "", "*":
+		return netip.Addr{}, nil
+	case "localhost":
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), nil
+	}
+	a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(h, "["), "]"))
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("bind host %q is not an IP address", h)
+	}
+	return a.Unmap(), nil
+}
+
+// owned tells whether Kiln created c for serverID.
+func owned(c container.InspectResponse, serverID string) bool {
+	if c.Config == nil {
+		return false
+	}
+	return c.Config.Labels[LabelManaged] == "true" && c.Config.Labels[LabelServer] == serverID
+}
+
+// inspectOwned returns the server's container found by ref, or nil when
+// there is none that Kiln made for serverID. A container of that name that
+// Kiln did not make is an error: it is never touched.
+func (d *Docker) inspectOwned(ctx context.Context, serverID, ref string) (*container.InspectResponse, error) {
+	res, err := d.cli.ContainerInspect(ctx, ref, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect container %s: %w", ref, err)
+	}
+	if !owned(res.Container, serverID) {
+		if ref == ContainerName(serverID) {
+			return nil, fmt.Errorf("container %s was not created by kiln for this server; remove or rename it", ref)
+		}
+		return nil, nil
+	}
+	return &res.Container, nil
+}
+
+// removeStale force-removes the server's container left by a previous run.
+func (d *Docker) removeStale(ctx context.Context, serverID string) error {
+	c, err := d.inspectOwned(ctx, serverID, ContainerName(serverID))
+	if err != nil || c == nil {
+		return err
+	}
+	if c.State != nil && c.State.Running {
+		d.log.WarnContext(ctx, "removing a running container of this server that kiln no longer holds", "server_id", serverID, "container_id", c.ID)
+	}
+	return d.remove(ctx, c.ID)
+}
+
+func (d *Docker) remove(ctx context.Context, id string) error {
+	_, err := d.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove container %s: %w", id, err)
+	}
+	return nil
+}
+
+// discard removes a container that failed to start; the start error is the
+// one worth reporting, so a failure here is only logged.
+func (d *Docker) discard(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+	defer cancel()
+	if err := d.remove(ctx, id); err != nil {
+		d.log.Warn("remove a container that failed to start", "container_id", id, "err", err)
+	}
+}
+
+// Adopt implements runtime.Runtime: it re-attaches to the server's running
+// container found by ref (its id) or, failing that, by name. The console
+// receives output from now on (earlier lines are not replayed). A container
+// that exists but no longer runs is removed and, like a missing one,
+// reported as runtime.ErrNotAdoptable.
+func (d *Docker) Adopt(ctx context.Context, spec runtime.Spec, ref string, console func(string)) (runtime.Instance, error) {
+	var c *container.InspectResponse
+	var err error
+	if ref != "" {
+		if c, err = d.inspectOwned(ctx, spec.ServerID, ref); err != nil {
+			return nil, fmt.Errorf("adopt %s: %w", spec.ServerID, err)
+		}
+	}
+	if c == nil {
+		if c, err = d.inspectOwned(ctx, spec.ServerID, ContainerName(spec.ServerID)); err != nil {
+			return nil, fmt.Errorf("adopt %s: %w", spec.ServerID, err)
+		}
+	}
+	if c == nil {
+		return nil, runtime.ErrNotAdoptable
+	}
+	if c.State == nil || !c.State.Running {
+		if err := d.remove(ctx, c.ID); err != nil {
+			return nil, fmt.Errorf("adopt %s: %w", spec.ServerID, err)
+		}
+		return nil, runtime.ErrNotAdoptable
+	}
+	inst, err := d.attach(ctx, c.ID, console, container.WaitConditionNotRunning)
+	if err != nil {
+		return nil, fmt.Errorf("adopt %s: %w", spec.ServerID, err)
+	}
+	d.log.InfoContext(ctx, "re-attached to a running container", "server_id", spec.ServerID, "container_id", c.ID)
+	return inst, nil
+}
+
+// Remove implements runtime.Runtime: it force-removes the server's
+// container if there is one (killing it if it runs). Removing twice is not
+// an error.
+func (d *Docker) Remove(ctx context.Context, serverID string) error {
+	c, err := d.inspectOwned(ctx, serverID, ContainerName(serverID))
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", serverID, err)
+	}
+	if c == nil {
+		return nil
+	}
+	if err := d.remove(ctx, c.ID); err != nil {
+		return fmt.Errorf("remove %s: %w", serverID, err)
+	}
+	return nil
+}
+
+func (d *Docker) track(c *Container) {
+	d.mu.Lock()
+	d.live[c] = struct{}{}
+	d.mu.Unlock()
+}
+
+func (d *Docker) forget(c *Container) {
+	d.mu.Lock()
+	delete(d.live, c)
+	d.mu.Unlock()
+}

@@ -1,0 +1,65 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+)
+
+// Spec is everything a runtime needs to run one server.
+type Spec struct {
+	ServerID   string
+	Root       string   // host directory of the server's files
+	Image      string   // container image (docker only)
+	Argv       []string // command; relative to Root for the process runtime
+	Env        []string // KEY=value
+	MemoryMB   int
+	CPUPercent int // percent of one core; 0 = unlimited
+	Port       int // game port on the host
+	BindHost   string
+}
+
+// Stats are live figures of a running instance.
+type Stats struct {
+	CPU         float64 // percent of one core since the previous sample
+	MemoryBytes int64
+}
+
+// Exit describes how an instance ended.
+type Exit struct {
+	Code   int   // -1 when killed by a signal
+	Signal string
+	Err    error // a failure to run at all
+}
+
+// Instance is one running server process or container.
+type Instance interface {
+	// Ref identifies the instance durably (pid:starttime, container id), for
+	// re-adoption after a restart of kiln serve.
+	Ref() string
+	// WriteLine sends one console line (a command).
+	WriteLine(line string) error
+	// Stop asks the instance to end with a signal (SIGTERM); Kill forces it.
+	Stop() error
+	Kill() error
+	// Done is closed when the instance has ended; Exit then tells how.
+	Done() <-chan struct{}
+	Exit() Exit
+	Stats(ctx context.Context) (Stats, error)
+}
+
+// ErrNotAdoptable means a previous instance cannot be re-attached (and was
+// ended if it still ran); the caller should start a new one.
+var ErrNotAdoptable = errors.New("instance cannot be re-adopted")
+
+// Runtime starts instances.
+type Runtime interface {
+	Name() string
+	// Start runs spec; console receives every output line until the
+	// instance ends.
+	Start(ctx context.Context, spec Spec, console func(line string)) (Instance, error)
+	// Adopt re-attaches to the instance ref left by a previous kiln serve.
+	Adopt(ctx context.Context, spec Spec, ref string, console func(line string)) (Instance, error)
+	// Remove deletes what the runtime keeps for a server besides its root
+	// (a stopped container); nothing for the process runtime.
+	Remove(ctx context.Context, serverID string) error
+}
