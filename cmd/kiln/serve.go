@@ -17,8 +17,13 @@ import (
 
 	"github.com/kilnhq/kiln/internal/api"
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/ratelimit"
+	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -57,6 +62,12 @@ type serveConfig struct {
 	PublicHost string
 	LogLevel   string
 	LogFormat  string
+
+	Runtime            string
+	DockerHost         string
+	DockerUser         string
+	PortRange          string
+	InstallerMirrorURL string
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
@@ -66,10 +77,15 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	c.storeConfig.register(s)
 	s.fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "API listener")
 	s.fs.BoolVar(&c.Dev, "dev", false, "development mode: adds the kiln-test software profile to the catalog")
-	s.fs.IntVar(&c.RateLimit, "rate-limit", 100, "requests per minute per token (the per-route limits scale with it)")
+	s.fs.IntVar(&c.RateLimit, "rate-limit", 100, "requests per minute per token, 1 to 2147483647 (the per-route limits scale with it)")
 	s.fs.StringVar(&c.PublicHost, "public-host", "127.0.0.1", "host named in server addresses and SFTP credentials")
 	s.fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	s.fs.StringVar(&c.Runtime, "runtime", "process", "process or docker: how game servers run")
+	s.fs.StringVar(&c.DockerHost, "docker-host", "", "Docker Engine endpoint (default: DOCKER_HOST, else the local socket)")
+	s.fs.StringVar(&c.DockerUser, "docker-user", "", "numeric uid:gid game containers run as (default: kiln's own)")
+	s.fs.StringVar(&c.PortRange, "port-range", "25565-25664", "game ports the node hands out (FIRST-LAST)")
+	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
 	pos, err := s.parse(args)
 	if err != nil {
 		return c, err
@@ -83,11 +99,23 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	if c.RateLimit < 1 {
 		return c, usageError{"--rate-limit must be at least 1"}
 	}
+	// internal/ratelimit is tested up to 2^31-1 per minute (35 million a
+	// second per token, no limit in practice); far above it the per-route
+	// scaling in internal/api and the limiter's nanosecond times overflow.
+	if c.RateLimit > ratelimit.MaxLimit {
+		return c, usageError{fmt.Sprintf("--rate-limit must be at most %d", ratelimit.MaxLimit)}
+	}
 	if c.PublicHost == "" {
 		return c, usageError{"--public-host must not be empty"}
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return c, usageError{fmt.Sprintf("--addr %q: %v", c.Addr, err)}
+	}
+	if c.Runtime != "process" && c.Runtime != "docker" {
+		return c, usageError{fmt.Sprintf("--runtime %q: want process or docker", c.Runtime)}
+	}
+	if _, err := node.ParsePortRange(c.PortRange); err != nil {
+		return c, usageError{"--port-range: " + err.Error()}
 	}
 	return c, nil
 }
@@ -144,10 +172,34 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		limiter = ratelimit.NewMemory(time.Now)
 	}
 	m := metrics.New()
-	serverSvc := servers.NewService(db, cfg.PublicHost)
+
+	cat, err := catalog.Load(cfg.Dev)
+	if err != nil {
+		return err
+	}
+	inst, err := install.New(install.Options{
+		MirrorURL: cfg.InstallerMirrorURL, CacheDir: filepath.Join(cfg.DataDir, "cache", "artifacts"),
+		UserAgent: install.UserAgent(version), Log: log,
+	})
+	if err != nil {
+		return usageError{"--installer-mirror-url: " + err.Error()}
+	}
+	rt, kilnBin, closeRT, err := openRuntime(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeRT()
+	ports, _ := node.ParsePortRange(cfg.PortRange)
+	localNode, err := node.NewLocal("local", filepath.Join(cfg.DataDir, "servers"), ports, rt)
+	if err != nil {
+		return err
+	}
+	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
+		KilnBinary: kilnBin, PublicHost: cfg.PublicHost,
+	}, log)
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
-		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Metrics: m, Ready: db.Ping,
+		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {
 		return err
@@ -162,9 +214,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("kiln serving", "addr", ln.Addr().String(), "version", version, "dev", cfg.Dev, "rate_limit", cfg.RateLimit)
+	log.Info("kiln serving", "addr", ln.Addr().String(), "version", version, "dev", cfg.Dev,
+		"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String())
 
 	g, gctx := errgroup.WithContext(ctx)
+	// The servers service recovers the node's servers, then samples them
+	// until shutdown; it outlives the HTTP server so that a request in
+	// flight never meets a stopped service.
+	svcCtx, stopSvc := context.WithCancel(context.Background())
+	svcDone := make(chan error, 1)
+	go func() { svcDone <- serverSvc.Run(svcCtx) }()
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
@@ -185,6 +244,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		g.Go(func() error { sweepLoop(gctx, pgLimiter, log); return nil })
 	}
 	err = g.Wait()
+	stopSvc()
+	if serr := <-svcDone; serr != nil && err == nil {
+		err = fmt.Errorf("servers: %w", serr)
+	}
 	log.Info("stopped")
 	return err
 }
@@ -254,4 +317,29 @@ func writeSecretFile(path, data string) error {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
+}
+
+// openRuntime connects the runtime of --runtime. It returns the path of the
+// kiln binary as that runtime sees it (for the kiln-test profile) and a
+// function that releases the runtime (docker containers keep running).
+func openRuntime(ctx context.Context, cfg serveConfig, log *slog.Logger) (runtime.Runtime, string, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("find the kiln binary: %w", err)
+	}
+	if cfg.Runtime == "process" {
+		return runtime.NewProcess(log), self, func() {}, nil
+	}
+	d, err := docker.New(ctx, docker.Options{Host: cfg.DockerHost, User: cfg.DockerUser, Log: log})
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if cfg.Dev {
+		// kiln-test runs this very binary inside an image built FROM scratch
+		// around it; build that image when it is missing (nothing is pulled).
+		if err := d.EnsureKilnImage(ctx, docker.KilnTestImage, self); err != nil {
+			log.Warn("the kiln-test image is not available; kiln-test servers cannot start on docker", "err", err)
+		}
+	}
+	return d, docker.KilnImageBinary, func() { d.Close() }, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -30,6 +31,7 @@ type Deps struct {
 	Auth    *auth.Service
 	Limiter ratelimit.Limiter
 	Servers *servers.Service
+	Catalog *catalog.Catalog
 	Metrics *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error

@@ -181,8 +181,8 @@ func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 	wantError(t, status, body, 404, "NOT_FOUND", "no such endpoint")
 	status, hdr, body := h.do("DELETE", Prefix+"/servers", h.token, nil)
 	wantError(t, status, body, 405, "METHOD_NOT_ALLOWED", "DELETE")
-	if hdr.Get("Allow") != "GET, HEAD" {
-		t.Errorf("Allow = %q, want %q", hdr.Get("Allow"), "GET, HEAD")
+	if hdr.Get("Allow") != "GET, HEAD, POST" {
+		t.Errorf("Allow = %q, want %q", hdr.Get("Allow"), "GET, HEAD, POST")
 	}
 }
 

@@ -16,6 +16,9 @@ const (
 	codeInvalidServerID  = "INVALID_SERVER_ID"
 	codeInvalidToken     = "INVALID_TOKEN"
 	codeServerNotFound   = "SERVER_NOT_FOUND"
+	codeServerInstalling = "SERVER_INSTALLING"
+	codeServerOffline    = "SERVER_OFFLINE"
+	codeConflict         = "CONFLICT"
 	codeNotFound         = "NOT_FOUND"
 	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	codePayloadTooLarge  = "PAYLOAD_TOO_LARGE"
@@ -64,6 +67,12 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusUnauthorized, errorBody{Error: "missing, malformed, unknown or revoked bearer token", Code: codeInvalidToken}
 	case errors.Is(err, servers.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "server not found", Code: codeServerNotFound}
+	case errors.Is(err, servers.ErrInstalling):
+		return http.StatusConflict, errorBody{Error: "the server is being installed; try again when it is offline", Code: codeServerInstalling}
+	case errors.Is(err, servers.ErrOffline):
+		return http.StatusBadGateway, errorBody{Error: "the server is not running", Code: codeServerOffline}
+	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrNoPort), errors.Is(err, servers.ErrInstallFailed):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, errorBody{Error: "the request took too long", Code: codeUnavailable}
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/ratelimit"
-	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -121,6 +121,8 @@ type harness struct {
 	token  string // bootstrap token of team "default"
 	client *http.Client
 	logs   *bytes.Buffer
+	// dataDir holds the service's server roots (servers/<id>) and cache.
+	dataDir string
 }
 
 type harnessOpt func(*Config, *Deps)
@@ -144,7 +146,8 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 		limiter = ratelimit.NewPostgres(db.Write())
 	}
 	cfg := Config{RateLimit: 1000}
-	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: servers.NewService(db, "127.0.0.1"), Metrics: metrics.New(), Ready: db.Ping}
+	env := serverstest.New(t, db, serverstest.Options{})
+	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}
@@ -154,7 +157,7 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, srv: srv, url: ts.URL, db: db, auth: a, token: string(tok), logs: &logs.buf}
+	h := &harness{t: t, srv: srv, url: ts.URL, db: db, auth: a, token: string(tok), logs: &logs.buf, dataDir: env.DataDir}
 	h.client = &http.Client{Transport: &validatingTransport{t: t, srv: srv, base: http.DefaultTransport}}
 	return h
 }
@@ -188,12 +191,24 @@ func (vt *validatingTransport) RoundTrip(req *http.Request) (*http.Response, err
 	if err != nil {
 		return nil, err
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return nil, err
+	// An event stream is validated on its status and headers (its body is
+	// an open-ended string) and handed over unread, so tests can follow it.
+	var body []byte
+	stream := resp.Header.Get("Content-Type") == "text/event-stream"
+	if !stream {
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(body))
+	defer func() {
+		if stream {
+			return
+		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+	}()
 
 	rt, ok := vt.srv.routeFor(req)
 	if !ok || rt.op == "" {

@@ -30,7 +30,6 @@ var notBuiltYet = []string{
 	"POST /deployments/apply",
 	"GET /deployments/runs",
 	"GET /deployments/runs/{runId}",
-	"GET /servers/software",
 	"GET /servers/{id}/sftp",
 	"POST /servers/{id}/sftp",
 	"POST /servers/{id}/files/compress",

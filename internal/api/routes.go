@@ -24,5 +24,14 @@ func (s *Server) table() []route {
 	return []route{
 		{method: http.MethodGet, path: "/openapi.json", op: "getOpenAPI", public: true, h: s.serveOpenAPI},
 		{method: http.MethodGet, path: "/servers", op: "listServers", h: s.listServers},
+		{method: http.MethodPost, path: "/servers", op: "createServer", h: s.createServer},
+		{method: http.MethodGet, path: "/servers/software", op: "listServerSoftware", h: s.listSoftware},
+		{method: http.MethodGet, path: "/servers/{id}", op: "getServer", h: s.getServer},
+		{method: http.MethodDelete, path: "/servers/{id}", op: "deleteServer", h: s.deleteServer},
+		{method: http.MethodPost, path: "/servers/{id}/power", op: "powerServer", h: s.powerServer},
+		{method: http.MethodPost, path: "/servers/{id}/command", op: "sendServerCommand", h: s.sendCommand},
+		{method: http.MethodGet, path: "/servers/{id}/console", op: "getServerConsole", h: s.getConsole},
+		{method: http.MethodGet, path: "/servers/{id}/console/stream", op: "streamServerConsole", h: s.streamConsole},
+		{method: http.MethodPost, path: "/servers/{id}/reinstall", op: "reinstallServer", h: s.reinstallServer},
 	}
 }

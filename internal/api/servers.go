@@ -1,9 +1,15 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/validate"
 )
 
 // serverJSON is the seed's Server list item plus api.md §3's extra fields.
@@ -25,6 +31,19 @@ type resourcesJSON struct {
 	UptimeMS    int64   `json:"uptime_ms"`
 }
 
+// serverDetailJSON is GET /servers/{id}: the list fields plus limits.
+type serverDetailJSON struct {
+	serverJSON
+	Version      string            `json:"version"`
+	MemoryMB     int               `json:"memory_mb"`
+	DiskMB       int               `json:"disk_mb"`
+	CPUPercent   int               `json:"cpu_percent"`
+	Env          map[string]string `json:"env"`
+	InstallError *string           `json:"install_error"`
+	CreatedAt    int64             `json:"created_at"`
+	UpdatedAt    int64             `json:"updated_at"`
+}
+
 func toServerJSON(s servers.Server) serverJSON {
 	return serverJSON{
 		ID: s.ID, Name: s.Name, Status: s.Status, Address: s.Address,
@@ -34,6 +53,27 @@ func toServerJSON(s servers.Server) serverJSON {
 		},
 		Software: s.Software, Node: s.Node, ConfigurationID: s.ConfigurationID,
 	}
+}
+
+func toServerDetail(s servers.Server) serverDetailJSON {
+	env := s.Env
+	if env == nil {
+		env = map[string]string{}
+	}
+	return serverDetailJSON{
+		serverJSON: toServerJSON(s), Version: s.Version, MemoryMB: s.MemoryMB, DiskMB: s.DiskMB,
+		CPUPercent: s.CPUPercent, Env: env, InstallError: s.InstallError, CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+}
+
+// serverID reads and checks the {id} path value.
+func serverID(r *http.Request) (string, error) {
+	raw := r.PathValue("id")
+	id, err := uuid.Parse(raw)
+	if err != nil || len(raw) != 36 {
+		return "", newHTTPError(http.StatusBadRequest, codeInvalidServerID, fmt.Sprintf("%q is not a server UUID", raw))
+	}
+	return id.String(), nil
 }
 
 func (s *Server) listServers(w http.ResponseWriter, r *http.Request) error {
@@ -49,5 +89,187 @@ func (s *Server) listServers(w http.ResponseWriter, r *http.Request) error {
 		out.Servers[i] = toServerJSON(sv)
 	}
 	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+type createServerRequest struct {
+	Name       string            `json:"name"`
+	Software   string            `json:"software"`
+	Version    string            `json:"version"`
+	MemoryMB   int               `json:"memory_mb"`
+	DiskMB     int               `json:"disk_mb"`
+	CPUPercent int               `json:"cpu_percent"`
+	Env        map[string]string `json:"env"`
+}
+
+func (s *Server) createServer(w http.ResponseWriter, r *http.Request) error {
+	var req createServerRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	sv, err := s.deps.Servers.Create(r.Context(), principal(r).TeamID, servers.NewServer{
+		Name: req.Name, Software: req.Software, Version: req.Version, MemoryMB: req.MemoryMB,
+		DiskMB: req.DiskMB, CPUPercent: req.CPUPercent, Env: req.Env,
+	})
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true, "server": toServerDetail(sv)})
+	return nil
+}
+
+func (s *Server) getServer(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	sv, err := s.deps.Servers.Get(r.Context(), principal(r).TeamID, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"server": toServerDetail(sv)})
+	return nil
+}
+
+func (s *Server) deleteServer(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	if err := s.deps.Servers.Delete(r.Context(), principal(r).TeamID, id); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody)
+	return nil
+}
+
+var okBody = map[string]bool{"ok": true}
+
+func (s *Server) powerServer(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Action string `json:"action"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := s.deps.Servers.Power(r.Context(), principal(r).TeamID, id, req.Action); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, okBody)
+	return nil
+}
+
+func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Command string `json:"command"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := s.deps.Servers.Command(r.Context(), principal(r).TeamID, id, req.Command); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody)
+	return nil
+}
+
+// intQuery reads an optional integer query parameter within [lo, hi].
+func intQuery(r *http.Request, name string, def, lo, hi int) (int, error) {
+	raw := r.URL.Query().Get(name)
+	if raw == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(raw)
+	if err != nil || n < lo || n > hi {
+		return 0, validate.Errorf(name, "must be an integer from %d to %d", lo, hi)
+	}
+	return n, nil
+}
+
+func (s *Server) getConsole(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	n, err := intQuery(r, "size", 100, 1, 500)
+	if err != nil {
+		return err
+	}
+	lines, err := s.deps.Servers.Console(r.Context(), principal(r).TeamID, id, n)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"lines": lines, "count": len(lines)})
+	return nil
+}
+
+// streamConsole is Server-Sent Events: "line" and "status" events, and a
+// comment every 15 s so proxies keep the connection open.
+func (s *Server) streamConsole(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	events, stop, err := s.deps.Servers.Stream(r.Context(), principal(r).TeamID, id)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if _, err := fmt.Fprint(w, ": streaming the console\n\n"); err != nil {
+		return nil
+	}
+	_ = rc.Flush()
+	heartbeat := time.NewTicker(15 * time.Second)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return nil
+		case <-heartbeat.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+				return nil
+			}
+		case e, ok := <-events:
+			if !ok {
+				return nil
+			}
+			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, e.Data); err != nil {
+				return nil
+			}
+		}
+		_ = rc.Flush()
+	}
+}
+
+func (s *Server) reinstallServer(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Software string `json:"software"`
+		Version  string `json:"version"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := s.deps.Servers.Reinstall(r.Context(), principal(r).TeamID, id, req.Software, req.Version); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, okBody)
 	return nil
 }

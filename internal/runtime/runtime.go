@@ -26,7 +26,7 @@ type Stats struct {
 
 // Exit describes how an instance ended.
 type Exit struct {
-	Code   int   // -1 when killed by a signal
+	Code   int // -1 when killed by a signal
 	Signal string
 	Err    error // a failure to run at all
 }

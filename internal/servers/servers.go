@@ -2,23 +2,48 @@ package servers
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 
 	"github.com/kilnhq/kiln/internal/store"
 )
 
-// ErrNotFound is returned for a server that does not exist or belongs to
-// another team.
-var ErrNotFound = errors.New("server not found")
-
-// Statuses are every value of a server's status (api.md §3).
-var Statuses = []string{"installing", "offline", "starting", "running", "stopping", "crashed", "unknown"}
+// Errors callers tell apart.
+var (
+	// ErrNotFound: the server does not exist or belongs to another team.
+	ErrNotFound = errors.New("server not found")
+	// ErrInstalling: the operation must wait until the install ends.
+	ErrInstalling = errors.New("the server is being installed")
+	// ErrOffline: a console command was sent to a server that is not running.
+	ErrOffline = errors.New("the server is not running")
+	// ErrOwned: a deployment owns the server; change it through the deployment.
+	ErrOwned = errors.New("the server is owned by a deployment configuration; change or delete it through the configuration")
+	// ErrNoPort: every game port of the node is taken.
+	ErrNoPort = errors.New("no free game port on the node")
+)
 
 // MaxList bounds every list answer (api.md §0).
 const MaxList = 1000
+
+// Statuses are every value of a server's status (api.md §3).
+var Statuses = []string{StatusInstalling, StatusOffline, StatusStarting, StatusRunning, StatusStopping, StatusCrashed, StatusUnknown}
+
+// Server statuses.
+const (
+	StatusInstalling = "installing"
+	StatusOffline    = "offline"
+	StatusStarting   = "starting"
+	StatusRunning    = "running"
+	StatusStopping   = "stopping"
+	StatusCrashed    = "crashed"
+	StatusUnknown    = "unknown"
+)
 
 // Resources are live usage figures.
 type Resources struct {
@@ -37,31 +62,69 @@ type Server struct {
 	Version         string
 	Status          string
 	Node            string
+	Port            int
 	Address         string // host:port of the game port
 	MemoryMB        int
 	DiskMB          int
 	CPUPercent      int
+	Env             map[string]string
 	ConfigurationID *string
+	InstallError    *string
+	DesiredState    string
 	CreatedAt       int64
+	UpdatedAt       int64
 	Resources       Resources
+
+	runtimeRef sql.NullString
+	javaMajor  int
+	jar        string
+	argsFile   string
 }
 
-// Service reads and changes server records.
+const serverColumns = `id, team_id, name, software, version, status, node, port,
+	memory_mb, disk_mb, cpu_percent, configuration_id, env, desired_state,
+	runtime_ref, install_error, java_major, jar, args_file, created_at, updated_at`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func (s *Service) scan(row scanner) (Server, error) {
+	var sv Server
+	var env string
+	err := row.Scan(&sv.ID, &sv.TeamID, &sv.Name, &sv.Software, &sv.Version, &sv.Status, &sv.Node, &sv.Port,
+		&sv.MemoryMB, &sv.DiskMB, &sv.CPUPercent, &sv.ConfigurationID, &env, &sv.DesiredState,
+		&sv.runtimeRef, &sv.InstallError, &sv.javaMajor, &sv.jar, &sv.argsFile, &sv.CreatedAt, &sv.UpdatedAt)
+	if err != nil {
+		return sv, err
+	}
+	if err := json.Unmarshal([]byte(env), &sv.Env); err != nil {
+		return sv, fmt.Errorf("server %s env: %w", sv.ID, err)
+	}
+	sv.Address = net.JoinHostPort(s.publicHost, strconv.Itoa(sv.Port))
+	return sv, nil
+}
+
+// Service owns server records and their lifecycle on one node.
 type Service struct {
 	db         *store.DB
+	log        *slog.Logger
 	publicHost string
+	node       Node
+	catalog    Catalog
+	installer  Installer
+	opts       Options
+
+	mu   sync.Mutex
+	live map[string]*live // by server id; created on first use
+
+	ctx    context.Context // of Run; background work stops with it
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
-// NewService returns a Service; publicHost is the host named in addresses.
-func NewService(db *store.DB, publicHost string) *Service {
-	return &Service{db: db, publicHost: publicHost}
-}
-
-// List returns the team's servers, newest first, at most MaxList.
+// List returns the team's servers, newest first, at most MaxList, with the
+// latest sampled resources.
 func (s *Service) List(ctx context.Context, teamID string) ([]Server, error) {
-	rows, err := s.db.Read().QueryContext(ctx, `
-		SELECT id, team_id, name, software, version, status, node, port,
-		       memory_mb, disk_mb, cpu_percent, configuration_id, created_at
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+serverColumns+`
 		FROM servers WHERE team_id = $1
 		ORDER BY created_at DESC, id DESC LIMIT $2`, teamID, MaxList)
 	if err != nil {
@@ -70,19 +133,43 @@ func (s *Service) List(ctx context.Context, teamID string) ([]Server, error) {
 	defer rows.Close()
 	out := make([]Server, 0)
 	for rows.Next() {
-		var sv Server
-		var port int
-		if err := rows.Scan(&sv.ID, &sv.TeamID, &sv.Name, &sv.Software, &sv.Version, &sv.Status, &sv.Node, &port,
-			&sv.MemoryMB, &sv.DiskMB, &sv.CPUPercent, &sv.ConfigurationID, &sv.CreatedAt); err != nil {
+		sv, err := s.scan(rows)
+		if err != nil {
 			return nil, fmt.Errorf("list servers: %w", err)
 		}
-		sv.Address = net.JoinHostPort(s.publicHost, strconv.Itoa(port))
+		sv.Resources = s.resources(sv.ID)
 		out = append(out, sv)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list servers: %w", err)
 	}
 	return out, nil
+}
+
+// Get returns one of the team's servers; ErrNotFound otherwise.
+func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
+	sv, err := s.scan(s.db.Read().QueryRowContext(ctx,
+		`SELECT `+serverColumns+` FROM servers WHERE id = $1 AND team_id = $2`, id, teamID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Server{}, ErrNotFound
+	}
+	if err != nil {
+		return Server{}, fmt.Errorf("get server %s: %w", id, err)
+	}
+	sv.Resources = s.resources(sv.ID)
+	return sv, nil
+}
+
+// getAny reads a server of any team (background work).
+func (s *Service) getAny(ctx context.Context, id string) (Server, error) {
+	sv, err := s.scan(s.db.Read().QueryRowContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE id = $1`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Server{}, ErrNotFound
+	}
+	if err != nil {
+		return Server{}, fmt.Errorf("get server %s: %w", id, err)
+	}
+	return sv, nil
 }
 
 // CountByStatus counts every team's servers by status (for /metrics).
@@ -105,4 +192,15 @@ func (s *Service) CountByStatus(ctx context.Context) (map[string]int, error) {
 		out[st] = n
 	}
 	return out, rows.Err()
+}
+
+// setStatus stores a status change and tells console subscribers.
+func (s *Service) setStatus(ctx context.Context, id, status string) error {
+	_, err := s.db.Write().ExecContext(ctx,
+		`UPDATE servers SET status = $1, updated_at = $2 WHERE id = $3`, status, store.Now(), id)
+	if err != nil {
+		return fmt.Errorf("set status of %s to %s: %w", id, status, err)
+	}
+	s.liveOf(id).setStatus(status)
+	return nil
 }

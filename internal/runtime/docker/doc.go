@@ -84,8 +84,15 @@
 // kiln can read, change and delete what the server wrote, with no chown.
 // When kiln runs as root that would make the game server uid 0 (without
 // capabilities, but still root towards any file it can reach), so New
-// warns; the operator should then set a non-root uid:gid and make the
-// server roots owned by it (the test suite does exactly that).
+// warns; the operator should then set a non-root uid:gid (--docker-user).
+// Start then hands the server root to that uid:gid (lchown of every entry
+// not yet owned by it, symlinks never followed), as Wings does at boot:
+// kiln, as root, still manages every file, and the game server can write.
+//
+// Images: kiln never pulls. EnsureKilnImage builds the kiln-test image
+// (KilnTestImage) FROM scratch around kiln's own binary, which must then be
+// statically linked (CGO_ENABLED=0); kiln serve --dev --runtime docker does
+// it at start when the image is missing.
 //
 // Ports: Spec.Port is published for TCP and UDP (query protocol, Bedrock
 // and voice-chat plugins use UDP) on Spec.BindHost:Port to the same port

@@ -169,6 +169,9 @@ func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(stri
 	if err := d.removeStale(ctx, spec.ServerID); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
+	if err := d.handOver(spec.Root); err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
+	}
 	res, err := d.cli.ContainerCreate(ctx, opts)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {

@@ -1,0 +1,328 @@
+package servers
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/google/uuid"
+
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// NewServer is what a caller asks for when creating a server by hand.
+type NewServer struct {
+	Name       string
+	Software   string
+	Version    string // "" = latest
+	MemoryMB   int
+	DiskMB     int
+	CPUPercent int // 0 = 100
+	Env        map[string]string
+}
+
+// Limits of api.md §3 / deployment-spec.md §1.
+const (
+	MinMemoryMB, MaxMemoryMB = 256, 64 << 10
+	MinDiskMB, MaxDiskMB     = 1 << 10, 2 << 20
+	MinCPU, MaxCPU           = 10, 6400
+	maxNameLen               = 100
+	maxCommandLen            = 1000
+)
+
+var versionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
+
+func validationf(path, format string, args ...any) error {
+	return validate.Errorf(path, format, args...)
+}
+
+func validName(name string) bool {
+	if name == "" || len([]rune(name)) > maxNameLen || strings.TrimSpace(name) != name {
+		return false
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+func validCommand(line string) error {
+	if line == "" || len(line) > maxCommandLen {
+		return validationf("command", "must be 1-%d characters", maxCommandLen)
+	}
+	for _, r := range line {
+		if unicode.IsControl(r) {
+			return validationf("command", "must be a single line without control characters")
+		}
+	}
+	return nil
+}
+
+// checkSpec validates what is asked and fills defaults. Errors are
+// *validate.Error with every issue.
+func (s *Service) checkSpec(ns *NewServer) (catalog.Profile, error) {
+	var c validate.Collector
+	if !validName(ns.Name) {
+		c.Add("name", "must be 1-%d characters without control characters or surrounding spaces", maxNameLen)
+	}
+	p, ok := s.catalog.Get(ns.Software)
+	if !ok {
+		c.Add("software", "unknown software %q; GET /servers/software lists the catalog", ns.Software)
+	}
+	if ns.Version == "" {
+		ns.Version = "latest"
+	}
+	if !versionRE.MatchString(ns.Version) {
+		c.Add("version", `must be a game version like "1.21.4" or "latest"`)
+	}
+	if ns.MemoryMB < MinMemoryMB || ns.MemoryMB > MaxMemoryMB {
+		c.Add("memory_mb", "must be between %d and %d", MinMemoryMB, MaxMemoryMB)
+	}
+	if ns.DiskMB < MinDiskMB || ns.DiskMB > MaxDiskMB {
+		c.Add("disk_mb", "must be between %d and %d", MinDiskMB, MaxDiskMB)
+	}
+	if ns.CPUPercent == 0 {
+		ns.CPUPercent = 100
+	}
+	if ns.CPUPercent < MinCPU || ns.CPUPercent > MaxCPU {
+		c.Add("cpu_percent", "must be between %d and %d", MinCPU, MaxCPU)
+	}
+	if ok {
+		// The profile checks keys, required variables, types and control
+		// characters; only what the user set is stored, so a default that
+		// changes in a later Kiln applies to existing servers too.
+		if _, err := p.Env(ns.Env); err != nil {
+			if ve, isVE := errors.AsType[*validate.Error](err); isVE {
+				for _, is := range ve.Issues {
+					c.Add(is.Path, "%s", is.Message)
+				}
+			} else {
+				c.Add("env", "%v", err)
+			}
+		}
+		for k, v := range ns.Env {
+			if strings.ContainsAny(v, "\x00\n\r") {
+				c.Add("env."+k, "must not contain NUL or line breaks")
+			}
+		}
+	}
+	return p, c.Err()
+}
+
+// Create records a new server, allocates its port and root, and installs its
+// software in the background (status installing → offline). Errors:
+// *validate.Error, ErrNoPort.
+func (s *Service) Create(ctx context.Context, teamID string, ns NewServer) (Server, error) {
+	if _, err := s.checkSpec(&ns); err != nil {
+		return Server{}, err
+	}
+	env, _ := json.Marshal(ns.Env)
+	id := uuid.NewString()
+	now := store.Now()
+	var port int
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if port, err = s.freePort(ctx, tx); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `
+			INSERT INTO servers (id, team_id, name, software, version, status, node, port, memory_mb, disk_mb,
+			                     cpu_percent, env, desired_state, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13)`,
+			id, teamID, ns.Name, ns.Software, ns.Version, StatusInstalling, s.node.Name(), port,
+			ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(env), now)
+		if err != nil {
+			return fmt.Errorf("insert server: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Server{}, err
+	}
+	if err := os.MkdirAll(s.node.Root(id), 0o750); err != nil {
+		return Server{}, fmt.Errorf("create server root: %w", err)
+	}
+	s.liveOf(id).setStatus(StatusInstalling)
+	s.goBackground(func(ctx context.Context) { s.install(ctx, id, false) })
+	return s.Get(ctx, teamID, id)
+}
+
+// freePort returns the lowest game port of the node that no server holds
+// and that no other program listens on (probed on every interface, so a
+// port held on any address is skipped). The unique index on (node, port)
+// catches a concurrent replica that chose the same port: its insert fails.
+func (s *Service) freePort(ctx context.Context, tx *sql.Tx) (int, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT port FROM servers WHERE node = $1`, s.node.Name())
+	if err != nil {
+		return 0, fmt.Errorf("read used ports: %w", err)
+	}
+	defer rows.Close()
+	used := map[int]bool{}
+	for rows.Next() {
+		var p int
+		if err := rows.Scan(&p); err != nil {
+			return 0, fmt.Errorf("read used ports: %w", err)
+		}
+		used[p] = true
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("read used ports: %w", err)
+	}
+	r := s.node.Ports()
+	for p := r.First; p <= r.Last; p++ {
+		if !used[p] && portFree(p) {
+			return p, nil
+		}
+	}
+	return 0, ErrNoPort
+}
+
+// portFree reports whether nothing listens on TCP port p of this host.
+func portFree(p int) bool {
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(p))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+// install runs the installer into the server's root and records the
+// outcome. A failure leaves a clear reason in install_error; the installer
+// itself never leaves a half-written artifact.
+func (s *Service) install(ctx context.Context, id string, startAfter bool) {
+	l := s.liveOf(id)
+	l.op.Lock()
+	defer l.op.Unlock()
+	sv, err := s.getAny(ctx, id)
+	if err != nil {
+		return
+	}
+	p, ok := s.catalog.Get(sv.Software)
+	if !ok {
+		s.installFailed(ctx, l, id, fmt.Errorf("software %q is not in the catalog", sv.Software))
+		return
+	}
+	l.console.add(fmt.Sprintf("[kiln] installing %s %s", p.Name, sv.Version))
+	res, err := s.installer.Install(ctx, p, sv.Version, s.node.Root(id), sv.Env)
+	if err != nil {
+		if ctx.Err() != nil {
+			return // shutting down: the next start installs again
+		}
+		s.installFailed(ctx, l, id, err)
+		return
+	}
+	_, err = s.db.Write().ExecContext(ctx, `
+		UPDATE servers SET version = $1, java_major = $2, jar = $3, args_file = $4, install_error = NULL,
+		       status = $5, updated_at = $6
+		WHERE id = $7`, res.Version, res.JavaMajor, res.Jar, res.ArgsFile, StatusOffline, store.Now(), id)
+	if err != nil {
+		s.log.Error("record install", "server_id", id, "err", err)
+		return
+	}
+	l.setStatus(StatusOffline)
+	l.console.add(fmt.Sprintf("[kiln] installed %s %s", p.Name, res.Version))
+	if startAfter {
+		l.op.Unlock()
+		s.start(ctx, id)
+		l.op.Lock()
+	}
+}
+
+func (s *Service) installFailed(ctx context.Context, l *live, id string, cause error) {
+	reason := cause.Error()
+	s.log.Warn("install failed", "server_id", id, "err", cause)
+	l.console.add("[kiln] install failed: " + reason)
+	_, err := s.db.Write().ExecContext(ctx,
+		`UPDATE servers SET install_error = $1, status = $2, updated_at = $3 WHERE id = $4`,
+		reason, StatusOffline, store.Now(), id)
+	if err != nil {
+		s.log.Error("record install failure", "server_id", id, "err", err)
+	}
+	l.setStatus(StatusOffline)
+}
+
+// Reinstall changes software and/or version and reruns the installer,
+// keeping world files; a running server is stopped first and started again
+// afterwards. Errors: ErrNotFound, ErrInstalling, ErrOwned, *validate.Error.
+func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version string) error {
+	sv, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if sv.Status == StatusInstalling {
+		return ErrInstalling
+	}
+	if software == "" {
+		software = sv.Software
+	}
+	ns := NewServer{Name: sv.Name, Software: software, Version: version, MemoryMB: sv.MemoryMB,
+		DiskMB: sv.DiskMB, CPUPercent: sv.CPUPercent}
+	if _, err := s.checkSpec(&ns); err != nil {
+		return err
+	}
+	wasRunning := sv.DesiredState == "running"
+	_, err = s.db.Write().ExecContext(ctx,
+		`UPDATE servers SET software = $1, version = $2, status = $3, install_error = NULL, updated_at = $4 WHERE id = $5`,
+		ns.Software, ns.Version, StatusInstalling, store.Now(), id)
+	if err != nil {
+		return fmt.Errorf("reinstall %s: %w", id, err)
+	}
+	s.goBackground(func(ctx context.Context) {
+		s.stop(ctx, id, false)
+		s.liveOf(id).setStatus(StatusInstalling)
+		s.install(ctx, id, wasRunning)
+	})
+	return nil
+}
+
+// Delete stops the server (killing it), forgets it and removes its files.
+// The row goes first: a crash afterwards leaves only a root directory that
+// no server owns, which Run removes at the next start. Errors: ErrNotFound,
+// ErrOwned.
+func (s *Service) Delete(ctx context.Context, teamID, id string) error {
+	sv, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if sv.ConfigurationID != nil {
+		return ErrOwned
+	}
+	if err := s.setDesired(ctx, id, "stopped"); err != nil {
+		return err
+	}
+	s.stop(ctx, id, true)
+	if err := s.node.Runtime().Remove(ctx, id); err != nil {
+		return fmt.Errorf("remove runtime state of %s: %w", id, err)
+	}
+	res, err := s.db.Write().ExecContext(ctx, `DELETE FROM servers WHERE id = $1 AND team_id = $2`, id, teamID)
+	if err != nil {
+		return fmt.Errorf("delete server %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return ErrNotFound
+	}
+	s.mu.Lock()
+	l := s.live[id]
+	delete(s.live, id)
+	s.mu.Unlock()
+	if l != nil {
+		l.console.end("deleted")
+	}
+	if err := os.RemoveAll(s.node.Root(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Error("remove server files", "server_id", id, "err", err)
+	}
+	return nil
+}

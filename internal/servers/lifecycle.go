@@ -1,0 +1,472 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/slp"
+	"github.com/kilnhq/kiln/internal/store"
+)
+
+// live is what the service keeps in memory for one server: its console, its
+// running instance and the latest resource sample. The database remains the
+// truth for status and desired state; this is only what cannot be stored.
+type live struct {
+	console *console
+
+	op sync.Mutex // serialises power operations on the server
+
+	mu            sync.Mutex
+	status        string
+	inst          runtime.Instance
+	startedAt     time.Time
+	stopRequested bool
+	restarts      []time.Time
+	res           Resources
+}
+
+func (l *live) setStatus(st string) {
+	l.mu.Lock()
+	changed := l.status != st
+	l.status = st
+	l.mu.Unlock()
+	if changed {
+		l.console.status(st)
+	}
+}
+
+func (l *live) instance() runtime.Instance {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inst
+}
+
+func (s *Service) liveOf(id string) *live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.live[id]
+	if !ok {
+		l = &live{console: newConsole()}
+		s.live[id] = l
+	}
+	return l
+}
+
+func (s *Service) resources(id string) Resources {
+	s.mu.Lock()
+	l, ok := s.live[id]
+	s.mu.Unlock()
+	if !ok {
+		return Resources{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.res
+	if l.inst != nil && !l.startedAt.IsZero() {
+		r.UptimeMS = time.Since(l.startedAt).Milliseconds()
+	} else {
+		r.CPU, r.MemoryBytes, r.UptimeMS = 0, 0, 0
+	}
+	return r
+}
+
+// Power performs start, stop, restart or kill. It returns once the action is
+// recorded; the action itself proceeds in the background. Errors:
+// ErrNotFound, ErrInstalling, *validate.Error.
+func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
+	sv, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if sv.Status == StatusInstalling {
+		return ErrInstalling
+	}
+	switch action {
+	case "start":
+		if sv.InstallError != nil {
+			return fmt.Errorf("%w: %s", ErrInstallFailed, *sv.InstallError)
+		}
+		if err := s.setDesired(ctx, id, "running"); err != nil {
+			return err
+		}
+		s.goBackground(func(ctx context.Context) { s.start(ctx, id) })
+	case "stop":
+		if err := s.setDesired(ctx, id, "stopped"); err != nil {
+			return err
+		}
+		s.goBackground(func(ctx context.Context) { s.stop(ctx, id, false) })
+	case "kill":
+		if err := s.setDesired(ctx, id, "stopped"); err != nil {
+			return err
+		}
+		s.goBackground(func(ctx context.Context) { s.stop(ctx, id, true) })
+	case "restart":
+		if sv.InstallError != nil {
+			return fmt.Errorf("%w: %s", ErrInstallFailed, *sv.InstallError)
+		}
+		if err := s.setDesired(ctx, id, "running"); err != nil {
+			return err
+		}
+		s.goBackground(func(ctx context.Context) {
+			s.stop(ctx, id, false)
+			s.start(ctx, id)
+		})
+	default:
+		return validationf("action", "must be one of start, stop, restart, kill; got %q", action)
+	}
+	return nil
+}
+
+// ErrInstallFailed: the server cannot start because its last install failed.
+var ErrInstallFailed = errors.New("the last install failed; reinstall the server first")
+
+func (s *Service) setDesired(ctx context.Context, id, desired string) error {
+	_, err := s.db.Write().ExecContext(ctx,
+		`UPDATE servers SET desired_state = $1, updated_at = $2 WHERE id = $3`, desired, store.Now(), id)
+	if err != nil {
+		return fmt.Errorf("set desired state of %s: %w", id, err)
+	}
+	return nil
+}
+
+// goBackground runs fn on the service's context, tracked for Close.
+func (s *Service) goBackground(fn func(ctx context.Context)) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		fn(s.ctx)
+	}()
+}
+
+// Command sends one console line to a running server. Errors: ErrNotFound,
+// ErrOffline, *validate.Error.
+func (s *Service) Command(ctx context.Context, teamID, id, line string) error {
+	if err := validCommand(line); err != nil {
+		return err
+	}
+	if _, err := s.Get(ctx, teamID, id); err != nil {
+		return err
+	}
+	inst := s.liveOf(id).instance()
+	if inst == nil {
+		return ErrOffline
+	}
+	select {
+	case <-inst.Done():
+		return ErrOffline
+	default:
+	}
+	if err := inst.WriteLine(line); err != nil {
+		return fmt.Errorf("%w: %v", ErrOffline, err)
+	}
+	return nil
+}
+
+// Console returns the last n console lines (oldest first).
+func (s *Service) Console(ctx context.Context, teamID, id string, n int) ([]string, error) {
+	if _, err := s.Get(ctx, teamID, id); err != nil {
+		return nil, err
+	}
+	return s.liveOf(id).console.tail(n), nil
+}
+
+// Stream follows a server's console and status; call stop when done. The
+// channel closes when the subscriber falls behind or the service stops.
+func (s *Service) Stream(ctx context.Context, teamID, id string) (<-chan Event, func(), error) {
+	if _, err := s.Get(ctx, teamID, id); err != nil {
+		return nil, nil, err
+	}
+	ch, stop := s.liveOf(id).console.subscribe()
+	return ch, stop, nil
+}
+
+// start launches the server unless it already runs, then supervises it.
+func (s *Service) start(ctx context.Context, id string) {
+	l := s.liveOf(id)
+	l.op.Lock()
+	defer l.op.Unlock()
+	if inst := l.instance(); inst != nil {
+		select {
+		case <-inst.Done():
+		default:
+			return // already running
+		}
+	}
+	sv, err := s.getAny(ctx, id)
+	if err != nil {
+		s.log.Error("start: read server", "server_id", id, "err", err)
+		return
+	}
+	if sv.DesiredState != "running" {
+		return
+	}
+	spec, err := s.spec(sv)
+	if err != nil {
+		s.failStart(ctx, l, id, err)
+		return
+	}
+	l.mu.Lock()
+	l.stopRequested = false
+	l.mu.Unlock()
+	if err := s.setStatus(ctx, id, StatusStarting); err != nil {
+		s.log.Error("start", "server_id", id, "err", err)
+		return
+	}
+	l.console.add("[kiln] starting " + sv.Software + " " + sv.Version)
+	inst, err := s.node.Runtime().Start(ctx, spec, l.console.add)
+	if err != nil {
+		s.failStart(ctx, l, id, err)
+		return
+	}
+	s.attach(ctx, l, sv, inst)
+}
+
+// attach records a running instance and supervises it.
+func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.Instance) {
+	l.mu.Lock()
+	l.inst = inst
+	l.startedAt = time.Now()
+	l.res = Resources{DiskBytes: l.res.DiskBytes}
+	l.mu.Unlock()
+	if _, err := s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = $1 WHERE id = $2`, inst.Ref(), sv.ID); err != nil {
+		s.log.Error("record runtime ref", "server_id", sv.ID, "err", err)
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.supervise(sv, l, inst)
+	}()
+}
+
+func (s *Service) failStart(ctx context.Context, l *live, id string, err error) {
+	s.log.Warn("server failed to start", "server_id", id, "err", err)
+	l.console.add("[kiln] failed to start: " + err.Error())
+	if err := s.setStatus(ctx, id, StatusCrashed); err != nil {
+		s.log.Error("record crash", "server_id", id, "err", err)
+	}
+}
+
+// supervise waits for the instance to answer a status ping (→ running) and
+// then for it to end, and applies the restart policy to unasked exits.
+func (s *Service) supervise(sv Server, l *live, inst runtime.Instance) {
+	ctx := s.ctx
+	addr := net.JoinHostPort(s.opts.PublicHost, strconv.Itoa(sv.Port))
+	tick := time.NewTicker(s.opts.PingInterval)
+	defer tick.Stop()
+	for running := false; !running; {
+		select {
+		case <-inst.Done():
+			s.exited(sv, l, inst)
+			return
+		case <-ctx.Done():
+			<-inst.Done()
+			s.exited(sv, l, inst)
+			return
+		case <-tick.C:
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := slp.Ping(pctx, addr)
+			cancel()
+			if err == nil {
+				running = true
+				l.mu.Lock()
+				stopping := l.stopRequested
+				l.mu.Unlock()
+				if !stopping {
+					if err := s.setStatus(ctx, sv.ID, StatusRunning); err != nil {
+						s.log.Error("record running", "server_id", sv.ID, "err", err)
+					}
+				}
+			}
+		}
+	}
+	<-inst.Done()
+	s.exited(sv, l, inst)
+}
+
+// exited records the end of an instance and restarts it when it crashed.
+func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
+	exit := inst.Exit()
+	l.mu.Lock()
+	if l.inst == inst {
+		l.inst = nil
+		l.startedAt = time.Time{}
+	}
+	asked := l.stopRequested
+	l.mu.Unlock()
+	// Use a fresh context: the service's may be cancelled (shutdown), and the
+	// exit must still be recorded.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1 AND runtime_ref = $2`, sv.ID, inst.Ref()); err != nil {
+		s.log.Error("clear runtime ref", "server_id", sv.ID, "err", err)
+	}
+	desc := describeExit(exit)
+	if asked || s.ctx.Err() != nil {
+		l.console.add("[kiln] server stopped (" + desc + ")")
+		if err := s.setStatus(ctx, sv.ID, StatusOffline); err != nil {
+			s.log.Error("record stop", "server_id", sv.ID, "err", err)
+		}
+		return
+	}
+	cur, err := s.getAny(ctx, sv.ID)
+	if err != nil {
+		return // deleted meanwhile
+	}
+	if cur.DesiredState != "running" {
+		s.setStatus(ctx, sv.ID, StatusOffline)
+		return
+	}
+	l.console.add("[kiln] server exited unexpectedly (" + desc + ")")
+	s.setStatus(ctx, sv.ID, StatusCrashed)
+	s.log.Warn("server crashed", "server_id", sv.ID, "exit", desc)
+
+	now := time.Now()
+	l.mu.Lock()
+	kept := l.restarts[:0]
+	for _, t := range l.restarts {
+		if now.Sub(t) < restartWindow {
+			kept = append(kept, t)
+		}
+	}
+	l.restarts = kept
+	n := len(l.restarts)
+	if n < restartLimit {
+		l.restarts = append(l.restarts, now)
+	}
+	l.mu.Unlock()
+	if n >= restartLimit {
+		l.console.add(fmt.Sprintf("[kiln] crashed %d times in %s; not restarting until started by hand", restartLimit+1, restartWindow))
+		return
+	}
+	wait := s.opts.RestartBackoff << n
+	l.console.add(fmt.Sprintf("[kiln] restarting in %s (automatic restart %d of %d)", wait, n+1, restartLimit))
+	s.goBackground(func(ctx context.Context) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		s.start(ctx, sv.ID)
+	})
+}
+
+func describeExit(e runtime.Exit) string {
+	switch {
+	case e.Err != nil:
+		return "error: " + e.Err.Error()
+	case e.Signal != "":
+		return "killed by " + e.Signal
+	default:
+		return "exit code " + strconv.Itoa(e.Code)
+	}
+}
+
+// stop ends the server: its stop command (or kill), then waits.
+func (s *Service) stop(ctx context.Context, id string, kill bool) {
+	l := s.liveOf(id)
+	l.op.Lock()
+	defer l.op.Unlock()
+	inst := l.instance()
+	l.mu.Lock()
+	l.stopRequested = true
+	l.restarts = nil
+	l.mu.Unlock()
+	if inst == nil {
+		sv, err := s.getAny(ctx, id)
+		if err == nil && sv.Status != StatusInstalling && sv.Status != StatusOffline {
+			s.setStatus(ctx, id, StatusOffline)
+		}
+		return
+	}
+	s.stopInstance(ctx, id, l, inst, kill)
+}
+
+func (s *Service) stopInstance(ctx context.Context, id string, l *live, inst runtime.Instance, kill bool) {
+	if kill {
+		_ = inst.Kill()
+		<-inst.Done()
+		return
+	}
+	s.setStatus(ctx, id, StatusStopping)
+	stopCmd := "stop"
+	if sv, err := s.getAny(ctx, id); err == nil {
+		if p, ok := s.catalog.Get(sv.Software); ok && p.StopCommand != "" {
+			stopCmd = p.StopCommand
+		}
+	}
+	if err := inst.WriteLine(stopCmd); err != nil {
+		_ = inst.Stop()
+	}
+	select {
+	case <-inst.Done():
+		return
+	case <-time.After(s.opts.StopTimeout):
+	}
+	l.console.add(fmt.Sprintf("[kiln] the server did not stop within %s; killing it", s.opts.StopTimeout))
+	_ = inst.Kill()
+	<-inst.Done()
+}
+
+// spec builds what the runtime needs from the record and its profile: the
+// profile's variables (defaults filled in) plus the platform variables, the
+// start command expanded from them, and the image for the installed Java.
+func (s *Service) spec(sv Server) (runtime.Spec, error) {
+	p, ok := s.catalog.Get(sv.Software)
+	if !ok {
+		return runtime.Spec{}, fmt.Errorf("software %q is not in the catalog", sv.Software)
+	}
+	vars, err := p.Env(sv.Env)
+	if err != nil {
+		return runtime.Spec{}, fmt.Errorf("environment of %s: %w", sv.ID, err)
+	}
+	kilnBin := s.opts.KilnBinary
+	if kilnBin == "" {
+		if kilnBin, err = os.Executable(); err != nil {
+			return runtime.Spec{}, fmt.Errorf("find the kiln binary: %w", err)
+		}
+	}
+	res := catalog.Result{Jar: sv.jar, ArgsFile: sv.argsFile}
+	for k, v := range res.Vars() {
+		vars[k] = v
+	}
+	vars[catalog.VarServerMemory] = strconv.Itoa(sv.MemoryMB)
+	vars[catalog.VarServerPort] = strconv.Itoa(sv.Port)
+	vars[catalog.VarJava] = "java"
+	vars[catalog.VarKilnBin] = kilnBin
+	argv, err := p.Command(vars)
+	if err != nil {
+		return runtime.Spec{}, err
+	}
+	env := []string{"HOME=" + s.node.Root(sv.ID), "LANG=C.UTF-8"}
+	if path := os.Getenv("PATH"); path != "" && s.node.Runtime().Name() == "process" {
+		env = append(env, "PATH="+path) // java of the host
+	}
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		if k != catalog.VarKilnBin && k != catalog.VarJava {
+			env = append(env, k+"="+vars[k])
+		}
+	}
+	return runtime.Spec{
+		ServerID: sv.ID, Root: s.node.Root(sv.ID), Argv: argv, Env: env,
+		MemoryMB: containerMemoryMB(sv.MemoryMB), CPUPercent: sv.CPUPercent, Port: sv.Port, BindHost: s.opts.PublicHost,
+		Image: p.Image(sv.javaMajor).Value,
+	}, nil
+}
+
+// containerMemoryMB is the hard memory limit of a server whose Java heap is
+// heapMB: the JVM needs room beyond its heap (metaspace, thread stacks,
+// direct buffers, the code cache), so the limit is the heap plus a quarter,
+// at least 128 MiB more (itzg's advice, research/network.md §1).
+func containerMemoryMB(heapMB int) int {
+	return heapMB + max(heapMB/4, 128)
+}

@@ -1,0 +1,214 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/kilnhq/kiln/internal/runtime"
+)
+
+// Run recovers the node's servers after a start (a crash or kill -9
+// included), then samples resources until ctx ends; then it stops what the
+// runtime cannot keep without us (process runtime) and waits for every
+// background goroutine.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.recoverAll(ctx); err != nil {
+		return err
+	}
+	s.sample(ctx)
+	s.shutdown()
+	return nil
+}
+
+// recoverAll brings every server of this node back to a coherent state.
+func (s *Service) recoverAll(ctx context.Context) error {
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE node = $1`, s.node.Name())
+	if err != nil {
+		return err
+	}
+	var all []Server
+	for rows.Next() {
+		sv, err := s.scan(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		all = append(all, sv)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, sv := range all {
+		known[sv.ID] = true
+		s.recoverOne(ctx, sv)
+	}
+	s.removeOrphanRoots(known)
+	return nil
+}
+
+func (s *Service) recoverOne(ctx context.Context, sv Server) {
+	l := s.liveOf(sv.ID)
+	l.setStatus(sv.Status)
+	if sv.Status == StatusInstalling {
+		// The install was interrupted: run it again (installs are idempotent).
+		s.goBackground(func(ctx context.Context) { s.install(ctx, sv.ID, sv.DesiredState == "running") })
+		return
+	}
+	if sv.runtimeRef.Valid {
+		spec, err := s.spec(sv)
+		if err == nil {
+			inst, err := s.node.Runtime().Adopt(ctx, spec, sv.runtimeRef.String, l.console.add)
+			if err == nil {
+				l.console.add("[kiln] re-attached to the running server")
+				if sv.DesiredState == "running" {
+					s.attach(ctx, l, sv, inst)
+					return
+				}
+				s.attach(ctx, l, sv, inst)
+				s.goBackground(func(ctx context.Context) { s.stop(ctx, sv.ID, false) })
+				return
+			}
+			if !errors.Is(err, runtime.ErrNotAdoptable) {
+				s.log.Warn("re-adopt failed", "server_id", sv.ID, "err", err)
+			}
+		}
+		_, _ = s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1`, sv.ID)
+	}
+	if sv.DesiredState == "running" && sv.InstallError == nil {
+		s.goBackground(func(ctx context.Context) { s.start(ctx, sv.ID) })
+		return
+	}
+	if sv.Status != StatusOffline && sv.Status != StatusCrashed {
+		_ = s.setStatus(ctx, sv.ID, StatusOffline)
+	}
+}
+
+// removeOrphanRoots deletes server root directories whose server is gone (a
+// delete interrupted between the row and the files).
+func (s *Service) removeOrphanRoots(known map[string]bool) {
+	dir := filepath.Dir(s.node.Root("x"))
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if _, err := uuid.Parse(e.Name()); err != nil || !e.IsDir() || known[e.Name()] {
+			continue
+		}
+		s.log.Info("removing files of a deleted server", "server_id", e.Name())
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+}
+
+// sample refreshes CPU, memory and disk figures until ctx ends.
+func (s *Service) sample(ctx context.Context) {
+	fast := time.NewTicker(s.opts.SampleInterval)
+	defer fast.Stop()
+	slow := time.NewTicker(s.opts.DiskInterval)
+	defer slow.Stop()
+	s.sampleDisk()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-fast.C:
+			s.sampleInstances(ctx)
+		case <-slow.C:
+			s.sampleDisk()
+		}
+	}
+}
+
+func (s *Service) snapshotLive() map[string]*live {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]*live, len(s.live))
+	for id, l := range s.live {
+		out[id] = l
+	}
+	return out
+}
+
+func (s *Service) sampleInstances(ctx context.Context) {
+	for _, l := range s.snapshotLive() {
+		inst := l.instance()
+		if inst == nil {
+			continue
+		}
+		st, err := inst.Stats(ctx)
+		if err != nil {
+			continue
+		}
+		l.mu.Lock()
+		l.res.CPU, l.res.MemoryBytes = st.CPU, st.MemoryBytes
+		l.mu.Unlock()
+	}
+}
+
+func (s *Service) sampleDisk() {
+	for id, l := range s.snapshotLive() {
+		n, err := DiskUsage(s.node.Root(id))
+		if err != nil {
+			continue
+		}
+		l.mu.Lock()
+		l.res.DiskBytes = n
+		l.mu.Unlock()
+	}
+}
+
+// DiskUsage adds up the sizes of the regular files under root, without
+// following symlinks.
+func DiskUsage(root string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				total += fi.Size()
+			}
+		}
+		return nil
+	})
+	return total, err
+}
+
+// shutdown stops background work. Servers of a runtime that keeps them
+// without kiln (docker) keep running; process-runtime servers are stopped
+// gracefully and restarted at the next start (their desired state stays
+// "running").
+func (s *Service) shutdown() {
+	if s.node.Runtime().Name() == "process" {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
+		defer cancel()
+		for id, l := range s.snapshotLive() {
+			inst := l.instance()
+			if inst == nil {
+				continue
+			}
+			l.mu.Lock()
+			l.stopRequested = true
+			l.mu.Unlock()
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				s.stopInstance(ctx, id, l, inst, false)
+			}()
+		}
+	}
+	s.cancel()
+	s.wg.Wait()
+}

@@ -1,0 +1,197 @@
+// Package serverstest gives tests a real servers.Service: the kiln binary
+// built once per test process (statically, so the docker suite can wrap it
+// in a scratch image), a local node with its own random loopback port
+// range, the development catalog, the real installer and a runtime. Nothing
+// of ours is mocked: kiln-test servers are real `kiln testserver`
+// processes or containers.
+package serverstest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/store"
+)
+
+var bin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// KilnBinary builds ./cmd/kiln once per test process (CGO_ENABLED=0) and
+// returns its path. The directory is named after the process and left for
+// the next test process to remove (a test binary has no hook that runs
+// after every test of every package).
+func KilnBinary(t testing.TB) string {
+	t.Helper()
+	bin.once.Do(func() {
+		removeStaleBinaries()
+		dir := filepath.Join(os.TempDir(), "kiln-testbin-"+strconv.Itoa(os.Getpid()))
+		if bin.err = os.MkdirAll(dir, 0o755); bin.err != nil {
+			return
+		}
+		path := filepath.Join(dir, "kiln")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", path, "./cmd/kiln")
+		cmd.Dir = ModuleRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			bin.err = fmt.Errorf("go build ./cmd/kiln: %v\n%s", err, out)
+			return
+		}
+		bin.path = path
+	})
+	if bin.err != nil {
+		t.Fatalf("build kiln: %v", bin.err)
+	}
+	return bin.path
+}
+
+// removeStaleBinaries deletes the binaries of test processes that are gone.
+func removeStaleBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "kiln-testbin-*"))
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d)[len("kiln-testbin-"):])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); os.IsNotExist(err) {
+			os.RemoveAll(d)
+		}
+	}
+}
+
+// ModuleRoot is the repository's root directory.
+func ModuleRoot() string {
+	_, file, _, _ := goruntime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// PortRange picks n consecutive ports at a random place of 20000-59999
+// whose first port is free on 127.0.0.1. The servers service skips ports
+// that are busy on the host anyway, so overlapping ranges of tests running
+// in parallel cost a skipped port, not a failure.
+func PortRange(t testing.TB, n int) node.PortRange {
+	t.Helper()
+	for range 100 {
+		var b [2]byte
+		_, _ = rand.Read(b[:])
+		first := 20000 + int(binary.BigEndian.Uint16(b[:]))%(40000-n)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(first)))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		return node.PortRange{First: first, Last: first + n - 1}
+	}
+	t.Fatal("no free port range found")
+	return node.PortRange{}
+}
+
+// Options adjust a test service.
+type Options struct {
+	Runtime   runtime.Runtime // default: the process runtime
+	KilnBin   string          // default: KilnBinary (process runtime)
+	MirrorURL string          // installer mirror (a local httptest upstream)
+	Ports     int             // size of the port range, default 20
+	Servers   servers.Options // lifecycle tuning; PublicHost is forced to 127.0.0.1
+	DataDir   string          // default: t.TempDir()
+	Log       *slog.Logger    // default: the test's output
+}
+
+// Env is a running service and what it stands on.
+type Env struct {
+	Service *servers.Service
+	Node    *node.Local
+	Catalog *catalog.Catalog
+	DataDir string
+	stop    func()
+}
+
+// Stop ends the service as kiln serve's shutdown does and waits for it.
+func (e *Env) Stop() { e.stop() }
+
+// New builds a service on db and runs it until the test ends.
+func New(t testing.TB, db *store.DB, o Options) *Env {
+	t.Helper()
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	if o.DataDir == "" {
+		o.DataDir = t.TempDir()
+	}
+	if o.Runtime == nil {
+		o.Runtime = runtime.NewProcess(o.Log)
+	}
+	if o.KilnBin == "" {
+		o.KilnBin = KilnBinary(t)
+	}
+	if o.Ports == 0 {
+		o.Ports = 20
+	}
+	cat, err := catalog.Load(true)
+	if err != nil {
+		t.Fatalf("load catalog: %v", err)
+	}
+	inst, err := install.New(install.Options{
+		MirrorURL: o.MirrorURL, CacheDir: filepath.Join(o.DataDir, "cache"), Log: o.Log,
+	})
+	if err != nil {
+		t.Fatalf("installer: %v", err)
+	}
+	n, err := node.NewLocal("local", filepath.Join(o.DataDir, "servers"), PortRange(t, o.Ports), o.Runtime)
+	if err != nil {
+		t.Fatalf("node: %v", err)
+	}
+	so := o.Servers
+	so.KilnBinary = o.KilnBin
+	so.PublicHost = "127.0.0.1"
+	if so.PingInterval == 0 {
+		so.PingInterval = 50 * time.Millisecond
+	}
+	if so.StopTimeout == 0 {
+		so.StopTimeout = 10 * time.Second
+	}
+	svc := servers.NewService(db, n, cat, inst, so, o.Log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("servers.Run = %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &Env{Service: svc, Node: n, Catalog: cat, DataDir: o.DataDir, stop: stop}
+}
+
+// testWriter sends log lines to the test's output until it ends.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	defer func() { _ = recover() }() // a log line after the test ended
+	w.t.Log(string(p[:len(p)-1]))
+	return len(p), nil
+}

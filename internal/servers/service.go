@@ -1,0 +1,93 @@
+package servers
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/store"
+)
+
+// Node is the host the servers run on (today the local machine; see
+// package node for why this seam exists).
+type Node interface {
+	Name() string
+	Root(serverID string) string
+	Ports() node.PortRange
+	Runtime() runtime.Runtime
+	Capacity(ctx context.Context) (node.Capacity, error)
+}
+
+// Catalog finds software profiles.
+type Catalog interface {
+	Get(typ string) (catalog.Profile, bool)
+}
+
+// Installer puts a profile's artifacts into a server root.
+type Installer interface {
+	// Install resolves version ("latest" included) and writes the software
+	// into root; env holds the variables the user set.
+	Install(ctx context.Context, p catalog.Profile, version, root string, env map[string]string) (catalog.Result, error)
+}
+
+// Options tune the lifecycle; zero values take the defaults.
+type Options struct {
+	// KilnBinary is the kiln executable as the runtime sees it, for profiles
+	// that run kiln itself (kiln-test): the running executable for the
+	// process runtime (the default), its path inside the image for docker.
+	KilnBinary string
+	// PublicHost is the host named in addresses and used for status pings.
+	PublicHost string
+	// StopTimeout bounds a graceful stop before the instance is killed.
+	StopTimeout time.Duration
+	// PingInterval is how often a starting server is pinged.
+	PingInterval time.Duration
+	// SampleInterval is how often CPU and memory are sampled.
+	SampleInterval time.Duration
+	// DiskInterval is how often disk usage is recomputed.
+	DiskInterval time.Duration
+	// RestartBackoff is the first wait before restarting a crashed server;
+	// it doubles with each restart in the window.
+	RestartBackoff time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.PublicHost == "" {
+		o.PublicHost = "127.0.0.1"
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = 30 * time.Second
+	}
+	if o.PingInterval == 0 {
+		o.PingInterval = 200 * time.Millisecond
+	}
+	if o.SampleInterval == 0 {
+		o.SampleInterval = 5 * time.Second
+	}
+	if o.DiskInterval == 0 {
+		o.DiskInterval = time.Minute
+	}
+	if o.RestartBackoff == 0 {
+		o.RestartBackoff = 2 * time.Second
+	}
+}
+
+// Restart policy: at most restartLimit automatic restarts in restartWindow.
+const (
+	restartLimit  = 3
+	restartWindow = 10 * time.Minute
+)
+
+// NewService builds the service; call Run to start background work
+// (recovery, sampling) and to own the servers' supervisors.
+func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options, log *slog.Logger) *Service {
+	opts.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{
+		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, installer: inst, opts: opts,
+		live: map[string]*live{}, ctx: ctx, cancel: cancel,
+	}
+}
