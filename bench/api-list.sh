@@ -1,0 +1,396 @@
+#!/usr/bin/env bash
+# bench/api-list.sh — load-test authenticated GET /api/client/v1/servers (an
+# empty team) on `kiln serve` with SQLite, next to a bare net/http server
+# (bench/bare) that answers the same body: the ceiling on this machine.
+#
+# What it does, all on 127.0.0.1 (ports picked by the kernel):
+#   1. installs wrk from Debian's packages if it is missing (needs root);
+#   2. builds kiln and bench/bare into a fresh temp dir;
+#   3. starts kiln on a fresh data dir with --rate-limit raised so that every
+#      request goes through the limiter and none is refused, access log (level
+#      info by default) to a file, as an operator would run it;
+#   4. reads kiln's idle RSS, checks one request by hand against each server;
+#   5. per server: WARMUP s of wrk (discarded), then DURATION s measured;
+#   6. checks that no answer was non-2xx (wrk and the access log), that no
+#      socket error happened, that kiln.db and kiln.db-wal did not change
+#      during the load (a token check writes nothing; a control write by
+#      `kiln admin token create` afterwards must be seen), RSS after the load;
+#   7. prints a summary table and PASS/FAIL against the targets.
+# Everything it started is stopped on exit. Exit status: 0 when every check
+# and target passes, 1 otherwise, 2 on a setup error.
+#
+# Settings (environment):
+#   WARMUP=3 DURATION=15        seconds of wrk, per server
+#   CONNS=64 THREADS=2          wrk connections and threads
+#   RATE_LIMIT=60000000         kiln --rate-limit (requests/min/token); see
+#                               docs/benchmarks.md for why not 1e9
+#   LOG_LEVEL=info              kiln --log-level
+#   PERF=1                      also `perf record` kiln during its measured run
+#                               and print the top symbols (perturbs the numbers)
+#   REV=<git revision>          build kiln from that commit (git archive, the
+#                               work tree untouched) instead of the work tree
+#   KEEP=1                      keep the temp dir (logs, wrk output) at the end
+#   QUIET_WAIT=60               seconds to wait, before starting, for other
+#                               processes to leave the CPU idle
+#   TARGET_RPS=5000 TARGET_P99_MS=20 TARGET_RSS_MIB=40
+set -euo pipefail
+export LC_ALL=C
+
+WARMUP=${WARMUP:-3}
+DURATION=${DURATION:-15}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-2}
+RATE_LIMIT=${RATE_LIMIT:-60000000}
+LOG_LEVEL=${LOG_LEVEL:-info}
+PERF=${PERF:-0}
+KEEP=${KEEP:-0}
+REV=${REV:-}
+TARGET_RPS=${TARGET_RPS:-5000}
+TARGET_P99_MS=${TARGET_P99_MS:-20}
+TARGET_RSS_MIB=${TARGET_RSS_MIB:-40}
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+LUA="$ROOT/bench/wrk-report.lua"
+PATH_GET=/api/client/v1/servers
+WANT_BODY='{"servers":[],"count":0}'
+
+die() { echo "api-list: $*" >&2; exit 2; }
+
+# --- wrk -------------------------------------------------------------------
+if ! command -v wrk >/dev/null 2>&1; then
+  [ "$(id -u)" = 0 ] || die "wrk is missing and we are not root: apt-get install wrk"
+  echo "== installing wrk (apt-get)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq wrk >/dev/null
+fi
+command -v wrk >/dev/null 2>&1 || die "wrk still missing after apt-get install"
+command -v go >/dev/null 2>&1 || die "go is missing"
+if [ "$PERF" = 1 ]; then command -v perf >/dev/null 2>&1 || die "PERF=1 but perf is missing"; fi
+
+# --- temp dir and cleanup --------------------------------------------------
+TMP=$(mktemp -d -t kiln-bench.XXXXXX)
+KILN_PID='' BARE_PID='' PERF_PID='' WRK_PID=''
+status=2
+stop_pid() { # pid: TERM, wait up to 5 s, then KILL
+  local pid=$1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+  trap - EXIT INT TERM
+  if [ -n "$WRK_PID" ] && [ -s "$TMP/wrk.pid" ]; then stop_pid "$(cat "$TMP/wrk.pid")"; fi
+  stop_pid "$WRK_PID"; stop_pid "$PERF_PID"; stop_pid "$KILN_PID"; stop_pid "$BARE_PID"
+  if [ "$KEEP" = 1 ] || [ "$status" = 2 ]; then
+    echo "(temp dir kept: $TMP)" >&2
+  else
+    rm -rf "$TMP"
+  fi
+}
+trap 'cleanup' EXIT
+trap 'status=130; exit 130' INT TERM
+
+# No KILN_* setting from the caller's environment (e.g. KILN_DATABASE_URL)
+# may change what is measured.
+while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep '^KILN_' || true)
+
+# --- build -----------------------------------------------------------------
+if [ -n "$REV" ]; then
+  KILN_SRC="$TMP/src"
+  mkdir -p "$KILN_SRC"
+  REV_ID=$(git -C "$ROOT" rev-parse --short=12 --verify "$REV^{commit}") || die "REV=$REV: no such commit"
+  git -C "$ROOT" archive "$REV_ID" | tar -x -C "$KILN_SRC"
+  KILN_FROM="commit $REV_ID"
+else
+  KILN_SRC=$ROOT
+  KILN_FROM="work tree of $ROOT"
+  if head_id=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null); then
+    KILN_FROM+=" at $head_id"
+    if [ -n "$(git -C "$ROOT" status --porcelain -- cmd internal go.mod go.sum 2>/dev/null || true)" ]; then
+      KILN_FROM+=" + uncommitted changes"
+    fi
+  fi
+fi
+echo "== building kiln ($KILN_FROM) and bench/bare into $TMP"
+(cd "$KILN_SRC" && go build -o "$TMP/kiln" ./cmd/kiln) || die "go build ./cmd/kiln failed"
+(cd "$ROOT" && go build -o "$TMP/bare" ./bench/bare) || die "go build ./bench/bare failed"
+
+# --- helpers ---------------------------------------------------------------
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+hwm_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k/1024}'; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime
+CLK_TCK=$(getconf CLK_TCK)
+
+# listen_port PID: the port of PID's listening TCP socket on 127.0.0.1, from
+# /proc alone (kiln only logs its address at level info).
+listen_port() {
+  local pid=$1 fd link inodes=" "
+  for fd in /proc/"$pid"/fd/*; do
+    link=$(readlink "$fd" 2>/dev/null) || continue
+    [[ $link == socket:\[*\] ]] && inodes+="${link//[!0-9]/} "
+  done
+  # /proc/net/tcp: local_address is hex IP:port, st 0A is LISTEN, field 10 the inode
+  local hex
+  hex=$(awk -v inodes="$inodes" '$4 == "0A" && index(inodes, " " $10 " ") {
+      split($2, a, ":"); if (a[1] == "0100007F") { print a[2]; exit } }' "/proc/$pid/net/tcp" 2>/dev/null || true)
+  if [ -n "$hex" ]; then echo $((16#$hex)); fi
+}
+
+# wait_port PID LOG: prints PID's listening port once it has one.
+wait_port() {
+  local pid=$1 log=$2 port
+  for _ in $(seq 100); do
+    port=$(listen_port "$pid")
+    if [ -n "$port" ]; then echo "$port"; return 0; fi
+    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; die "process $pid exited before listening"; }
+    sleep 0.1
+  done
+  die "process $pid not listening on 127.0.0.1 after 10 s"
+}
+
+# get PORT TOKEN: one HTTP/1.0 GET over bash's /dev/tcp; prints the answer.
+get() {
+  local port=$1 token=$2
+  exec 3<>"/dev/tcp/127.0.0.1/$port"
+  printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n' "$PATH_GET" "$token" >&3
+  timeout 5 cat <&3 | tr -d '\r'
+  exec 3<&- 3>&-
+}
+
+# check_answer NAME PORT TOKEN: the answer must be 200, application/json and
+# exactly the empty list.
+check_answer() {
+  local name=$1 ans
+  ans=$(get "$2" "$3")
+  local first body ctype
+  first=${ans%%$'\n'*}
+  ctype=$(printf '%s\n' "$ans" | awk 'tolower($1) == "content-type:" && !n++ {print $2}')
+  body=$(printf '%s\n' "$ans" | sed '1,/^$/d')
+  if [[ "$first" != "HTTP/1."?" 200 OK" || "$ctype" != "application/json" || "$body" != "$WANT_BODY" ]]; then
+    printf '%s answered:\n%s\n' "$name" "$ans" >&2
+    die "$name: want 200, Content-Type application/json and $WANT_BODY"
+  fi
+}
+
+# db_state: size, mtime (ns) and SHA-256 of the SQLite database and its WAL.
+# kiln.db-shm is left out on purpose: it is the WAL index in shared memory,
+# where every reader takes a read mark; it holds no data.
+db_state() {
+  local f
+  for f in "$DATA/kiln.db" "$DATA/kiln.db-wal"; do
+    if [ -e "$f" ]; then
+      printf '%s size=%s mtime=%s sha256=%s\n' "${f##*/}" "$(stat -c %s "$f")" \
+        "$(stat -c %y "$f")" "$(sha256sum "$f" | cut -c1-16)"
+    else
+      printf '%s absent\n' "${f##*/}"
+    fi
+  done
+}
+
+# busy_ticks: CPU ticks the whole machine spent busy (user, nice, system,
+# irq, softirq, steal), all cores.
+busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
+
+# run_wrk NAME PORT SECONDS OUT SERVER_PID: one wrk run; OUT gets wrk's
+# output and a CPU_RESULT line: ticks used by the server, by wrk, and by the
+# whole machine during the run (the rest is other processes: noise).
+run_wrk() {
+  local s0 b0 w pid=$5
+  s0=$(cpu_ticks "$pid"); b0=$(busy_ticks)
+  # A subshell runs wrk and then reports its children's CPU time with `times`.
+  (
+    wrk -t"$THREADS" -c"$CONNS" -d"$3s" --latency -s "$LUA" \
+      -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$2$PATH_GET" >"$4" 2>&1 &
+    echo $! >"$TMP/wrk.pid"
+    wait $! && rc=0 || rc=$?
+    times >"$4.times" # line 1: this shell, line 2: its children (wrk)
+    exit "$rc"
+  ) &
+  WRK_PID=$!
+  if ! wait "$WRK_PID"; then WRK_PID=; cat "$4" >&2; die "wrk against $1 failed"; fi
+  WRK_PID=
+  # "0m1.230s 0m0.450s": user and system time of wrk
+  w=$(awk -v hz="$CLK_TCK" 'NR == 2 {t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1]*60 + a[2] } printf "%d", t*hz + 0.5}' "$4.times")
+  echo "CPU_RESULT server_ticks=$(( $(cpu_ticks "$pid") - s0 )) wrk_ticks=$w busy_ticks=$(( $(busy_ticks) - b0 ))" >>"$4"
+  grep -q '^WRK_RESULT ' "$4" || { cat "$4" >&2; die "no WRK_RESULT from wrk against $1"; }
+}
+field() { grep -E '^(WRK|CPU)_RESULT ' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
+
+# --- a quiet machine -------------------------------------------------------
+# Other processes on this machine (builds, tests) disturb the numbers: wait
+# up to QUIET_WAIT s for a second in which they use under 0.25 of a core.
+QUIET_WAIT=${QUIET_WAIT:-60}
+quiet_deadline=$((SECONDS + QUIET_WAIT))
+while :; do
+  b0=$(busy_ticks); sleep 1; busy=$(( $(busy_ticks) - b0 ))
+  if [ "$busy" -le $((CLK_TCK / 4)) ]; then break; fi
+  if [ "$SECONDS" -ge "$quiet_deadline" ]; then
+    echo "== machine still busy ($busy ticks in 1 s) after ${QUIET_WAIT}s: measuring anyway"
+    break
+  fi
+  [ -n "${quiet_said:-}" ] || { echo "== waiting up to ${QUIET_WAIT}s for other processes to go quiet"; quiet_said=1; }
+done
+
+# --- start kiln ------------------------------------------------------------
+DATA="$TMP/data"
+ACCESS_LOG="$TMP/kiln-access.log"
+"$TMP/kiln" serve --data-dir "$DATA" --addr 127.0.0.1:0 --rate-limit "$RATE_LIMIT" \
+  --log-level "$LOG_LEVEL" >"$TMP/kiln.stdout" 2>"$ACCESS_LOG" &
+KILN_PID=$!
+KILN_PORT=$(wait_port "$KILN_PID" "$ACCESS_LOG")
+KILN_ADDR=127.0.0.1:$KILN_PORT
+[ -s "$DATA/bootstrap-token" ] || die "no $DATA/bootstrap-token"
+TOKEN=$(tr -d '[:space:]' <"$DATA/bootstrap-token")
+sleep 1
+RSS_START=$(rss_kib "$KILN_PID")
+
+"$TMP/bare" --addr 127.0.0.1:0 >"$TMP/bare.stdout" 2>"$TMP/bare.stderr" &
+BARE_PID=$!
+BARE_PORT=$(wait_port "$BARE_PID" "$TMP/bare.stderr")
+BARE_ADDR=127.0.0.1:$BARE_PORT
+
+check_answer kiln "$KILN_PORT" "$TOKEN"
+check_answer bare "$BARE_PORT" "$TOKEN"
+DB_BEFORE=$(db_state)
+
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(go version | cut -d' ' -f3), $(wrk --version 2>&1 | awk 'NR == 1 {print $1, $2}'), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "== settings: wrk -t$THREADS -c$CONNS, ${WARMUP}s warm-up + ${DURATION}s measured per server, kiln --rate-limit $RATE_LIMIT --log-level $LOG_LEVEL (access log to a file), SQLite"
+echo "== kiln on $KILN_ADDR (pid $KILN_PID), bare on $BARE_ADDR (pid $BARE_PID)"
+
+# --- kiln ------------------------------------------------------------------
+echo "== kiln: warm-up ${WARMUP}s"
+run_wrk kiln "$KILN_PORT" "$WARMUP" "$TMP/wrk-kiln-warmup.txt" "$KILN_PID"
+echo "== kiln: measuring ${DURATION}s"
+if [ "$PERF" = 1 ]; then
+  perf record -q -F 499 -g -p "$KILN_PID" -o "$TMP/perf.data" -- sleep "$DURATION" >/dev/null 2>&1 &
+  PERF_PID=$!
+fi
+run_wrk kiln "$KILN_PORT" "$DURATION" "$TMP/wrk-kiln.txt" "$KILN_PID"
+if [ -n "$PERF_PID" ]; then wait "$PERF_PID" || true; PERF_PID=; fi
+RSS_HWM=$(hwm_kib "$KILN_PID")
+sleep 2
+RSS_AFTER=$(rss_kib "$KILN_PID")
+DB_AFTER=$(db_state)
+
+# --- bare ------------------------------------------------------------------
+echo "== bare: warm-up ${WARMUP}s"
+run_wrk bare "$BARE_PORT" "$WARMUP" "$TMP/wrk-bare-warmup.txt" "$BARE_PID"
+echo "== bare: measuring ${DURATION}s"
+run_wrk bare "$BARE_PORT" "$DURATION" "$TMP/wrk-bare.txt" "$BARE_PID"
+
+# Control for the no-write check: one real write (kiln admin creates a token
+# in the same database while serve runs) must change what db_state sees.
+"$TMP/kiln" admin token create --data-dir "$DATA" --team default --kind user --name bench-probe \
+  >/dev/null 2>"$TMP/admin.stderr" || { cat "$TMP/admin.stderr" >&2; die "kiln admin token create failed"; }
+DB_PROBE=$(db_state)
+
+# --- checks ----------------------------------------------------------------
+fails=()
+check() { # NAME OK(0|1) DETAIL
+  if [ "$2" = 1 ]; then printf '  PASS  %-34s %s\n' "$1" "$3"
+  else printf '  FAIL  %-34s %s\n' "$1" "$3"; fails+=("$1"); fi
+}
+ms() { awk -v u="$1" 'BEGIN {printf "%.2f", u/1000}'; }
+lt() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a < b)}' && echo 1 || echo 0; }
+ge() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a >= b)}' && echo 1 || echo 0; }
+
+declare -A R
+for s in kiln bare; do
+  for f in "$TMP/wrk-$s-warmup.txt" "$TMP/wrk-$s.txt"; do
+    for k in err_status err_connect err_read err_write err_timeout; do
+      R[$s.$k]=$(( ${R[$s.$k]:-0} + $(field "$f" "$k") ))
+    done
+  done
+  for k in requests rps p50_us p90_us p99_us p999_us max_us; do R[$s.$k]=$(field "$TMP/wrk-$s.txt" "$k"); done
+done
+for s in kiln bare; do
+  for k in server_ticks wrk_ticks busy_ticks; do R[$s.$k]=$(field "$TMP/wrk-$s.txt" "$k"); done
+  # server CPU per request (µs); cores used on average by the server, by wrk
+  # and by everything else on the machine during the measured run
+  R[$s.cpu_us]=$(awk -v t="${R[$s.server_ticks]}" -v hz="$CLK_TCK" -v n="${R[$s.requests]}" 'BEGIN {printf "%.0f", t/hz*1e6/n}')
+  for k in server wrk; do
+    R[$s.${k}_cores]=$(awk -v t="${R[$s.${k}_ticks]}" -v hz="$CLK_TCK" -v d="$DURATION" 'BEGIN {printf "%.2f", t/hz/d}')
+  done
+  R[$s.other_cores]=$(awk -v b="${R[$s.busy_ticks]}" -v a="${R[$s.server_ticks]}" -v w="${R[$s.wrk_ticks]}" -v hz="$CLK_TCK" -v d="$DURATION" \
+    'BEGIN {o = (b - a - w)/hz/d; if (o < 0) o = 0; printf "%.2f", o}')
+done
+RATIO=$(awk -v a="${R[kiln.rps]}" -v b="${R[bare.rps]}" 'BEGIN {printf "%.2f", a/b}')
+# Access log: every request line must say status=200, except requests that
+# wrk abandoned when it stopped (it closes its connections with requests in
+# flight): kiln logs those as 500 with an ERROR "request failed" line whose
+# err ends in "context canceled", for the same request_id. No client saw them.
+read -r LOG_LINES LOG_NON200 LOG_CANCELED < <(awk '
+  / msg="request failed" / && /context canceled/ { if (match($0, /request_id=[A-Za-z0-9._:-]+/)) gone[substr($0, RSTART, RLENGTH)] = 1; next }
+  / msg=request / {
+    n++
+    if ($0 !~ / status=200 /) { match($0, /request_id=[A-Za-z0-9._:-]+/); bad[substr($0, RSTART, RLENGTH)] = 1 }
+  }
+  END {
+    nb = 0; nc = 0
+    for (id in bad) { if (id in gone) nc++; else nb++ }
+    print n + 0, nb, nc
+  }' "$ACCESS_LOG")
+
+echo
+echo "== results (measured ${DURATION}s each, wrk -t$THREADS -c$CONNS)"
+printf '  %-6s %10s %8s %8s %8s %8s %11s %17s\n' server "req/s" "p50 ms" "p90 ms" "p99 ms" "max ms" "CPU µs/req" "cores srv/wrk/oth"
+for s in kiln bare; do
+  printf '  %-6s %10.0f %8s %8s %8s %8s %11s %17s\n' "$s" "${R[$s.rps]}" "$(ms "${R[$s.p50_us]}")" \
+    "$(ms "${R[$s.p90_us]}")" "$(ms "${R[$s.p99_us]}")" "$(ms "${R[$s.max_us]}")" "${R[$s.cpu_us]}" \
+    "${R[$s.server_cores]}/${R[$s.wrk_cores]}/${R[$s.other_cores]}"
+done
+echo "  kiln/bare req/s ratio: $RATIO"
+echo "  (cores: average CPU of the server, of wrk, and of other processes on this $(nproc)-core machine during"
+echo "   the measured run; \"oth\" well above 0 means something else competed for the CPU: rerun)"
+for s in kiln bare; do
+  if awk -v o="${R[$s.other_cores]}" 'BEGIN {exit !(o > 0.2)}'; then
+    echo "  NOTE: other processes used ${R[$s.other_cores]} cores during the $s run: its numbers are disturbed; rerun on a quiet machine"
+  fi
+done
+echo "  kiln RSS: $(mib "$RSS_START") MiB idle after start, $(mib "$RSS_AFTER") MiB idle after load, $(mib "$RSS_HWM") MiB peak (VmHWM)"
+echo "  access log: $LOG_LINES request lines, $(du -h "$ACCESS_LOG" | cut -f1)"
+echo
+echo "== checks"
+check "kiln req/s >= $TARGET_RPS" "$(ge "${R[kiln.rps]}" "$TARGET_RPS")" "$(printf '%.0f' "${R[kiln.rps]}")"
+check "kiln p99 < $TARGET_P99_MS ms" "$(lt "${R[kiln.p99_us]}" $((TARGET_P99_MS * 1000)))" "$(ms "${R[kiln.p99_us]}") ms"
+check "kiln RSS after start < $TARGET_RSS_MIB MiB" "$(lt "$RSS_START" $((TARGET_RSS_MIB * 1024)))" "$(mib "$RSS_START") MiB"
+check "kiln RSS after load < $TARGET_RSS_MIB MiB" "$(lt "$RSS_AFTER" $((TARGET_RSS_MIB * 1024)))" "$(mib "$RSS_AFTER") MiB"
+for s in kiln bare; do
+  check "$s: no non-2xx answer (wrk)" "$([ "${R[$s.err_status]}" = 0 ] && echo 1 || echo 0)" "${R[$s.err_status]} non-2xx"
+  sock=$(( ${R[$s.err_connect]} + ${R[$s.err_read]} + ${R[$s.err_write]} + ${R[$s.err_timeout]} ))
+  check "$s: no socket error (wrk)" "$([ "$sock" = 0 ] && echo 1 || echo 0)" "$sock errors"
+done
+if [ "$LOG_LEVEL" = info ] || [ "$LOG_LEVEL" = debug ]; then
+  check "kiln: access log all 200" "$([ "$LOG_NON200" = 0 ] && [ "$LOG_LINES" -gt 0 ] && echo 1 || echo 0)" \
+    "$LOG_NON200 of $LOG_LINES not 200 (+$LOG_CANCELED abandoned by wrk at its stop, logged 500)"
+else
+  printf '  SKIP  %-34s %s\n' "kiln: access log all 200" "--log-level $LOG_LEVEL logs no requests"
+fi
+check "kiln.db, kiln.db-wal unchanged" "$([ "$DB_BEFORE" = "$DB_AFTER" ] && echo 1 || echo 0)" \
+  "$(printf '%s' "$DB_AFTER" | tr '\n' ';' | sed 's/;$//')"
+if [ "$DB_BEFORE" != "$DB_AFTER" ]; then printf 'before:\n%s\nafter:\n%s\n' "$DB_BEFORE" "$DB_AFTER"; fi
+check "control: one admin write is seen" "$([ "$DB_PROBE" != "$DB_AFTER" ] && echo 1 || echo 0)" \
+  "$(printf '%s' "$DB_PROBE" | grep -o 'kiln.db-wal size=[0-9]*')"
+
+if [ "$PERF" = 1 ] && [ -s "$TMP/perf.data" ]; then
+  echo
+  echo "== perf: kiln's top symbols during the measured run (self time)"
+  perf report -i "$TMP/perf.data" --no-children --stdio --percent-limit 1.5 -g none 2>/dev/null |
+    grep -E '^ +[0-9]' | awk 'NR <= 30' || true
+  echo "== perf: inclusive time of Kiln's and the SQLite driver's frames"
+  perf report -i "$TMP/perf.data" --children --stdio -g none 2>/dev/null |
+    grep -E '^ +[0-9]' | grep -E 'kilnhq|modernc\.org/sqlite\.|log/slog\.\(\*Logger\)' | awk 'NR <= 20' || true
+fi
+
+echo
+if [ "${#fails[@]}" -gt 0 ]; then
+  echo "api-list: FAIL: ${fails[*]} (KEEP=1 keeps the logs)"
+  status=1
+  exit 1
+fi
+echo "api-list: PASS"
+status=0
