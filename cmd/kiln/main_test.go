@@ -322,6 +322,11 @@ func TestBadServeFlags(t *testing.T) {
 	}{
 		{[]string{"serve", "--database-url", "mysql://x"}, "postgres://"},
 		{[]string{"serve", "--rate-limit", "0"}, "--rate-limit"},
+		{[]string{"serve", "--rate-limit", "2147483648"}, "at most 2147483647"},
+		{[]string{"serve", "--runtime", "vm"}, "--runtime"},
+		{[]string{"serve", "--port-range", "70000-70010"}, "--port-range"},
+		{[]string{"serve", "--port-range", "30010-30000"}, "--port-range"},
+		{[]string{"serve", "--installer-mirror-url", "ftp://x"}, "--installer-mirror-url"},
 		{[]string{"serve", "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--addr", "nonsense"}, "--addr"},
 		{[]string{"serve", "extra"}, "no arguments"},

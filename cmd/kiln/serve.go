@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,6 +117,12 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if _, err := node.ParsePortRange(c.PortRange); err != nil {
 		return c, usageError{"--port-range: " + err.Error()}
+	}
+	if m := c.InstallerMirrorURL; m != "" {
+		u, err := url.Parse(m)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return c, usageError{fmt.Sprintf("--installer-mirror-url %q: want an absolute http(s) URL without query or fragment", m)}
+		}
 	}
 	return c, nil
 }

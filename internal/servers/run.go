@@ -211,4 +211,10 @@ func (s *Service) shutdown() {
 	}
 	s.cancel()
 	s.wg.Wait()
+	s.stmtMu.Lock()
+	if s.listSt != nil {
+		s.listSt.Close()
+		s.listSt = nil
+	}
+	s.stmtMu.Unlock()
 }

@@ -116,17 +116,42 @@ type Service struct {
 	mu   sync.Mutex
 	live map[string]*live // by server id; created on first use
 
+	stmtMu sync.Mutex
+	listSt *sql.Stmt // listQuery, prepared on first use, closed by Run's end
+
 	ctx    context.Context // of Run; background work stops with it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
+// listQuery has its limit written into the text: a bound LIMIT makes
+// SQLite re-prepare the statement at every execution (docs/benchmarks.md,
+// foundation section), and the list is the hottest query of the API.
+var listQuery = `SELECT ` + serverColumns + ` FROM servers WHERE team_id = $1
+	ORDER BY created_at DESC, id DESC LIMIT ` + strconv.Itoa(MaxList)
+
+// listStmt prepares listQuery once, on first use.
+func (s *Service) listStmt(ctx context.Context) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	defer s.stmtMu.Unlock()
+	if s.listSt == nil {
+		st, err := s.db.Read().PrepareContext(context.WithoutCancel(ctx), listQuery)
+		if err != nil {
+			return nil, err
+		}
+		s.listSt = st
+	}
+	return s.listSt, nil
+}
+
 // List returns the team's servers, newest first, at most MaxList, with the
 // latest sampled resources.
 func (s *Service) List(ctx context.Context, teamID string) ([]Server, error) {
-	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+serverColumns+`
-		FROM servers WHERE team_id = $1
-		ORDER BY created_at DESC, id DESC LIMIT $2`, teamID, MaxList)
+	st, err := s.listStmt(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list servers: %w", err)
+	}
+	rows, err := st.QueryContext(ctx, teamID)
 	if err != nil {
 		return nil, fmt.Errorf("list servers: %w", err)
 	}
