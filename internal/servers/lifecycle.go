@@ -99,6 +99,11 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 		if err := s.setDesired(ctx, id, "running"); err != nil {
 			return err
 		}
+		// A start by hand is a new intent: the crash budget starts afresh.
+		l := s.liveOf(id)
+		l.mu.Lock()
+		l.restarts = nil
+		l.mu.Unlock()
 		s.goBackground(func(ctx context.Context) { s.start(ctx, id) })
 	case "stop":
 		if err := s.setDesired(ctx, id, "stopped"); err != nil {

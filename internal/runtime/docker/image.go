@@ -4,7 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,22 +31,31 @@ const KilnTestImage = "kiln/testserver:dev"
 // KilnImageBinary is where the kiln binary sits inside KilnTestImage.
 const KilnImageBinary = "/kiln"
 
+// LabelBinary records, on a kiln image, the SHA-256 of the kiln binary in it.
+const LabelBinary = "kiln.binary.sha256"
+
 // EnsureKilnImage builds tag FROM scratch around the kiln binary at bin
-// (placed at KilnImageBinary) unless the engine already has it. It is built,
-// never pulled, so development mode works offline. bin must be statically
-// linked: a scratch image has no C library (build with CGO_ENABLED=0).
+// (placed at KilnImageBinary) unless the engine already has it with the
+// same binary (label LabelBinary): an upgraded kiln rebuilds it, so dev
+// servers never run a stale binary. It is built, never pulled, so
+// development mode works offline. bin must be statically linked: a scratch
+// image has no C library (build with CGO_ENABLED=0).
 func (d *Docker) EnsureKilnImage(ctx context.Context, tag, bin string) error {
-	if _, err := d.cli.ImageInspect(ctx, tag); err == nil {
-		return nil
-	} else if !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("inspect image %s: %w", tag, err)
-	}
 	if err := checkStatic(bin); err != nil {
 		return err
 	}
 	exe, err := os.ReadFile(bin)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", bin, err)
+	}
+	sum := sha256.Sum256(exe)
+	digest := hex.EncodeToString(sum[:])
+	if im, err := d.cli.ImageInspect(ctx, tag); err == nil {
+		if im.Config != nil && im.Config.Labels[LabelBinary] == digest {
+			return nil
+		}
+	} else if !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("inspect image %s: %w", tag, err)
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -69,7 +80,7 @@ func (d *Docker) EnsureKilnImage(ctx context.Context, tag, bin string) error {
 	}
 	res, err := d.cli.ImageBuild(ctx, &buf, client.ImageBuildOptions{
 		Tags: []string{tag}, Dockerfile: "Dockerfile", Remove: true, ForceRemove: true,
-		Labels: map[string]string{LabelManaged: "true"},
+		Labels: map[string]string{LabelManaged: "true", LabelBinary: digest},
 	})
 	if err != nil {
 		return fmt.Errorf("build image %s: %w", tag, err)

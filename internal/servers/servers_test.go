@@ -1,0 +1,277 @@
+package servers_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/slp"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// team returns the id of the bootstrap team of db.
+func team(t *testing.T, db *store.DB) string {
+	t.Helper()
+	a, err := auth.NewService(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, _, err := a.Bootstrap(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tm, err := a.TeamByName(t.Context(), auth.BootstrapTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm.ID
+}
+
+// waitFor polls the server until cond holds; it fails after 30 s.
+func waitFor(t *testing.T, svc *servers.Service, teamID, id, what string, cond func(servers.Server) bool) servers.Server {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var sv servers.Server
+	var err error
+	for time.Now().Before(deadline) {
+		if sv, err = svc.Get(t.Context(), teamID, id); err != nil {
+			t.Fatalf("Get(%s) = %v", id, err)
+		}
+		if cond(sv) {
+			return sv
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	console, _ := svc.Console(t.Context(), teamID, id, 50)
+	t.Fatalf("server %s: never %s; last status %q, install_error %v\nconsole:\n%s", id, what, sv.Status, sv.InstallError, strings.Join(console, "\n"))
+	return sv
+}
+
+func waitStatus(t *testing.T, svc *servers.Service, teamID, id, status string) servers.Server {
+	t.Helper()
+	return waitFor(t, svc, teamID, id, "status "+status, func(sv servers.Server) bool { return sv.Status == status })
+}
+
+func waitConsole(t *testing.T, svc *servers.Service, teamID, id, want string, times int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var lines []string
+	for time.Now().Before(deadline) {
+		lines, _ = svc.Console(t.Context(), teamID, id, 2000)
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, want) {
+				n++
+			}
+		}
+		if n >= times {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("console never showed %q %d times:\n%s", want, times, strings.Join(lines, "\n"))
+}
+
+func runtimeRef(t *testing.T, db *store.DB, id string) string {
+	t.Helper()
+	var ref *string
+	if err := db.Read().QueryRowContext(t.Context(), `SELECT runtime_ref FROM servers WHERE id = $1`, id).Scan(&ref); err != nil {
+		t.Fatal(err)
+	}
+	if ref == nil {
+		return ""
+	}
+	return *ref
+}
+
+func newTestServer(t *testing.T, svc *servers.Service, teamID string) servers.Server {
+	t.Helper()
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "s", Software: "kiln-test", MemoryMB: 512, DiskMB: 1024})
+	if err != nil {
+		t.Fatalf("Create = %v", err)
+	}
+	return waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+}
+
+// TestCrashRestartPolicy kills a running server's process from outside:
+// Kiln restarts it three times, then leaves it crashed; a start by hand
+// works again.
+func TestCrashRestartPolicy(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{Servers: servers.Options{RestartBackoff: 20 * time.Millisecond}})
+	svc := env.Service
+	sv := newTestServer(t, svc, teamID)
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	kill := func() {
+		t.Helper()
+		waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+		ref := runtimeRef(t, db, sv.ID)
+		pid, err := strconv.Atoi(strings.Split(ref, ":")[0])
+		if err != nil {
+			t.Fatalf("runtime_ref %q of a running server", ref)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill %d: %v", pid, err)
+		}
+	}
+	for i := 1; i <= 3; i++ {
+		kill()
+		waitConsole(t, svc, teamID, sv.ID, fmt.Sprintf("(automatic restart %d of 3)", i), 1)
+	}
+	kill()
+	waitConsole(t, svc, teamID, sv.ID, "crashed 4 times in 10m0s; not restarting", 1)
+	got := waitStatus(t, svc, teamID, sv.ID, servers.StatusCrashed)
+	// It stays crashed: no restart is scheduled (the backoff would be 160 ms).
+	time.Sleep(500 * time.Millisecond)
+	if got, _ = svc.Get(t.Context(), teamID, sv.ID); got.Status != servers.StatusCrashed || runtimeRef(t, db, sv.ID) != "" {
+		t.Fatalf("after the 4th crash: status %q ref %q, want crashed and no instance", got.Status, runtimeRef(t, db, sv.ID))
+	}
+	if err := svc.Command(t.Context(), teamID, sv.ID, "list"); !errors.Is(err, servers.ErrOffline) {
+		t.Errorf("Command to a crashed server = %v, want ErrOffline", err)
+	}
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	kill() // the budget was reset by the start by hand
+	waitConsole(t, svc, teamID, sv.ID, "(automatic restart 1 of 3)", 2)
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+}
+
+// fillUpstream serves the PaperMC Fill v3 shapes under a mirror root:
+// one version (1.21.4), one STABLE build whose jar is jar and whose
+// published sha256 is sum.
+type fillUpstream struct {
+	srv       *httptest.Server
+	jar       []byte
+	sum       atomic.Value // string
+	downloads atomic.Int32
+}
+
+func newFillUpstream(t *testing.T, jar []byte) *fillUpstream {
+	u := &fillUpstream{jar: jar}
+	h := sha256.Sum256(jar)
+	u.sum.Store(hex.EncodeToString(h[:]))
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"project":{"id":"paper"},"versions":{"1.21":["1.21.4"]}}`)
+	})
+	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper/versions/1.21.4/builds", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `[{"id":232,"channel":"STABLE","downloads":{"server:default":{"name":"paper-1.21.4-232.jar","size":%d,
+			"url":"https://fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar","checksums":{"sha256":%q}}}}]`,
+			len(u.jar), u.sum.Load().(string))
+	})
+	mux.HandleFunc("GET /fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar", func(w http.ResponseWriter, r *http.Request) {
+		u.downloads.Add(1)
+		w.Write(u.jar)
+	})
+	u.srv = httptest.NewServer(mux)
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+// TestInstallChecksumMismatch: an upstream that publishes a wrong sha256
+// fails the install with a clear reason on the server, leaves no jar in
+// the root and nothing in the cache; once the upstream is right, a
+// reinstall succeeds.
+func TestInstallChecksumMismatch(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar"))
+	up.sum.Store(strings.Repeat("ab", 32))
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
+	svc := env.Service
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := waitFor(t, svc, teamID, sv.ID, "failed to install", func(s servers.Server) bool { return s.InstallError != nil })
+	if got.Status != servers.StatusOffline || !strings.Contains(*got.InstallError, "sha256 of") || !strings.Contains(*got.InstallError, "upstream published "+strings.Repeat("ab", 32)) {
+		t.Errorf("after a bad checksum: status %q, install_error %q; want offline and a sentence naming the sha256 checksum", got.Status, *got.InstallError)
+	}
+	root := env.Node.Root(sv.ID)
+	if _, err := os.Stat(filepath.Join(root, "server.jar")); !os.IsNotExist(err) {
+		t.Errorf("server.jar exists after a failed install: %v", err)
+	}
+	blobs, _ := filepath.Glob(filepath.Join(env.DataDir, "cache", "sha256", "*"))
+	if len(blobs) != 0 {
+		t.Errorf("cache holds %v after a failed verification; want nothing", blobs)
+	}
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); !errors.Is(err, servers.ErrInstallFailed) {
+		t.Errorf("Power(start) after a failed install = %v, want ErrInstallFailed", err)
+	}
+	console, _ := svc.Console(t.Context(), teamID, sv.ID, 10)
+	if !slices.ContainsFunc(console, func(l string) bool { return strings.HasPrefix(l, "[kiln] install failed: ") }) {
+		t.Errorf("console = %q, want the failure reason", console)
+	}
+
+	h := sha256.Sum256(up.jar)
+	up.sum.Store(hex.EncodeToString(h[:]))
+	if err := svc.Reinstall(t.Context(), teamID, sv.ID, "", "1.21.4"); err != nil {
+		t.Fatal(err)
+	}
+	got = waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+	data, err := os.ReadFile(filepath.Join(root, "server.jar"))
+	if err != nil || string(data) != string(up.jar) {
+		t.Errorf("server.jar = %q, %v; want the upstream jar", data, err)
+	}
+	if got.Version != "1.21.4" {
+		t.Errorf("version = %q", got.Version)
+	}
+}
+
+// TestRecoverAfterRestart stops the service as kiln serve does on SIGTERM
+// with a server running, then starts a new service on the same database and
+// data: the server is started again (process runtime) and answers.
+func TestRecoverAfterRestart(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		teamID := team(t, db)
+		dir := t.TempDir()
+		env := serverstest.New(t, db, serverstest.Options{DataDir: dir})
+		sv := newTestServer(t, env.Service, teamID)
+		if err := env.Service.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, env.Service, teamID, sv.ID, servers.StatusRunning)
+		env.Stop()
+		// An orphan root (a delete interrupted after the row went) is removed.
+		orphan := filepath.Join(dir, "servers", "0b7c5e8e-1111-4222-8333-444455556666")
+		if err := os.MkdirAll(orphan, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := slp.Ping(t.Context(), sv.Address); err == nil {
+			t.Fatal("the server still answers after the service stopped (process runtime)")
+		}
+
+		env2 := serverstest.New(t, db, serverstest.Options{DataDir: dir})
+		_ = env2
+		got := waitStatus(t, env2.Service, teamID, sv.ID, servers.StatusRunning)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		if _, err := slp.Ping(ctx, got.Address); err != nil {
+			t.Errorf("ping after recovery: %v", err)
+		}
+		if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+			t.Errorf("orphan root still there: %v", err)
+		}
+	})
+}
