@@ -1,0 +1,104 @@
+package servers_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/runtime/docker"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/slp"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// dockerRuntime connects to the engine the test command started, or skips
+// with one loud line (fails under KILN_REQUIRE_DOCKER=1), and makes sure the
+// kiln-test image holds this build of kiln.
+func dockerRuntime(t *testing.T) *docker.Docker {
+	t.Helper()
+	user := ""
+	if os.Getuid() == 0 {
+		user = "10001:10001" // never run a game server as root
+	}
+	d, err := docker.New(t.Context(), docker.Options{User: user, Log: slog.New(slog.DiscardHandler)})
+	if errors.Is(err, docker.ErrUnreachable) && os.Getenv("KILN_REQUIRE_DOCKER") != "1" {
+		t.Skipf("SKIP DOCKER SUITE: %v (set KILN_REQUIRE_DOCKER=1 to fail instead)", err)
+	}
+	if err != nil {
+		t.Fatalf("docker.New = %v", err)
+	}
+	t.Cleanup(func() { d.Close() })
+	if err := d.EnsureKilnImage(t.Context(), docker.KilnTestImage, serverstest.KilnBinary(t)); err != nil {
+		t.Fatalf("EnsureKilnImage = %v", err)
+	}
+	return d
+}
+
+// TestDockerLifecycle runs a kiln-test server as a container: install,
+// start → running (the status ping answers through the published port),
+// command, stop, start again, kill, delete (the container goes with it).
+func TestDockerLifecycle(t *testing.T) {
+	d := dockerRuntime(t)
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{Runtime: d, KilnBin: docker.KilnImageBinary})
+	svc := env.Service
+	sv := newTestServer(t, svc, teamID)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = d.Remove(ctx, sv.ID)
+	})
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	ref := runtimeRef(t, db, sv.ID)
+	if len(ref) != 64 {
+		t.Errorf("runtime_ref = %q, want a container id", ref)
+	}
+	if _, err := slp.Ping(t.Context(), sv.Address); err != nil {
+		t.Fatalf("ping %s: %v", sv.Address, err)
+	}
+	if err := svc.Command(t.Context(), teamID, sv.ID, "say from docker"); err != nil {
+		t.Fatal(err)
+	}
+	waitConsole(t, svc, teamID, sv.ID, "[Server] from docker", 1)
+
+	// Live figures come from the engine.
+	got := waitFor(t, svc, teamID, sv.ID, "sampled", func(s servers.Server) bool { return s.Resources.UptimeMS > 0 })
+	if got.Resources.UptimeMS <= 0 {
+		t.Errorf("resources = %+v", got.Resources)
+	}
+
+	if err := svc.Power(t.Context(), teamID, sv.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+	waitConsole(t, svc, teamID, sv.ID, "[kiln] server stopped (exit code 0)", 1)
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	if err := svc.Power(t.Context(), teamID, sv.ID, "kill"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+	waitConsole(t, svc, teamID, sv.ID, "killed", 1)
+
+	if err := svc.Delete(t.Context(), teamID, sv.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(env.Node.Root(sv.ID)); !os.IsNotExist(err) {
+		t.Errorf("root after delete: %v", err)
+	}
+	// The container is gone: adopting it fails.
+	if _, err := d.Adopt(t.Context(), runtime.Spec{ServerID: sv.ID}, ref, func(string) {}); !errors.Is(err, runtime.ErrNotAdoptable) {
+		t.Errorf("Adopt after delete = %v, want ErrNotAdoptable (no container left)", err)
+	}
+}
