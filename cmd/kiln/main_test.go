@@ -31,7 +31,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	kilnBin = filepath.Join(dir, "kiln")
-	out, err := exec.Command("go", "build", "-o", kilnBin, ".").CombinedOutput()
+	// Static (CGO_ENABLED=0): the docker suite wraps it in a scratch image.
+	build := exec.Command("go", "build", "-o", kilnBin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build kiln: %v\n%s", err, out)
 		os.Exit(1)

@@ -231,6 +231,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	svcCtx, stopSvc := context.WithCancel(context.Background())
 	svcDone := make(chan error, 1)
 	go func() { svcDone <- serverSvc.Run(svcCtx) }()
+	// No request is answered before recovery has made every stored status
+	// true again (a killed kiln leaves "running" behind).
+	select {
+	case <-serverSvc.Recovered():
+	case err := <-svcDone:
+		stopSvc()
+		ln.Close()
+		return err
+	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)

@@ -3,6 +3,7 @@ package servers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,9 +18,15 @@ import (
 // included), then samples resources until ctx ends; then it stops what the
 // runtime cannot keep without us (process runtime) and waits for every
 // background goroutine.
+//
+// Recovery sets every status to the truth before Recovered is closed, so
+// kiln serve answers no request before that: a status stored by a kiln
+// that was killed may be stale.
 func (s *Service) Run(ctx context.Context) error {
-	if err := s.recoverAll(ctx); err != nil {
-		return err
+	err := s.recoverAll(ctx)
+	close(s.recovered)
+	if err != nil {
+		return fmt.Errorf("recover servers: %w", err)
 	}
 	s.sample(ctx)
 	s.shutdown()
@@ -82,7 +89,11 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 		}
 		_, _ = s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1`, sv.ID)
 	}
-	if sv.DesiredState == "running" && sv.InstallError == nil {
+	// A server that crashed past its restart budget stays crashed, across
+	// restarts of kiln too; the user starts it by hand.
+	if sv.DesiredState == "running" && sv.InstallError == nil && sv.Status != StatusCrashed {
+		// Its instance is gone: until the start begins it is offline.
+		_ = s.setStatus(ctx, sv.ID, StatusOffline)
 		s.goBackground(func(ctx context.Context) { s.start(ctx, sv.ID) })
 		return
 	}
@@ -90,6 +101,10 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 		_ = s.setStatus(ctx, sv.ID, StatusOffline)
 	}
 }
+
+// Recovered is closed once Run has brought every server's stored state in
+// line with what runs (re-adopted, restarted or marked offline).
+func (s *Service) Recovered() <-chan struct{} { return s.recovered }
 
 // removeOrphanRoots deletes server root directories whose server is gone (a
 // delete interrupted between the row and the files).

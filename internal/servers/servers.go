@@ -119,6 +119,8 @@ type Service struct {
 	stmtMu sync.Mutex
 	listSt *sql.Stmt // listQuery, prepared on first use, closed by Run's end
 
+	recovered chan struct{} // closed when Run's recovery is done
+
 	ctx    context.Context // of Run; background work stops with it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup

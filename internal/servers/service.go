@@ -88,6 +88,6 @@ func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
 		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, installer: inst, opts: opts,
-		live: map[string]*live{}, ctx: ctx, cancel: cancel,
+		live: map[string]*live{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
 	}
 }

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/kilnhq/kiln/internal/runtime/docker"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/slp"
+)
+
+// call sends one JSON request to a kiln serve and decodes the answer.
+func call(t *testing.T, addr, token, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), method, "http://"+addr+"/api/client/v1"+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("%s %s: decode: %v", method, path, err)
+	}
+	return resp.StatusCode, out
+}
+
+func waitServer(t *testing.T, addr, token, id, status string) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var sv map[string]any
+	for time.Now().Before(deadline) {
+		code, out := call(t, addr, token, "GET", "/servers/"+id, "")
+		if code != 200 {
+			t.Fatalf("GET server: %d %v", code, out)
+		}
+		sv = out["server"].(map[string]any)
+		if sv["status"] == status {
+			return sv
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("server %s never became %s: %v", id, status, sv)
+	return nil
+}
+
+func consoleHas(t *testing.T, addr, token, id, want string) bool {
+	t.Helper()
+	_, out := call(t, addr, token, "GET", "/servers/"+id+"/console?size=500", "")
+	for _, l := range out["lines"].([]any) {
+		if strings.Contains(l.(string), want) {
+			return true
+		}
+	}
+	return false
+}
+
+// testserverProcs counts `kiln testserver` processes listening on port.
+func testserverProcs(port string) int {
+	n := 0
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range cmdlines {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) >= 4 && args[1] == "testserver" && args[2] == "--port" && args[3] == port {
+			n++
+		}
+	}
+	return n
+}
+
+// TestKillNineRecovers kills `kiln serve` with SIGKILL while a server runs,
+// starts it again on the same data and checks that the server runs once
+// (never orphaned, never twice). On the process runtime the game server
+// dies with kiln (parent-death signal) and is started again; on docker the
+// container outlives kiln and is re-adopted, console included.
+func TestKillNineRecovers(t *testing.T) {
+	t.Run("process", func(t *testing.T) { killNineRecovers(t, "process") })
+	t.Run("docker", func(t *testing.T) { killNineRecovers(t, "docker") })
+}
+
+func killNineRecovers(t *testing.T, rt string) {
+	dir := t.TempDir()
+	ports := serverstest.PortRange(t, 10)
+	args := []string{"--data-dir", dir, "--dev", "--port-range", ports.String(), "--runtime", rt}
+	var cli *client.Client
+	if rt == "docker" {
+		var err error
+		cli, err = client.New(client.FromEnv)
+		if err == nil {
+			_, err = cli.Ping(t.Context(), client.PingOptions{})
+		}
+		if err != nil {
+			if os.Getenv("KILN_REQUIRE_DOCKER") != "1" {
+				t.Skipf("SKIP DOCKER SUITE: no Docker Engine: %v", err)
+			}
+			t.Fatalf("docker: %v", err)
+		}
+		defer cli.Close()
+		if os.Getuid() == 0 {
+			args = append(args, "--docker-user", "10001:10001")
+		}
+	}
+	p := startServe(t, args...)
+	token := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(dir, "bootstrap-token")))))
+	code, out := call(t, p.addr, token, "POST", "/servers", `{"name":"survivor","software":"kiln-test","memory_mb":512,"disk_mb":1024}`)
+	if code != 202 {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	sv := out["server"].(map[string]any)
+	id, addr := sv["id"].(string), sv["address"].(string)
+	port := addr[strings.LastIndex(addr, ":")+1:]
+	t.Cleanup(func() {
+		if cli != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, _ = cli.ContainerRemove(ctx, docker.ContainerName(id), client.ContainerRemoveOptions{Force: true})
+		}
+	})
+	waitServer(t, p.addr, token, id, "offline")
+	if code, out := call(t, p.addr, token, "POST", "/servers/"+id+"/power", `{"action":"start"}`); code != 202 {
+		t.Fatalf("start: %d %v", code, out)
+	}
+	waitServer(t, p.addr, token, id, "running")
+	containerID := func() string {
+		t.Helper()
+		res, err := cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "kiln.server="+id)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Items) != 1 {
+			t.Fatalf("%d containers of server %s, want exactly 1", len(res.Items), id)
+		}
+		return res.Items[0].ID
+	}
+	var before string
+	if rt == "docker" {
+		before = containerID()
+	}
+
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	_, pingErr := slp.Ping(ctx, addr)
+	cancel()
+	switch rt {
+	case "process":
+		// The parent-death signal took the game server down with kiln.
+		deadline := time.Now().Add(10 * time.Second)
+		for testserverProcs(port) > 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if n := testserverProcs(port); n != 0 {
+			t.Fatalf("%d orphaned game server processes after kill -9 of kiln serve", n)
+		}
+	case "docker":
+		if pingErr != nil {
+			t.Fatalf("the container should outlive kiln serve: ping %v", pingErr)
+		}
+	}
+
+	p2 := startServe(t, args...)
+	waitServer(t, p2.addr, token, id, "running")
+	ctx, cancel = context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if _, err := slp.Ping(ctx, addr); err != nil {
+		t.Fatalf("ping after recovery: %v", err)
+	}
+	switch rt {
+	case "process":
+		if n := testserverProcs(port); n != 1 {
+			t.Errorf("%d game server processes after recovery, want 1", n)
+		}
+	case "docker":
+		if after := containerID(); after != before {
+			t.Errorf("container %s replaced by %s: want the running one re-adopted", before, after)
+		}
+		if !consoleHas(t, p2.addr, token, id, "[kiln] re-attached to the running server") {
+			t.Error("console does not say the server was re-attached")
+		}
+	}
+	// The console works after recovery (docker: through the new attach).
+	if code, out := call(t, p2.addr, token, "POST", "/servers/"+id+"/command", `{"command":"say back again"}`); code != 200 {
+		t.Fatalf("command: %d %v", code, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !consoleHas(t, p2.addr, token, id, "[Server] back again") {
+		if time.Now().After(deadline) {
+			t.Fatal("the command's output never reached the console")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, out := call(t, p2.addr, token, "DELETE", "/servers/"+id, ""); code != 200 {
+		t.Fatalf("delete: %d %v", code, out)
+	}
+	if rt == "docker" {
+		res, _ := cli.ContainerList(t.Context(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", "kiln.server="+id)})
+		if len(res.Items) != 0 {
+			t.Errorf("container left after delete: %v", res.Items)
+		}
+	}
+	if err := p2.stop(os.Interrupt); err != nil {
+		t.Errorf("kiln serve after SIGINT: %v\n%s", err, p2.Stderr())
+	}
+}
