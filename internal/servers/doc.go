@@ -1,12 +1,53 @@
-// Package servers owns game-server records: who owns them, their limits,
-// their state, and the queries over them.
+// Package servers owns game servers: their records (who owns them, their
+// limits, what the user asked for), their lifecycle on a node, their
+// console and their live figures. It knows nothing of HTTP.
 //
-// Today it lists and counts a team's servers; the lifecycle (install, power,
-// console, live resources) arrives with the servers issue and builds on the
-// same table. Live resource figures come from a background sampler so that a
-// list never waits on a runtime; until a runtime exists there is no server to
-// sample, and List reports zeros for servers it has no sample of.
+// Lifecycle: installing → offline → starting → running → stopping →
+// offline; crashed when an instance ends unasked. "running" means the
+// server answered a Server List Ping on its game port, not merely that a
+// process exists. Every status change is written to the database before it
+// is announced, and desired_state (running/stopped) records what the user
+// asked for, so a restart of kiln serve knows what to bring back.
 //
-// Every query is scoped by team id: a server of another team is simply not
-// found (ErrNotFound), never "forbidden". It knows nothing of HTTP.
+// What it must never do: open a user-named path (the files package's
+// resolver does that under Root), pick a runtime (the node has one), or
+// report a status it has not verified.
+//
+// Decisions:
+//   - Installs run in the background after Create/Reinstall answer 202; a
+//     failed install leaves offline plus install_error (the reason, as a
+//     sentence) and refuses power start with ErrInstallFailed until a
+//     reinstall succeeds. The installer writes whole files only, so a
+//     failure never leaves half a jar.
+//   - Restart policy: an unasked exit is restarted after a backoff
+//     (Options.RestartBackoff, doubling) at most 3 times in 10 minutes; the
+//     4th crash leaves the server crashed until a start by hand, which
+//     resets the budget. A crashed server stays crashed across restarts of
+//     kiln serve.
+//   - Recovery (Run, before Recovered is closed, and before kiln serve
+//     answers any request): a live docker container is re-adopted (console
+//     re-attached; output from then on). A process-runtime server died with
+//     kiln (parent-death signal); a survivor matching the stored
+//     pid:starttime is killed, never adopted twice; a server whose desired
+//     state is running is then started again. Stored statuses are made true
+//     first: a killed kiln leaves "running" behind. Roots without a server
+//     row (a delete interrupted after the row went) are removed.
+//   - Shutdown (SIGTERM of kiln serve): docker containers keep running;
+//     process-runtime servers get their stop command (their desired state
+//     stays running, so the next start brings them back).
+//   - Ports: the lowest port of the node's range that no server holds and
+//     nothing on the host listens on; a unique (node, port) index guards
+//     against a race between replicas.
+//   - Memory: memory_mb is the Java heap (Xms = Xmx); the runtime's hard
+//     limit adds a quarter (at least 128 MiB) for the JVM's own needs.
+//   - Console: a ring buffer of the last 2,000 lines per server (kept only
+//     in memory; a restart of kiln starts it afresh) and subscribers for
+//     the SSE stream; a subscriber that falls 512 events behind is dropped
+//     rather than slowing the server. Deleting a server ends its streams.
+//   - Live figures: CPU and memory are sampled every 5 s, disk every
+//     minute, in the background, so a list never waits on a runtime or a
+//     directory walk. DiskUsage measures on demand for the writers that
+//     enforce the disk limit (files, SFTP, snapshot restore).
+//   - Every query is scoped by team id: a server of another team is simply
+//     not found (ErrNotFound), never "forbidden".
 package servers

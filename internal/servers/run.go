@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -178,27 +177,6 @@ func (s *Service) sampleDisk() {
 		l.res.DiskBytes = n
 		l.mu.Unlock()
 	}
-}
-
-// DiskUsage adds up the sizes of the regular files under root, without
-// following symlinks.
-func DiskUsage(root string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				total += fi.Size()
-			}
-		}
-		return nil
-	})
-	return total, err
 }
 
 // shutdown stops background work. Servers of a runtime that keeps them

@@ -275,3 +275,47 @@ func TestRecoverAfterRestart(t *testing.T) {
 		}
 	})
 }
+
+// TestDiskUsage measures what the root holds, counts a symlink as a link
+// (never what it points to) and reports the limit.
+func TestDiskUsage(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{})
+	sv := newTestServer(t, env.Service, teamID)
+	root, err := env.Service.Root(t.Context(), teamID, sv.ID)
+	if err != nil || root != env.Node.Root(sv.ID) {
+		t.Fatalf("Root = %q, %v", root, err)
+	}
+	before, err := env.Service.DiskUsage(t.Context(), teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "world", "region"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "world", "region", "r.0.0.mca"), make([]byte, 100_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, make([]byte, 5_000_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(big, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := env.Service.DiskUsage(t.Context(), teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.UsedBytes != before.UsedBytes+100_000 || got.LimitBytes != 1024<<20 || got.Free() != 1024<<20-got.UsedBytes {
+		t.Errorf("DiskUsage = %+v (before %+v), want 100000 more used and a 1 GiB limit", got, before)
+	}
+	listed, _ := env.Service.Get(t.Context(), teamID, sv.ID)
+	if listed.Resources.DiskBytes != got.UsedBytes {
+		t.Errorf("disk_bytes = %d, want the fresh measure %d", listed.Resources.DiskBytes, got.UsedBytes)
+	}
+	if _, err := env.Service.DiskUsage(t.Context(), "team_other", sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("DiskUsage of another team's server = %v, want ErrNotFound", err)
+	}
+}
