@@ -268,21 +268,38 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 	if software == "" {
 		software = sv.Software
 	}
+	// Variables the new software does not know are dropped: they meant
+	// something only to the old one.
+	env := map[string]string{}
+	if p, ok := s.catalog.Get(software); ok {
+		for k, v := range sv.Env {
+			if _, known := p.Var(k); known {
+				env[k] = v
+			}
+		}
+	}
 	ns := NewServer{Name: sv.Name, Software: software, Version: version, MemoryMB: sv.MemoryMB,
-		DiskMB: sv.DiskMB, CPUPercent: sv.CPUPercent}
+		DiskMB: sv.DiskMB, CPUPercent: sv.CPUPercent, Env: env}
 	if _, err := s.checkSpec(&ns); err != nil {
 		return err
 	}
+	envJSON, _ := json.Marshal(ns.Env)
 	wasRunning := sv.DesiredState == "running"
 	_, err = s.db.Write().ExecContext(ctx,
-		`UPDATE servers SET software = $1, version = $2, status = $3, install_error = NULL, updated_at = $4 WHERE id = $5`,
-		ns.Software, ns.Version, StatusInstalling, store.Now(), id)
+		`UPDATE servers SET software = $1, version = $2, env = $3, status = $4, install_error = NULL, updated_at = $5
+		 WHERE id = $6`,
+		ns.Software, ns.Version, string(envJSON), StatusInstalling, store.Now(), id)
 	if err != nil {
 		return fmt.Errorf("reinstall %s: %w", id, err)
 	}
+	s.liveOf(id).setStatus(StatusInstalling)
 	s.goBackground(func(ctx context.Context) {
 		s.stop(ctx, id, false)
-		s.liveOf(id).setStatus(StatusInstalling)
+		// The stop recorded offline; the server is installing until the
+		// install records its outcome.
+		if err := s.setStatus(ctx, id, StatusInstalling); err != nil {
+			s.log.Error("reinstall", "server_id", id, "err", err)
+		}
 		s.install(ctx, id, wasRunning)
 	})
 	return nil

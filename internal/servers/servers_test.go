@@ -319,3 +319,39 @@ func TestDiskUsage(t *testing.T) {
 		t.Errorf("DiskUsage of another team's server = %v, want ErrNotFound", err)
 	}
 }
+
+// TestReinstallRunning reinstalls a running server: it is stopped,
+// reinstalled with the new version (world kept) and started again; a
+// server that is installing refuses power and another reinstall.
+func TestReinstallRunning(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{})
+	svc := env.Service
+	sv := newTestServer(t, svc, teamID)
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	if err := svc.Reinstall(t.Context(), teamID, sv.ID, "", "1.20.1"); err != nil {
+		t.Fatal(err)
+	}
+	// Right after the call the server is installing (or already stopping
+	// its instance first), in the database too.
+	if got, _ := svc.Get(t.Context(), teamID, sv.ID); got.Status != servers.StatusInstalling && got.Status != servers.StatusStopping {
+		t.Errorf("status right after Reinstall = %q, want installing or stopping", got.Status)
+	}
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil && !errors.Is(err, servers.ErrInstalling) {
+		t.Errorf("Power during a reinstall = %v, want nil (already done) or ErrInstalling", err)
+	}
+	waitConsole(t, svc, teamID, sv.ID, "[kiln] installed Kiln test server 1.20.1", 1)
+	got := waitFor(t, svc, teamID, sv.ID, "running 1.20.1", func(s servers.Server) bool {
+		return s.Status == servers.StatusRunning && s.Version == "1.20.1"
+	})
+	if _, err := os.Stat(filepath.Join(env.Node.Root(got.ID), "world")); err != nil {
+		t.Errorf("world/ after reinstall: %v", err)
+	}
+	if err := svc.Reinstall(t.Context(), teamID, sv.ID, "nope", ""); err == nil || !strings.Contains(err.Error(), "software") {
+		t.Errorf("Reinstall to unknown software = %v, want a validation error naming software", err)
+	}
+}
