@@ -216,10 +216,21 @@ func (s *Service) install(ctx context.Context, id string, startAfter bool) {
 		return
 	}
 	l.console.add(fmt.Sprintf("[kiln] installing %s %s", p.Name, sv.Version))
-	res, err := s.installer.Install(ctx, p, sv.Version, s.node.Root(id), sv.Env)
+	// Delete cancels an install in flight instead of waiting for it.
+	ictx, cancel := context.WithCancel(ctx)
+	l.mu.Lock()
+	l.cancelInstall = cancel
+	l.mu.Unlock()
+	defer func() {
+		cancel()
+		l.mu.Lock()
+		l.cancelInstall = nil
+		l.mu.Unlock()
+	}()
+	res, err := s.installer.Install(ictx, p, sv.Version, s.node.Root(id), sv.Env)
 	if err != nil {
-		if ctx.Err() != nil {
-			return // shutting down: the next start installs again
+		if ictx.Err() != nil {
+			return // deleted, or shutting down: the next start installs again
 		}
 		s.installFailed(ctx, l, id, err)
 		return
@@ -320,6 +331,12 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	if err := s.setDesired(ctx, id, "stopped"); err != nil {
 		return err
 	}
+	l := s.liveOf(id)
+	l.mu.Lock()
+	if l.cancelInstall != nil {
+		l.cancelInstall()
+	}
+	l.mu.Unlock()
 	s.stop(ctx, id, true)
 	if err := s.node.Runtime().Remove(ctx, id); err != nil {
 		return fmt.Errorf("remove runtime state of %s: %w", id, err)
@@ -332,12 +349,9 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 		return ErrNotFound
 	}
 	s.mu.Lock()
-	l := s.live[id]
 	delete(s.live, id)
 	s.mu.Unlock()
-	if l != nil {
-		l.console.end("deleted")
-	}
+	l.console.end("deleted")
 	if err := os.RemoveAll(s.node.Root(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Error("remove server files", "server_id", id, "err", err)
 	}

@@ -33,6 +33,7 @@ type live struct {
 	stopRequested bool
 	restarts      []time.Time
 	res           Resources
+	cancelInstall context.CancelFunc // of the install in flight, if any
 }
 
 func (l *live) setStatus(st string) {

@@ -165,10 +165,14 @@ type fillUpstream struct {
 	jar       []byte
 	sum       atomic.Value // string
 	downloads atomic.Int32
+	// hang, when set, makes the jar download wait until the client gives
+	// up; entered is signalled when it starts.
+	hang    bool
+	entered chan struct{}
 }
 
 func newFillUpstream(t *testing.T, jar []byte) *fillUpstream {
-	u := &fillUpstream{jar: jar}
+	u := &fillUpstream{jar: jar, entered: make(chan struct{}, 1)}
 	h := sha256.Sum256(jar)
 	u.sum.Store(hex.EncodeToString(h[:]))
 	mux := http.NewServeMux()
@@ -182,6 +186,11 @@ func newFillUpstream(t *testing.T, jar []byte) *fillUpstream {
 	})
 	mux.HandleFunc("GET /fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar", func(w http.ResponseWriter, r *http.Request) {
 		u.downloads.Add(1)
+		if u.hang {
+			u.entered <- struct{}{}
+			<-r.Context().Done()
+			return
+		}
 		w.Write(u.jar)
 	})
 	u.srv = httptest.NewServer(mux)
@@ -353,5 +362,34 @@ func TestReinstallRunning(t *testing.T) {
 	}
 	if err := svc.Reinstall(t.Context(), teamID, sv.ID, "nope", ""); err == nil || !strings.Contains(err.Error(), "software") {
 		t.Errorf("Reinstall to unknown software = %v, want a validation error naming software", err)
+	}
+}
+
+// TestDeleteWhileInstalling deletes a server whose download hangs: the
+// install is cancelled, the delete does not wait for it, and nothing of the
+// server is left.
+func TestDeleteWhileInstalling(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	up := newFillUpstream(t, []byte("jar"))
+	up.hang = true
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
+	sv, err := env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-up.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the install never reached the download")
+	}
+	if err := env.Service.Delete(t.Context(), teamID, sv.ID); err != nil {
+		t.Fatalf("Delete = %v", err)
+	}
+	if _, err := env.Service.Get(t.Context(), teamID, sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("Get after Delete = %v, want ErrNotFound", err)
+	}
+	if _, err := os.Stat(env.Node.Root(sv.ID)); !os.IsNotExist(err) {
+		t.Errorf("root after Delete: %v", err)
 	}
 }
