@@ -1,0 +1,304 @@
+package files
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+func newRoot(t *testing.T) (*Root, string) {
+	t.Helper()
+	dir := t.TempDir()
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r, dir
+}
+
+func write(t *testing.T, dir, rel, content string) {
+	t.Helper()
+	p := filepath.Join(dir, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClean(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		bad      bool
+	}{
+		{"", ".", false},
+		{"/", ".", false},
+		{"/plugins", "plugins", false},
+		{"plugins/", "plugins", false},
+		{"//a///b/./c", "a/b/c", false},
+		{"/a/../b", "", true},
+		{"..", "", true},
+		{"a/..", "", true},
+		{"a\x00b", "", true},
+		{"\xff", "", true},
+		{strings.Repeat("a", 256), "", true},
+		{strings.Repeat("a/", 2049), "", true},
+		{"a\\..\\b", "a\\..\\b", false}, // a backslash is a name character on Linux
+		{"...", "...", false},
+	} {
+		got, err := Clean("path", tc.in)
+		if tc.bad {
+			if _, ok := errors.AsType[*validate.Error](err); !ok {
+				t.Errorf("Clean(%q) = %q, %v; want a validation error", tc.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("Clean(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestListStatAndEntries(t *testing.T) {
+	r, dir := newRoot(t)
+	write(t, dir, "server.properties", "motd=hi\n")
+	write(t, dir, "world/level.dat", "\x0a\x00\x00")
+	write(t, dir, "noext", "#!/bin/sh\necho hi\n")
+	if err := os.Symlink("world", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "pipe"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list, err := r.List(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range list {
+		got = append(got, e.Name+" "+e.ModeString()+" "+e.ModeBits()+" "+e.MIME)
+	}
+	want := []string{
+		"world drwxr-xr-x 755 inode/directory",
+		"link lrwxrwxrwx 777 inode/symlink",
+		"noext -rw-r--r-- 644 text/plain; charset=utf-8",
+		"pipe prw------- 600 inode/fifo",
+		"server.properties -rw-r--r-- 644 text/x-java-properties",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("List = %q\nwant %q", got, want)
+	}
+	e, err := r.Stat("server.properties")
+	if err != nil || e.Size != 8 || e.CreatedAt.IsZero() || e.ModTime.Location().String() != "UTC" {
+		t.Errorf("Stat = %+v, %v", e, err)
+	}
+	if _, err := r.List("server.properties"); !errors.Is(err, ErrNotDirectory) {
+		t.Errorf("List(file) = %v, want ErrNotDirectory", err)
+	}
+	if _, err := r.List("nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("List(missing) = %v, want ErrNotFound", err)
+	}
+	// A FIFO is not read (and does not hang the request).
+	if _, err := r.ReadFile("pipe", 100); !errors.Is(err, ErrNotFile) {
+		t.Errorf("ReadFile(fifo) = %v, want ErrNotFile", err)
+	}
+	if _, err := r.ReadFile("server.properties", 7); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("ReadFile over the limit = %v, want ErrTooLarge", err)
+	}
+	// A symlink inside the root is followed for reads.
+	if b, err := r.ReadFile("link/level.dat", 100); err != nil || string(b) != "\x0a\x00\x00" {
+		t.Errorf("ReadFile through an inner link = %q, %v", b, err)
+	}
+}
+
+func TestWriteFileAtomicAndQuota(t *testing.T) {
+	r, dir := newRoot(t)
+	e, err := r.WriteFile("plugins/a/config.yml", strings.NewReader("a: 1\n"), 100)
+	if err != nil || e.Size != 5 || e.Name != "config.yml" || e.MIME != "application/yaml" {
+		t.Fatalf("WriteFile = %+v, %v", e, err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "plugins/a/config.yml"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Replacing gives back the old size: 5 old bytes + 3 free allow 8.
+	if _, err := r.WriteFile("plugins/a/config.yml", strings.NewReader("a: 1234\n"), 3); err != nil {
+		t.Fatalf("replace within the budget: %v", err)
+	}
+	if e, _ := r.Stat("plugins/a/config.yml"); e.Mode.Perm() != 0o600 {
+		t.Errorf("mode after replace = %v, want the old 0600 kept", e.Mode.Perm())
+	}
+	// Over the budget: nothing changes, no temporary file is left.
+	_, err = r.WriteFile("plugins/a/config.yml", bytes.NewReader(make([]byte, 100)), 10)
+	if !errors.Is(err, ErrQuota) {
+		t.Fatalf("WriteFile over quota = %v, want ErrQuota", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "plugins/a/config.yml")); string(b) != "a: 1234\n" {
+		t.Errorf("content after a refused write = %q", b)
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "plugins/a"))
+	if len(ents) != 1 {
+		t.Errorf("directory after a refused write holds %d entries, want 1 (no temp file)", len(ents))
+	}
+	// A directory is not replaced.
+	if _, err := r.WriteFile("plugins", strings.NewReader("x"), 100); !errors.Is(err, ErrNotFile) {
+		t.Errorf("WriteFile over a directory = %v, want ErrNotFile", err)
+	}
+	// A symlink at the target is replaced, never written through.
+	outside := filepath.Join(t.TempDir(), "victim")
+	write(t, filepath.Dir(outside), "victim", "untouched")
+	if err := os.Symlink(outside, filepath.Join(dir, "evil")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.WriteFile("evil", strings.NewReader("pwned"), 100); err != nil {
+		t.Fatalf("WriteFile over a symlink = %v", err)
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "untouched" {
+		t.Errorf("the symlink's target was written: %q", b)
+	}
+	if fi, _ := os.Lstat(filepath.Join(dir, "evil")); !fi.Mode().IsRegular() {
+		t.Errorf("evil is %v, want a regular file replacing the link", fi.Mode())
+	}
+}
+
+func TestRenameCopyDeleteChmodMkdir(t *testing.T) {
+	r, dir := newRoot(t)
+	write(t, dir, "a.txt", "hello")
+	write(t, dir, "b.txt", "other")
+	if err := r.Rename("a.txt", "sub/dir/a.txt"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Rename("b.txt", "sub/dir/a.txt"); !errors.Is(err, ErrExists) {
+		t.Errorf("Rename onto an existing file = %v, want ErrExists", err)
+	}
+	if err := r.Rename("sub", "sub/dir/x"); err == nil {
+		t.Error("Rename into itself succeeded")
+	}
+	c1, err := r.Copy("sub/dir/a.txt", 100)
+	if err != nil || c1.Name != "a copy.txt" {
+		t.Fatalf("Copy = %+v, %v", c1, err)
+	}
+	c2, _ := r.Copy("sub/dir/a.txt", 100)
+	if c2.Name != "a copy 2.txt" {
+		t.Errorf("second copy = %q, want %q", c2.Name, "a copy 2.txt")
+	}
+	if _, err := r.Copy("sub/dir/a.txt", 4); !errors.Is(err, ErrQuota) {
+		t.Errorf("Copy over quota = %v, want ErrQuota", err)
+	}
+	if _, err := r.Copy("sub", 100); !errors.Is(err, ErrNotFile) {
+		t.Errorf("Copy(dir) = %v, want ErrNotFile", err)
+	}
+	if err := r.Chmod("sub/dir/a.txt", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "sub/dir/a.txt")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode = %v", fi.Mode())
+	}
+	if _, err := ParseMode("mode", "4755"); err == nil {
+		t.Error("ParseMode accepted setuid")
+	}
+	if m, err := ParseMode("mode", "0750"); err != nil || m != 0o750 {
+		t.Errorf("ParseMode(0750) = %v, %v", m, err)
+	}
+	if err := r.Mkdir("x/y/z"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Mkdir("sub/dir/a.txt"); !errors.Is(err, ErrExists) {
+		t.Errorf("Mkdir over a file = %v, want ErrExists", err)
+	}
+	if err := r.Delete("sub"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sub")); !os.IsNotExist(err) {
+		t.Errorf("sub after Delete: %v", err)
+	}
+	if err := r.Delete("."); err == nil {
+		t.Error("Delete(root) succeeded")
+	}
+	if err := r.Delete("nope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Delete(missing) = %v", err)
+	}
+}
+
+func TestSearch(t *testing.T) {
+	r, dir := newRoot(t)
+	write(t, dir, "plugins/Essentials/config.yml", "x")
+	write(t, dir, "plugins/LuckPerms/CONFIG.YML", "x")
+	write(t, dir, "world/region/r.0.0.mca", "x")
+	deep := strings.Repeat("d/", 40)
+	write(t, dir, deep+"config.yml", "x")
+	if err := os.Symlink("/etc", filepath.Join(dir, "etc-link")); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := NewMatcher("pattern", "*.yml")
+	res, truncated, err := r.Search(context.Background(), ".", m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, x := range res {
+		got = append(got, x.Directory+"/"+x.Entry.Name)
+	}
+	slices.Sort(got)
+	want := []string{"/plugins/Essentials/config.yml", "/plugins/LuckPerms/CONFIG.YML"}
+	if !slices.Equal(got, want) || !truncated {
+		t.Errorf("Search(*.yml) = %q truncated=%v; want %q and truncated (depth bound)", got, truncated, want)
+	}
+	m, _ = NewMatcher("pattern", "REGION")
+	res, _, _ = r.Search(context.Background(), ".", m)
+	if len(res) != 1 || res[0].Directory != "/world" || !res[0].Entry.IsDir() {
+		t.Errorf("Search(REGION) = %+v", res)
+	}
+	// Nothing behind the /etc link is found.
+	m, _ = NewMatcher("pattern", "passwd")
+	if res, _, _ = r.Search(context.Background(), ".", m); len(res) != 0 {
+		t.Errorf("Search followed a symlink out: %+v", res)
+	}
+	if _, err := NewMatcher("pattern", "[a"); err == nil {
+		t.Error("NewMatcher accepted a broken glob")
+	}
+}
+
+func TestOpenReadStreams(t *testing.T) {
+	r, dir := newRoot(t)
+	write(t, dir, "big.bin", strings.Repeat("x", 1<<20))
+	f, e, err := r.OpenRead("big.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, _ := io.Copy(io.Discard, f)
+	if n != 1<<20 || e.Size != 1<<20 {
+		t.Errorf("read %d bytes, entry size %d", n, e.Size)
+	}
+	if _, _, err := r.OpenRead("."); !errors.Is(err, ErrNotFile) {
+		t.Errorf("OpenRead(dir) = %v", err)
+	}
+}
+
+// Root methods take only cleaned paths: a raw user string is a bug and is
+// refused, never resolved.
+func TestUncleanPathsRefused(t *testing.T) {
+	r, _ := newRoot(t)
+	for _, p := range []string{"/", "/etc/passwd", "../x", "a/../b", "a//b", ""} {
+		if _, err := r.List(p); !errors.Is(err, errUnclean) {
+			t.Errorf("List(%q) = %v, want errUnclean", p, err)
+		}
+		if _, err := r.WriteFile(p, strings.NewReader("x"), 10); !errors.Is(err, errUnclean) {
+			t.Errorf("WriteFile(%q) = %v, want errUnclean", p, err)
+		}
+		if err := r.Delete(p); !errors.Is(err, errUnclean) {
+			t.Errorf("Delete(%q) = %v, want errUnclean", p, err)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package files
+
+import (
+	"strings"
+	"unicode/utf8"
+
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// Limits on what a user may name.
+const (
+	MaxPathLen = 4096 // bytes, as PATH_MAX
+	MaxNameLen = 255  // bytes of one component, as NAME_MAX
+)
+
+// Clean turns a user's server-relative path ("/plugins/x.yml", "plugins/x.yml",
+// "/", "") into a path relative to the root ("plugins/x.yml", "."). A leading
+// "/" means the server's root, never the host's. It refuses, with a
+// *validate.Error at field, NUL bytes, invalid UTF-8, ".." components (even
+// ones that would stay inside: a path names one place, without detours),
+// over-long paths and components. It does not touch the file system:
+// symlinks are the resolver's business.
+func Clean(field, p string) (string, error) {
+	switch {
+	case len(p) > MaxPathLen:
+		return "", validate.Errorf(field, "is longer than %d bytes", MaxPathLen)
+	case strings.IndexByte(p, 0) >= 0:
+		return "", validate.Errorf(field, "must not contain NUL bytes")
+	case !utf8.ValidString(p):
+		return "", validate.Errorf(field, "must be valid UTF-8")
+	}
+	parts := make([]string, 0, strings.Count(p, "/")+1)
+	for part := range strings.SplitSeq(p, "/") {
+		switch part {
+		case "", ".":
+			continue
+		case "..":
+			return "", validate.Errorf(field, "must not contain \"..\" segments")
+		}
+		if len(part) > MaxNameLen {
+			return "", validate.Errorf(field, "has a name longer than %d bytes", MaxNameLen)
+		}
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return ".", nil
+	}
+	return strings.Join(parts, "/"), nil
+}
+
+// Join cleans dir and name (both user input) and joins them; name may hold
+// slashes ("config/a.yml" under "/plugins").
+func Join(dirField, dir, nameField, name string) (string, error) {
+	d, err := Clean(dirField, dir)
+	if err != nil {
+		return "", err
+	}
+	n, err := Clean(nameField, name)
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case n == ".":
+		return d, nil
+	case d == ".":
+		return n, nil
+	}
+	j := d + "/" + n
+	if len(j) > MaxPathLen {
+		return "", validate.Errorf(nameField, "makes a path longer than %d bytes", MaxPathLen)
+	}
+	return j, nil
+}
+
+// Display is the user's form of a root-relative path: "/" + path.
+func Display(rel string) string {
+	if rel == "." || rel == "" {
+		return "/"
+	}
+	return "/" + rel
+}

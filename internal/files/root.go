@@ -1,0 +1,218 @@
+package files
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is one server's file tree. It wraps an os.Root: every operation is
+// relative to the directory handle opened at Open, and no path — however it
+// is built, whatever symlinks it meets — reaches outside.
+//
+// Paths given to Root methods are already cleaned (Clean, Join): relative,
+// without "..". A method never accepts a raw user string.
+type Root struct {
+	r   *os.Root
+	dir string
+}
+
+// Open opens the server root at dir (an absolute host path from the node).
+func Open(dir string) (*Root, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open server root: %w", classify(err))
+	}
+	return &Root{r: r, dir: dir}, nil
+}
+
+// Close releases the directory handle.
+func (r *Root) Close() error { return r.r.Close() }
+
+// errUnclean means a caller passed a path that did not come from Clean:
+// a bug in Kiln, refused rather than resolved.
+var errUnclean = errors.New("files: path was not cleaned")
+
+// checkClean refuses any path that Clean would change.
+func checkClean(paths ...string) error {
+	for _, p := range paths {
+		if c, err := Clean("path", p); err != nil || c != p {
+			return fmt.Errorf("%w: %q", errUnclean, p)
+		}
+	}
+	return nil
+}
+
+// withDir runs fn with a file descriptor of directory rel (following
+// symlinks inside the root only, as os.Root does). Entries are then read
+// and stat'ed relative to that descriptor, never by a host path.
+func (r *Root) withDir(rel string, fn func(fd int, f *os.File) error) error {
+	if err := checkClean(rel); err != nil {
+		return err
+	}
+	f, err := r.r.Open(rel)
+	if err != nil {
+		return classify(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return classify(err)
+	}
+	if !fi.IsDir() {
+		return ErrNotDirectory
+	}
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := sc.Control(func(fd uintptr) { ferr = fn(int(fd), f) }); err != nil {
+		return err
+	}
+	return ferr
+}
+
+const statxMask = unix.STATX_TYPE | unix.STATX_MODE | unix.STATX_SIZE | unix.STATX_MTIME | unix.STATX_BTIME
+
+// statAt stats name in the directory fd without following a final symlink.
+func statAt(fd int, name string) (Entry, error) {
+	var st unix.Statx_t
+	if err := unix.Statx(fd, name, unix.AT_SYMLINK_NOFOLLOW|unix.AT_STATX_SYNC_AS_STAT, statxMask, &st); err != nil {
+		return Entry{}, classify(&os.PathError{Op: "statx", Path: name, Err: err})
+	}
+	return fromStatx(name, &st), nil
+}
+
+// sniffAt reads the first 512 bytes of a regular file name in fd, never
+// following a symlink and never blocking on a FIFO.
+func sniffAt(fd int, name string) []byte {
+	nfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(nfd)
+	buf := make([]byte, 512)
+	n, _ := unix.Read(nfd, buf)
+	if n <= 0 {
+		return nil
+	}
+	return buf[:n]
+}
+
+// Stat describes rel itself (a symlink is described, not followed).
+func (r *Root) Stat(rel string) (Entry, error) {
+	dir, name := path.Dir(rel), path.Base(rel)
+	var e Entry
+	err := r.withDir(dir, func(fd int, _ *os.File) error {
+		var err error
+		if e, err = statAt(fd, name); err != nil {
+			return err
+		}
+		if name == "." {
+			e.Name = "/"
+		}
+		e.MIME = typeOf(e, func() []byte { return sniffAt(fd, name) })
+		return nil
+	})
+	return e, err
+}
+
+// List returns the entries of directory rel, directories first, then by
+// name (byte order). Symlinks are listed as links, never followed.
+func (r *Root) List(rel string) ([]Entry, error) {
+	var out []Entry
+	err := r.withDir(rel, func(fd int, f *os.File) error {
+		names, err := f.Readdirnames(-1)
+		if err != nil {
+			return classify(err)
+		}
+		out = make([]Entry, 0, len(names))
+		for _, n := range names {
+			e, err := statAt(fd, n)
+			if errors.Is(err, ErrNotFound) {
+				continue // removed meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			e.MIME = typeOf(e, func() []byte { return sniffAt(fd, n) })
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Entry) int {
+		if a.IsDir() != b.IsDir() {
+			if a.IsDir() {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out, nil
+}
+
+// OpenRead opens regular file rel for reading (symlinks inside the root are
+// followed). A directory, device, FIFO or socket is ErrNotFile: it is
+// opened non-blocking and checked on the open descriptor, so swapping the
+// path meanwhile changes nothing.
+func (r *Root) OpenRead(rel string) (*os.File, Entry, error) {
+	if err := checkClean(rel); err != nil {
+		return nil, Entry{}, err
+	}
+	f, err := r.r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, Entry{}, classify(err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, Entry{}, classify(err)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, Entry{}, ErrNotFile
+	}
+	// Regular files ignore O_NONBLOCK for reads; clear it anyway so a
+	// streamed download uses ordinary blocking reads.
+	if sc, err := f.SyscallConn(); err == nil {
+		_ = sc.Control(func(fd uintptr) { _ = unix.SetNonblock(int(fd), false) })
+	}
+	e := Entry{Name: path.Base(rel), Size: fi.Size(), Mode: fi.Mode(), ModTime: fi.ModTime().UTC()}
+	e.CreatedAt = e.ModTime
+	e.MIME = typeOf(e, func() []byte { return nil })
+	return f, e, nil
+}
+
+// ReadFile returns the content of regular file rel when it is at most max
+// bytes; ErrTooLarge otherwise (measured on what is read, not only on the
+// size the inode claims).
+func (r *Root) ReadFile(rel string, max int64) ([]byte, error) {
+	f, e, err := r.OpenRead(rel)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if e.Size > max {
+		return nil, ErrTooLarge
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", Display(rel), err)
+	}
+	if int64(len(data)) > max {
+		return nil, ErrTooLarge
+	}
+	return data, nil
+}

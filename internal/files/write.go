@@ -1,0 +1,120 @@
+package files
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+)
+
+// tmpPrefix names the temporary files of atomic writes; a crash may leave
+// one behind (it is then an ordinary file the user can see and delete).
+const tmpPrefix = ".kiln-tmp-"
+
+// quotaWriter passes writes through until more than budget bytes were
+// written, then fails with ErrQuota: the limit is enforced on bytes
+// actually written, never on a size someone claimed.
+type quotaWriter struct {
+	w      io.Writer
+	budget int64
+	n      int64
+}
+
+func (q *quotaWriter) Write(p []byte) (int, error) {
+	if q.n+int64(len(p)) > q.budget {
+		return 0, ErrQuota
+	}
+	n, err := q.w.Write(p)
+	q.n += int64(n)
+	return n, err
+}
+
+// WriteFile replaces (or creates) regular file rel with what src yields,
+// atomically: the data goes to a temporary file in the same directory,
+// is synced, then renamed over rel, so readers see the old or the new file,
+// never half. Parents are created. A symlink at rel is replaced, never
+// written through; a directory there is ErrNotFile. free is what the
+// server may still grow by: the replaced file's size is given back, and
+// passing the budget stops the write, removes the temporary file and
+// returns ErrQuota. An existing file keeps its permission bits.
+func (r *Root) WriteFile(rel string, src io.Reader, free int64) (Entry, error) {
+	if err := checkClean(rel); err != nil {
+		return Entry{}, err
+	}
+	if rel == "." {
+		return Entry{}, ErrNotFile
+	}
+	perm := fs.FileMode(0o644)
+	budget := free
+	if old, err := r.Stat(rel); err == nil {
+		switch {
+		case old.IsDir():
+			return Entry{}, ErrNotFile
+		case old.IsFile():
+			perm = old.Mode.Perm()
+			budget += old.Size
+		}
+	} else if !errors.Is(err, ErrNotFound) {
+		return Entry{}, err
+	}
+	dir := path.Dir(rel)
+	if err := r.r.MkdirAll(dir, 0o755); err != nil {
+		return Entry{}, classify(err)
+	}
+	tmp, f, err := r.createTemp(dir, perm)
+	if err != nil {
+		return Entry{}, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			f.Close()
+			_ = r.r.Remove(tmp)
+		}
+	}()
+	if _, err := io.Copy(&quotaWriter{w: f, budget: budget}, src); err != nil {
+		if errors.Is(err, ErrQuota) {
+			return Entry{}, ErrQuota
+		}
+		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
+	}
+	if err := f.Sync(); err != nil {
+		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
+	}
+	if err := f.Close(); err != nil {
+		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
+	}
+	if err := r.r.Rename(tmp, rel); err != nil {
+		return Entry{}, classify(err)
+	}
+	committed = true
+	return r.Stat(rel)
+}
+
+// createTemp makes a new, exclusive temporary file in dir.
+func (r *Root) createTemp(dir string, perm fs.FileMode) (string, *os.File, error) {
+	for range 10 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		name := path.Join(dir, tmpPrefix+hex.EncodeToString(b[:]))
+		f, err := r.r.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", nil, classify(err)
+		}
+		// The umask may have narrowed perm; set it as asked.
+		if err := f.Chmod(perm); err != nil {
+			f.Close()
+			_ = r.r.Remove(name)
+			return "", nil, err
+		}
+		return name, f, nil
+	}
+	return "", nil, errors.New("no free temporary file name")
+}
