@@ -20,6 +20,7 @@ import (
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/ratelimit"
@@ -206,7 +207,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}, log)
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
-		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Metrics: m, Ready: db.Ping,
+		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
+		Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -32,6 +33,7 @@ type Deps struct {
 	Limiter ratelimit.Limiter
 	Servers *servers.Service
 	Catalog *catalog.Catalog
+	Files   *files.Service
 	Metrics *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error

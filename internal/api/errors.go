@@ -3,9 +3,11 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -20,6 +22,11 @@ const (
 	codeServerOffline    = "SERVER_OFFLINE"
 	codeConflict         = "CONFLICT"
 	codeNotFound         = "NOT_FOUND"
+	codeFileNotFound     = "FILE_NOT_FOUND"
+	codeNotADirectory    = "NOT_A_DIRECTORY"
+	codeNotAFile         = "NOT_A_FILE"
+	codeFileTooLarge     = "FILE_TOO_LARGE"
+	codeQuotaExceeded    = "QUOTA_EXCEEDED"
 	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	codePayloadTooLarge  = "PAYLOAD_TOO_LARGE"
 	codeUnsupportedMedia = "UNSUPPORTED_MEDIA_TYPE"
@@ -73,8 +80,26 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusBadGateway, errorBody{Error: "the server is not running", Code: codeServerOffline}
 	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrNoPort), errors.Is(err, servers.ErrInstallFailed):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
+	case errors.Is(err, files.ErrNotFound):
+		return http.StatusNotFound, errorBody{Error: "file not found", Code: codeFileNotFound}
+	case errors.Is(err, files.ErrNotDirectory):
+		return http.StatusUnprocessableEntity, errorBody{Error: "not a directory", Code: codeNotADirectory}
+	case errors.Is(err, files.ErrNotFile):
+		return http.StatusUnprocessableEntity, errorBody{Error: "not a regular file", Code: codeNotAFile}
+	case errors.Is(err, files.ErrSymlink):
+		return http.StatusUnprocessableEntity, errorBody{Error: "is a symbolic link: its own mode cannot be changed, and Kiln never acts through it", Code: codeNotAFile}
+	case errors.Is(err, files.ErrExists):
+		return http.StatusConflict, errorBody{Error: "the destination already exists", Code: codeConflict}
+	case errors.Is(err, files.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("the file is larger than %d bytes; download it instead", files.MaxContents), Code: codeFileTooLarge}
+	case errors.Is(err, files.ErrQuota):
+		return http.StatusInsufficientStorage, errorBody{Error: "the server's disk limit would be exceeded; nothing was written", Code: codeQuotaExceeded}
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, errorBody{Error: "the request took too long", Code: codeUnavailable}
 	}
 	return http.StatusInternalServerError, errorBody{Error: "internal error; the request id identifies it in the server log", Code: codeInternal}
+}
+
+func validationf(path, format string, args ...any) error {
+	return validate.Errorf(path, format, args...)
 }

@@ -20,6 +20,7 @@ import (
 	validator "github.com/pb33f/libopenapi-validator"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
@@ -147,7 +148,7 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	cfg := Config{RateLimit: 1000}
 	env := serverstest.New(t, db, serverstest.Options{})
-	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Metrics: metrics.New(), Ready: db.Ping}
+	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service), Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

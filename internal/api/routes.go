@@ -33,5 +33,15 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: "/servers/{id}/console", op: "getServerConsole", h: s.getConsole},
 		{method: http.MethodGet, path: "/servers/{id}/console/stream", op: "streamServerConsole", h: s.streamConsole},
 		{method: http.MethodPost, path: "/servers/{id}/reinstall", op: "reinstallServer", h: s.reinstallServer},
+		{method: http.MethodGet, path: "/servers/{id}/files/list", op: "listFiles", h: s.listFiles},
+		{method: http.MethodGet, path: "/servers/{id}/files/contents", op: "getFileContents", h: s.fileContents},
+		{method: http.MethodGet, path: "/servers/{id}/files/download", op: "downloadFile", h: s.downloadFile},
+		{method: http.MethodPost, path: "/servers/{id}/files/write", op: "writeFile", limit: limitFilesWrite, h: s.writeFile},
+		{method: http.MethodPost, path: "/servers/{id}/files/create-directory", op: "createDirectory", h: s.createDirectory},
+		{method: http.MethodPost, path: "/servers/{id}/files/rename", op: "renameFiles", h: s.renameFiles},
+		{method: http.MethodPost, path: "/servers/{id}/files/copy", op: "copyFile", h: s.copyFile},
+		{method: http.MethodPost, path: "/servers/{id}/files/delete", op: "deleteFiles", limit: limitFilesDelete, h: s.deleteFiles},
+		{method: http.MethodPost, path: "/servers/{id}/files/chmod", op: "chmodFiles", h: s.chmodFiles},
+		{method: http.MethodGet, path: "/servers/{id}/files/search", op: "searchFiles", limit: limitFilesSearch, h: s.searchFiles},
 	}
 }

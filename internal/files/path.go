@@ -1,6 +1,7 @@
 package files
 
 import (
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -78,4 +79,13 @@ func Display(rel string) string {
 		return "/"
 	}
 	return "/" + rel
+}
+
+func validationf(path, format string, args ...any) error {
+	return validate.Errorf(path, format, args...)
+}
+
+// fieldAt names the field of a batch item: files[3].from.
+func fieldAt(list string, i int, field string) string {
+	return validate.Join(list, "["+strconv.Itoa(i)+"]", field)
 }

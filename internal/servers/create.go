@@ -155,8 +155,11 @@ func (s *Service) Create(ctx context.Context, teamID string, ns NewServer) (Serv
 		return Server{}, fmt.Errorf("create server root: %w", err)
 	}
 	s.liveOf(id).setStatus(StatusInstalling)
+	// Read the record before the install starts: the answer shows the
+	// server as created (installing), however fast the install is.
+	sv, err := s.Get(ctx, teamID, id)
 	s.goBackground(func(ctx context.Context) { s.install(ctx, id, false) })
-	return s.Get(ctx, teamID, id)
+	return sv, err
 }
 
 // freePort returns the lowest game port of the node that no server holds

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"path/filepath"
+	"time"
 )
 
 // Disk is a server's disk limit and what its root holds, for the
@@ -28,6 +29,79 @@ func (s *Service) Root(ctx context.Context, teamID, id string) (string, error) {
 	return s.node.Root(id), nil
 }
 
+// diskFresh is how old a disk measurement may be when a write asks for the
+// free space: within it, Kiln's own writes are added to the last walk
+// (Wrote); past it, the root is walked again, which also catches what the
+// game server itself wrote.
+const diskFresh = 5 * time.Second
+
+// Access is what an operation on a server's files needs: its root and, for
+// a write, how many bytes it may still add before the disk limit.
+type Access struct {
+	Root string
+	Free int64
+}
+
+// Access checks that one of the team's servers exists and returns its
+// root; with write, also its free space, and ErrInstalling while the
+// installer writes into the root. Errors: ErrNotFound, ErrInstalling.
+func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Access, error) {
+	sv, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return Access{}, err
+	}
+	a := Access{Root: s.node.Root(id)}
+	if !write {
+		return a, nil
+	}
+	if sv.Status == StatusInstalling {
+		return Access{}, ErrInstalling
+	}
+	l := s.liveOf(id)
+	l.mu.Lock()
+	used, at := l.res.DiskBytes, l.diskAt
+	l.mu.Unlock()
+	if time.Since(at) > diskFresh {
+		if used, err = s.measure(id); err != nil {
+			return Access{}, err
+		}
+	}
+	a.Free = max(0, int64(sv.DiskMB)<<20-used)
+	return a, nil
+}
+
+// Wrote tells the server's disk figure that Kiln added (or, negative,
+// removed) delta bytes in its root.
+func (s *Service) Wrote(id string, delta int64) {
+	l := s.liveOf(id)
+	l.mu.Lock()
+	l.res.DiskBytes = max(0, l.res.DiskBytes+delta)
+	l.mu.Unlock()
+}
+
+// DiskChanged makes the next write measure the root again (after an
+// operation whose effect on the size is not known, such as deleting a
+// directory).
+func (s *Service) DiskChanged(id string) {
+	l := s.liveOf(id)
+	l.mu.Lock()
+	l.diskAt = time.Time{}
+	l.mu.Unlock()
+}
+
+// measure walks a server's root and records the figure.
+func (s *Service) measure(id string) (int64, error) {
+	used, err := DiskUsage(s.node.Root(id))
+	if err != nil {
+		return 0, err
+	}
+	l := s.liveOf(id)
+	l.mu.Lock()
+	l.res.DiskBytes, l.diskAt = used, time.Now()
+	l.mu.Unlock()
+	return used, nil
+}
+
 // DiskUsage measures one of the team's servers now (a walk of its root;
 // symlinks are counted as links, never followed), records the figure as
 // its latest disk sample and returns it with the limit. Errors:
@@ -37,14 +111,10 @@ func (s *Service) DiskUsage(ctx context.Context, teamID, id string) (Disk, error
 	if err != nil {
 		return Disk{}, err
 	}
-	used, err := DiskUsage(s.node.Root(id))
+	used, err := s.measure(id)
 	if err != nil {
 		return Disk{}, err
 	}
-	l := s.liveOf(id)
-	l.mu.Lock()
-	l.res.DiskBytes = used
-	l.mu.Unlock()
 	return Disk{LimitBytes: int64(sv.DiskMB) << 20, UsedBytes: used}, nil
 }
 

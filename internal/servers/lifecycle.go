@@ -33,6 +33,7 @@ type live struct {
 	stopRequested bool
 	restarts      []time.Time
 	res           Resources
+	diskAt        time.Time          // when res.DiskBytes was last measured by a walk
 	cancelInstall context.CancelFunc // of the install in flight, if any
 }
 

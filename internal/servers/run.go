@@ -168,14 +168,8 @@ func (s *Service) sampleInstances(ctx context.Context) {
 }
 
 func (s *Service) sampleDisk() {
-	for id, l := range s.snapshotLive() {
-		n, err := DiskUsage(s.node.Root(id))
-		if err != nil {
-			continue
-		}
-		l.mu.Lock()
-		l.res.DiskBytes = n
-		l.mu.Unlock()
+	for id := range s.snapshotLive() {
+		_, _ = s.measure(id)
 	}
 }
 

@@ -1,0 +1,298 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/servers"
+)
+
+// Servers is what file operations need of the servers package.
+type Servers interface {
+	// Access returns the server's root and, for a write, its free space.
+	Access(ctx context.Context, teamID, id string, write bool) (servers.Access, error)
+	// Wrote adjusts the server's disk figure by what a write added.
+	Wrote(id string, delta int64)
+	// DiskChanged makes the next write measure the root again.
+	DiskChanged(id string)
+}
+
+// Service runs file operations on a team's servers: it finds the root
+// (404 for another team's server), opens it with the resolver, runs the
+// operation and keeps the disk figure current. Paths given to it are the
+// user's, not yet cleaned: every method cleans them, naming the request
+// field in validation errors.
+type Service struct {
+	servers Servers
+}
+
+// NewService returns a Service over srv.
+func NewService(srv Servers) *Service { return &Service{servers: srv} }
+
+// Limits of the API (api.md §4).
+const (
+	MaxContents   = 10 << 20  // GET contents
+	MaxWrite      = 100 << 20 // POST write
+	MaxBatchFiles = 1000      // files in one rename, delete or chmod
+	// SearchTimeout bounds one search; what was found by then is answered
+	// (marked truncated).
+	SearchTimeout = 10 * time.Second
+)
+
+// open checks access and opens the server's root.
+func (s *Service) open(ctx context.Context, teamID, id string, write bool) (*Root, servers.Access, error) {
+	a, err := s.servers.Access(ctx, teamID, id, write)
+	if err != nil {
+		return nil, a, err
+	}
+	r, err := Open(a.Root)
+	if err != nil {
+		return nil, a, err
+	}
+	return r, a, nil
+}
+
+// List lists directory dir of a server.
+func (s *Service) List(ctx context.Context, teamID, id, dir string) ([]Entry, error) {
+	rel, err := Clean("directory", dir)
+	if err != nil {
+		return nil, err
+	}
+	r, _, err := s.open(ctx, teamID, id, false)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.List(rel)
+}
+
+// Contents returns a file's bytes when they are at most MaxContents.
+func (s *Service) Contents(ctx context.Context, teamID, id, file string) ([]byte, error) {
+	rel, err := Clean("file", file)
+	if err != nil {
+		return nil, err
+	}
+	r, _, err := s.open(ctx, teamID, id, false)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return r.ReadFile(rel, MaxContents)
+}
+
+// Download opens a regular file for streaming; the caller closes it.
+func (s *Service) Download(ctx context.Context, teamID, id, file string) (*os.File, Entry, error) {
+	rel, err := Clean("file", file)
+	if err != nil {
+		return nil, Entry{}, err
+	}
+	r, _, err := s.open(ctx, teamID, id, false)
+	if err != nil {
+		return nil, Entry{}, err
+	}
+	defer r.Close() // the open file stays valid without the root handle
+	return r.OpenRead(rel)
+}
+
+// Write replaces a file with body atomically, creating parents.
+func (s *Service) Write(ctx context.Context, teamID, id, file string, body io.Reader) (Entry, error) {
+	rel, err := Clean("file", file)
+	if err != nil {
+		return Entry{}, err
+	}
+	if rel == "." {
+		return Entry{}, ErrNotFile
+	}
+	r, a, err := s.open(ctx, teamID, id, true)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer r.Close()
+	var old int64
+	if e, err := r.Stat(rel); err == nil && e.IsFile() {
+		old = e.Size
+	}
+	e, err := r.WriteFile(rel, body, a.Free)
+	if err != nil {
+		return Entry{}, err
+	}
+	s.servers.Wrote(id, e.Size-old)
+	return e, nil
+}
+
+// CreateDirectory creates name under root (and missing parents).
+func (s *Service) CreateDirectory(ctx context.Context, teamID, id, root, name string) error {
+	if name == "" {
+		return validationf("name", "is required")
+	}
+	rel, err := Join("root", root, "name", name)
+	if err != nil {
+		return err
+	}
+	r, _, err := s.open(ctx, teamID, id, true)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.Mkdir(rel)
+}
+
+// Move is one rename of a batch.
+type Move struct{ From, To string }
+
+// Rename applies moves (relative to root) in order. Every path is checked
+// before anything moves; an operation that fails stops the batch, the
+// moves before it stay done.
+func (s *Service) Rename(ctx context.Context, teamID, id, root string, moves []Move) error {
+	if err := batchSize(len(moves)); err != nil {
+		return err
+	}
+	type pair struct{ from, to string }
+	pairs := make([]pair, len(moves))
+	for i, m := range moves {
+		f, err := Join("root", root, fieldAt("files", i, "from"), m.From)
+		if err != nil {
+			return err
+		}
+		t, err := Join("root", root, fieldAt("files", i, "to"), m.To)
+		if err != nil {
+			return err
+		}
+		pairs[i] = pair{f, t}
+	}
+	r, _, err := s.open(ctx, teamID, id, true)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for _, p := range pairs {
+		if err := r.Rename(p.from, p.to); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Copy copies a regular file next to itself ("name copy.ext").
+func (s *Service) Copy(ctx context.Context, teamID, id, location string) (Entry, error) {
+	rel, err := Clean("location", location)
+	if err != nil {
+		return Entry{}, err
+	}
+	r, a, err := s.open(ctx, teamID, id, true)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer r.Close()
+	e, err := r.Copy(rel, a.Free)
+	if err != nil {
+		return Entry{}, err
+	}
+	s.servers.Wrote(id, e.Size)
+	return e, nil
+}
+
+// Delete removes files (relative to root), directories recursively.
+func (s *Service) Delete(ctx context.Context, teamID, id, root string, names []string) error {
+	if err := batchSize(len(names)); err != nil {
+		return err
+	}
+	rels := make([]string, len(names))
+	for i, n := range names {
+		rel, err := Join("root", root, fieldAt("files", i, ""), n)
+		if err != nil {
+			return err
+		}
+		if rel == "." {
+			return validationf(fieldAt("files", i, ""), "names the server's root directory, which cannot be deleted")
+		}
+		rels[i] = rel
+	}
+	r, _, err := s.open(ctx, teamID, id, true)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	defer s.servers.DiskChanged(id)
+	for _, rel := range rels {
+		if err := r.Delete(rel); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ModeChange is one chmod of a batch.
+type ModeChange struct{ File, Mode string }
+
+// Chmod sets permission bits of files (relative to root).
+func (s *Service) Chmod(ctx context.Context, teamID, id, root string, changes []ModeChange) error {
+	if err := batchSize(len(changes)); err != nil {
+		return err
+	}
+	type change struct {
+		rel  string
+		mode fs.FileMode
+	}
+	cs := make([]change, len(changes))
+	for i, c := range changes {
+		rel, err := Join("root", root, fieldAt("files", i, "file"), c.File)
+		if err != nil {
+			return err
+		}
+		m, err := ParseMode(fieldAt("files", i, "mode"), c.Mode)
+		if err != nil {
+			return err
+		}
+		cs[i] = change{rel, m}
+	}
+	r, _, err := s.open(ctx, teamID, id, true)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for _, c := range cs {
+		if err := r.Chmod(c.rel, c.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Search finds entries whose name matches pattern under directory.
+func (s *Service) Search(ctx context.Context, teamID, id, directory, pattern string) ([]Match, bool, error) {
+	rel, err := Clean("directory", directory)
+	if err != nil {
+		return nil, false, err
+	}
+	m, err := NewMatcher("pattern", pattern)
+	if err != nil {
+		return nil, false, err
+	}
+	r, _, err := s.open(ctx, teamID, id, false)
+	if err != nil {
+		return nil, false, err
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(ctx, SearchTimeout)
+	defer cancel()
+	out, truncated, err := r.Search(ctx, rel, m)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return out, true, nil // the time bound: answer what was found
+	}
+	return out, truncated, err
+}
+
+func batchSize(n int) error {
+	switch {
+	case n == 0:
+		return validationf("files", "must name at least one file")
+	case n > MaxBatchFiles:
+		return validationf("files", "must name at most %d files", MaxBatchFiles)
+	}
+	return nil
+}
