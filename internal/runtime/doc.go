@@ -1,7 +1,8 @@
 // Package runtime starts, watches and stops the processes of game servers.
 // It defines the Runtime interface that a node uses and the process runtime
 // (the default): the profile's command as a child process group in the
-// server's root, console on stdin/stdout, stats from /proc. The docker
+// server's root, console on stdin/stdout, limits from a cgroup of its own
+// where the host allows one, stats from /proc and that cgroup. The docker
 // runtime (subpackage docker) satisfies the same interface with a container
 // per server.
 //
@@ -20,4 +21,71 @@
 //     ErrNotAdoptable; the caller restarts.
 //   - Console output lines are capped at 8 KiB (longer lines are split) so
 //     a runaway server cannot make Kiln buffer without bound.
+//
+// Limits of the process runtime. Memory is capped by the JVM flags (the
+// servers package sizes the heap below Spec.MemoryMB) and, where the host
+// allows, by a cgroup per server, kiln/<server id> under the cgroup kiln
+// itself runs in (so nesting is legal in a delegated or containerised
+// cgroup, and a non-root kiln with a delegated, writable cgroup gets limits
+// too). The cgroup sets, as the docker runtime does:
+//   - memory: Spec.MemoryMB MiB, and no swap where the host accounts swap
+//     (v2 memory.max and memory.swap.max=0; v1 memory.limit_in_bytes and
+//     memory.memsw.limit_in_bytes equal to it);
+//   - CPU: a quota of Spec.CPUPercent*1000 µs per 100000 µs period, so 100
+//     is one core (v2 cpu.max; v1 cpu.cfs_quota_us and cpu.cfs_period_us);
+//   - pids: 512 processes and threads when the pids controller is there.
+//
+// A zero MemoryMB or CPUPercent leaves that resource unlimited. Kiln's own
+// cgroup is found from /proc/self/cgroup and /proc/self/mountinfo (which
+// tells where a container's view of the hierarchy starts);
+// ProcessOptions.CgroupRoot (default /sys/fs/cgroup) is where the cgroup
+// filesystems are looked for, so tests can point at one that is not.
+//
+// Versions. v2 is chosen when <CgroupRoot>/cgroup.controllers exists (the
+// unified hierarchy at /sys/fs/cgroup); kiln's cgroup must list memory and
+// cpu in cgroup.controllers, and the runtime enables them (and pids) in the
+// subtree_control of kiln's cgroup and of kiln/. v2 forbids that in a
+// cgroup that holds processes (other than the root): when kiln is the only
+// process in its cgroup (a systemd unit with Delegate=yes) it moves itself
+// into the leaf kiln-serve beside kiln/, as systemd asks delegated
+// services to do; when others share it, there are no cgroups. On v2 the
+// child is created inside its cgroup (SysProcAttr.UseCgroupFD, clone3 with
+// CLONE_INTO_CGROUP), so not one allocation or fork escapes the limits; if
+// the kernel (before 5.7) or a seccomp filter refuses that, the runtime
+// falls back for good to the v1 way. Otherwise (v1: the memory, cpu and
+// pids hierarchies mounted at <CgroupRoot>/<controller>; a hybrid host,
+// whose /sys/fs/cgroup/unified has no controllers, is v1) the pid is
+// written to cgroup.procs of each right after the start.
+// In that window, microseconds before a JVM has done anything of note, the
+// child runs in kiln's cgroups: a process it forks then stays there, and
+// memory it touches then stays charged there.
+//
+// Where the host does not allow cgroups (not root and nothing delegated, a
+// read-only cgroupfs, a controller missing, kiln sharing a v2 cgroup with
+// other processes), servers run without one: the runtime logs one warning
+// (not one per start) that limits are not enforced and why, and never fails
+// a start for it. The probe runs at the first Start or Adopt, creates the
+// (empty) kiln/ cgroups, which are left in place, and creates and removes
+// a cgroup in each (kiln/ made by an earlier kiln as root proves nothing).
+// When the host has cgroups but one server's cannot be set up (an id that
+// cannot name a directory, a quota the kernel refuses, such as one above
+// that of kiln's own v1 cpu cgroup), that server runs without one, with a
+// warning of its own at each start: it is about that server, not the host.
+//
+// Life of a server's cgroup: Start removes a leftover one (killing what
+// still ran in it) and creates it with the limits. When the main process
+// exits, whatever it left in its cgroup is killed, as the engine does when
+// a container's first process ends: the server is over, and an orphan
+// holding the console pipe would keep Done from closing. The cgroup is then
+// removed (rmdir, retried for up to 5 s while killed processes leave)
+// before Done is closed. An exit by SIGKILL with the cgroup's oom_kill
+// count above zero is told as "killed (out of memory)", as by the docker
+// runtime. Adopt also empties and removes the cgroup of the server.
+//
+// Stats: memory is that of the cgroup when there is one (every process of
+// the server, less the inactive file cache, as docker counts it:
+// memory.current or memory.usage_in_bytes minus inactive_file from
+// memory.stat), else the resident memory of the main process. CPU comes
+// from /proc/<pid>/stat of the main process in both cases (a JVM is one
+// process; its threads are counted).
 package runtime

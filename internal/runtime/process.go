@@ -22,67 +22,211 @@ const maxLine = 8 << 10
 
 // Process is the process runtime.
 type Process struct {
-	log *slog.Logger
+	log  *slog.Logger
+	opts ProcessOptions
+
+	probe sync.Once
+	cg    *cgroupHost // nil: servers run without cgroup limits
 }
 
-// NewProcess returns the process runtime.
-func NewProcess(log *slog.Logger) *Process { return &Process{log: log} }
+// ProcessOptions tunes the process runtime.
+type ProcessOptions struct {
+	// CgroupRoot is where the cgroup filesystems are mounted;
+	// DefaultCgroupRoot when empty.
+	CgroupRoot string
+}
+
+// NewProcess returns the process runtime with the default options.
+func NewProcess(log *slog.Logger) *Process { return NewProcessWith(log, ProcessOptions{}) }
+
+// NewProcessWith returns the process runtime with opts.
+func NewProcessWith(log *slog.Logger, opts ProcessOptions) *Process {
+	if opts.CgroupRoot == "" {
+		opts.CgroupRoot = DefaultCgroupRoot
+	}
+	return &Process{log: log, opts: opts}
+}
 
 // Name implements Runtime.
 func (p *Process) Name() string { return "process" }
 
-// Start implements Runtime.
+// cgroups returns where servers get their cgroups, probing the host at the
+// first call; nil when the host does not allow them, which is logged once:
+// a warning at every start would say nothing new.
+func (p *Process) cgroups(ctx context.Context) *cgroupHost {
+	p.probe.Do(func() {
+		h, err := probeCgroups(p.opts.CgroupRoot)
+		if err != nil {
+			p.log.WarnContext(ctx, "server memory and cpu limits are not enforced: no cgroups for kiln on this host (JVM flags still cap the heap)",
+				"cgroup_root", p.opts.CgroupRoot, "err", err)
+			return
+		}
+		version := "v1"
+		if h.v2 {
+			version = "v2"
+		}
+		p.log.InfoContext(ctx, "server memory and cpu limits enforced with cgroups", "cgroup_version", version, "cgroup", h.kiln[0])
+		p.cg = h
+	})
+	return p.cg
+}
+
+// unlimited warns that one server runs without limits although the host
+// has cgroups: something about that server (its id, a limit the kernel
+// refused) went wrong.
+func (p *Process) unlimited(ctx context.Context, serverID string, err error) {
+	p.log.WarnContext(ctx, "server runs without memory and cpu limits: its cgroup could not be set up", "server_id", serverID, "err", err)
+}
+
+// Start implements Runtime. The server gets its own cgroup with the limits
+// of spec when the host allows it; when not, it runs all the same.
 func (p *Process) Start(ctx context.Context, spec Spec, console func(string)) (Instance, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("start: empty command")
 	}
-	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
-	cmd.Dir = spec.Root
-	cmd.Env = spec.Env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+	var cg *cgroup
+	if h := p.cgroups(ctx); h != nil {
+		var err error
+		if cg, err = h.create(spec); err != nil {
+			p.unlimited(ctx, spec.ServerID, err)
+			cg = nil
+		}
+	}
+	c, cg, err := p.spawn(ctx, spec, cg)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
-	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
-	}
-	pw.Close()
-	pi := &procInstance{cmd: cmd, stdin: stdin, done: make(chan struct{}), pid: cmd.Process.Pid}
+	cmd := c.cmd
+	pi := &procInstance{cmd: cmd, stdin: c.stdin, cg: cg, done: make(chan struct{}), pid: cmd.Process.Pid}
 	pi.startTicks, _ = procStartTime(pi.pid)
 	outDone := make(chan struct{})
 	go func() {
 		defer close(outDone)
-		readLines(pr, console)
-		pr.Close()
+		readLines(c.out, console)
+		c.out.Close()
 	}()
 	go func() {
-		err := cmd.Wait()
+		exit := exitOf(cmd.Wait())
+		if cg != nil {
+			if exit.Signal == syscall.SIGKILL.String() && cg.oomKilled() {
+				exit.Signal += " (out of memory)"
+			}
+			// The server is over: what it left running is killed with its
+			// cgroup (it would hold the console pipe open).
+			if err := cg.remove(); err != nil {
+				p.log.Warn("remove the cgroup of a server", "server_id", spec.ServerID, "err", err)
+			}
+		}
 		<-outDone
 		pi.mu.Lock()
-		pi.exit = exitOf(err)
+		pi.exit = exit
 		pi.mu.Unlock()
 		close(pi.done)
 	}()
 	return pi, nil
 }
 
+// child is a started command and its console pipes.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *os.File // stdout and stderr
+}
+
+// spawn starts the command of spec in cg, which it returns, or nil when the
+// process could not be placed there (or on a start error, after removing
+// it). On v2 the child is created in its cgroup (clone3 with
+// CLONE_INTO_CGROUP), so nothing it does escapes the limits; else it is
+// moved there right after the start.
+func (p *Process) spawn(ctx context.Context, spec Spec, cg *cgroup) (*child, *cgroup, error) {
+	if cg == nil {
+		c, err := startChild(spec, -1)
+		return c, nil, err
+	}
+	if cg.host.v2 && !cg.host.noCloneInto.Load() {
+		if dir, err := os.Open(cg.dirs[0]); err == nil {
+			c, err := startChild(spec, int(dir.Fd()))
+			dir.Close()
+			if err == nil {
+				return c, cg, nil
+			}
+			if _, ok := errors.AsType[syscall.Errno](err); !ok {
+				_ = cg.remove()
+				return nil, nil, err
+			}
+			// Either clone3 or CLONE_INTO_CGROUP is refused, or the command
+			// cannot run at all: a start without tells which.
+			c, err2 := startChild(spec, -1)
+			if err2 != nil {
+				_ = cg.remove()
+				return nil, nil, err2
+			}
+			cg.host.noCloneInto.Store(true)
+			p.log.InfoContext(ctx, "starting in a cgroup is refused; servers are moved into theirs after the start", "err", err)
+			return c, p.attach(ctx, spec, cg, c), nil
+		}
+	}
+	c, err := startChild(spec, -1)
+	if err != nil {
+		_ = cg.remove()
+		return nil, nil, err
+	}
+	return c, p.attach(ctx, spec, cg, c), nil
+}
+
+// attach moves the started child into cg and returns cg, or nil when it
+// could not (then the child runs without limits).
+func (p *Process) attach(ctx context.Context, spec Spec, cg *cgroup, c *child) *cgroup {
+	if err := cg.attach(c.cmd.Process.Pid); err != nil {
+		p.unlimited(ctx, spec.ServerID, err)
+		_ = cg.remove() // kills the child if it made it into one hierarchy
+		return nil
+	}
+	return cg
+}
+
+// startChild starts the command of spec in its own process group, in the
+// cgroup open as cgroupFD unless that is negative.
+func startChild(spec Spec, cgroupFD int) (*child, error) {
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Root
+	cmd.Env = spec.Env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cgroupFD >= 0 {
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		stdin.Close()
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		pr.Close()
+		pw.Close()
+		return nil, err
+	}
+	pw.Close()
+	return &child{cmd: cmd, stdin: stdin, out: pr}, nil
+}
+
 // readLines calls fn for each line of r, splitting lines over maxLine.
 func readLines(r io.Reader, fn func(string)) {
 	br := bufio.NewReaderSize(r, maxLine)
+	split := false // the previous piece was cut at maxLine
 	for {
 		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			fn(string(bytes.TrimRight(line, "\r\n")))
+		text := bytes.TrimRight(line, "\r\n")
+		// The end of a line that filled the buffer exactly is no line.
+		if len(line) > 0 && !(split && len(text) == 0) {
+			fn(string(text))
 		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+		split = errors.Is(err, bufio.ErrBufferFull)
+		if err != nil && !split {
 			return
 		}
 	}
@@ -102,13 +246,17 @@ func exitOf(err error) Exit {
 }
 
 // Adopt implements Runtime: a process cannot be re-attached, so a survivor
-// that matches ref is killed (with its group) and ErrNotAdoptable returned.
-func (p *Process) Adopt(_ context.Context, spec Spec, ref string, _ func(string)) (Instance, error) {
-	if pid, ticks, ok := parseRef(ref); ok {
-		if cur, err := procStartTime(pid); err == nil && cur == ticks {
-			p.log.Warn("killing a server process left by a previous kiln serve", "server_id", spec.ServerID, "pid", pid)
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
-			waitGone(pid, ticks, 10*time.Second)
+// that matches ref is killed (with its group), so is whatever still runs in
+// the server's cgroup, and ErrNotAdoptable returned.
+func (p *Process) Adopt(ctx context.Context, spec Spec, ref string, _ func(string)) (Instance, error) {
+	if pid, ticks, ok := parseRef(ref); ok && procAlive(pid, ticks) {
+		p.log.WarnContext(ctx, "killing a server process left by a previous kiln serve", "server_id", spec.ServerID, "pid", pid)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		waitGone(pid, ticks, 10*time.Second)
+	}
+	if h := p.cgroups(ctx); h != nil && validCgroupName(spec.ServerID) {
+		if err := h.cgroup(spec.ServerID).remove(); err != nil {
+			p.log.WarnContext(ctx, "remove the cgroup left by a previous kiln serve", "server_id", spec.ServerID, "err", err)
 		}
 	}
 	return nil, ErrNotAdoptable
@@ -120,6 +268,7 @@ func (p *Process) Remove(context.Context, string) error { return nil }
 type procInstance struct {
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
+	cg         *cgroup // nil: no cgroup
 	pid        int
 	startTicks uint64
 	done       chan struct{}
@@ -182,8 +331,9 @@ func (pi *procInstance) Exit() Exit {
 	return pi.exit
 }
 
-// Stats reads /proc: CPU since the previous call (percent of one core) and
-// resident memory of the main process.
+// Stats reads CPU since the previous call (percent of one core) from /proc
+// and memory from the cgroup (the whole process tree), else the resident
+// memory of the main process from /proc.
 func (pi *procInstance) Stats(context.Context) (Stats, error) {
 	select {
 	case <-pi.done:
@@ -205,7 +355,13 @@ func (pi *procInstance) Stats(context.Context) (Stats, error) {
 		}
 	}
 	pi.lastCPU, pi.lastStamp = ticks, now
-	return Stats{CPU: cpu, MemoryBytes: rss}, nil
+	mem := rss
+	if pi.cg != nil {
+		if n, err := pi.cg.memory(); err == nil {
+			mem = n
+		}
+	}
+	return Stats{CPU: cpu, MemoryBytes: mem}, nil
 }
 
 // clockTicks is USER_HZ, 100 on every Linux platform Go supports.
@@ -252,14 +408,21 @@ func procUsage(pid int) (uint64, int64, error) {
 	return ut + st, rssPages * int64(os.Getpagesize()), nil
 }
 
-// waitGone waits until pid with that start time no longer exists.
+// procAlive reports whether the process pid with that start time still
+// runs (a zombie has ended).
+func procAlive(pid int, ticks uint64) bool {
+	f, err := procStat(pid)
+	if err != nil || len(f) < 20 {
+		return false
+	}
+	cur, err := strconv.ParseUint(f[19], 10, 64)
+	return err == nil && cur == ticks && f[0] != "Z"
+}
+
+// waitGone waits until pid with that start time no longer runs.
 func waitGone(pid int, ticks uint64, limit time.Duration) {
 	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		cur, err := procStartTime(pid)
-		if err != nil || cur != ticks {
-			return
-		}
+	for time.Now().Before(deadline) && procAlive(pid, ticks) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }

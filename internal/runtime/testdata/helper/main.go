@@ -1,0 +1,88 @@
+// Command helper is the game server stand-in of the process runtime's
+// tests. It runs its arguments in order, then prints "ready" and reads
+// stdin: a line that is one of the commands below is run, any other is
+// echoed as "echo: <line>"; it exits 0 at the end of stdin.
+//
+//	out:<text>   prints text on stdout
+//	err:<text>   prints text on stderr
+//	long:<n>     prints a line of n 'x'
+//	alloc:<mib>  allocates and touches mib MiB more, then prints "allocated"
+//	child        starts "helper hold" in its process group: "child <pid>"
+//	orphan       starts "helper hold" in a session of its own, holding
+//	             stdout: "orphan <pid>"
+//	exit:<code>  exits with code
+//	hold         blocks until killed
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// held keeps what alloc allocated.
+var held [][]byte
+
+func main() {
+	for _, arg := range os.Args[1:] {
+		if !run(arg) {
+			fmt.Println("unknown argument:", arg)
+			os.Exit(2)
+		}
+	}
+	fmt.Println("ready")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if !run(sc.Text()) {
+			fmt.Println("echo: " + sc.Text())
+		}
+	}
+}
+
+// run runs one command; false when it is none.
+func run(arg string) bool {
+	cmd, val, _ := strings.Cut(arg, ":")
+	switch cmd {
+	case "out":
+		fmt.Println(val)
+	case "err":
+		fmt.Fprintln(os.Stderr, val)
+	case "long":
+		n, _ := strconv.Atoi(val)
+		fmt.Println(strings.Repeat("x", n))
+	case "alloc":
+		n, _ := strconv.Atoi(val)
+		for range n {
+			b := make([]byte, 1<<20)
+			for i := range b {
+				b[i] = 1
+			}
+			held = append(held, b)
+		}
+		fmt.Println("allocated")
+	case "child", "orphan":
+		c := exec.Command(os.Args[0], "hold")
+		c.Stdout, c.Stderr = os.Stdout, os.Stderr
+		c.SysProcAttr = &syscall.SysProcAttr{Setsid: cmd == "orphan"}
+		if err := c.Start(); err != nil {
+			fmt.Println("start error:", err)
+			os.Exit(2)
+		}
+		fmt.Println(cmd, c.Process.Pid)
+	case "exit":
+		n, _ := strconv.Atoi(val)
+		os.Exit(n)
+	case "hold":
+		for {
+			time.Sleep(time.Hour)
+		}
+	default:
+		return false
+	}
+	return true
+}
