@@ -302,3 +302,49 @@ func TestUncleanPathsRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestWalkAndSymlink(t *testing.T) {
+	r, dir := newRoot(t)
+	write(t, dir, "b/2.txt", "22")
+	write(t, dir, "a/1.txt", "1")
+	write(t, dir, "a/sub/3.txt", "333")
+	if err := r.Symlink("../b/2.txt", "a/link"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(dir, "etc")); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err := r.Walk(context.Background(), ".", func(rel string, e Entry, open func() (*os.File, error)) error {
+		s := rel + " " + e.ModeString()[:1]
+		if open != nil {
+			f, err := open()
+			if err != nil {
+				return err
+			}
+			b, _ := io.ReadAll(f)
+			f.Close()
+			s += " " + string(b)
+		}
+		got = append(got, s)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{". d", "a d", "a/1.txt - 1", "a/link l", "a/sub d", "a/sub/3.txt - 333", "b d", "b/2.txt - 22", "etc l"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Walk = %q\nwant %q", got, want)
+	}
+	if tgt, err := r.Readlink("a/link"); err != nil || tgt != "../b/2.txt" {
+		t.Errorf("Readlink = %q, %v", tgt, err)
+	}
+	for _, bad := range []struct{ target, at string }{{"/etc/passwd", "x"}, {"../x", "y"}, {"a/../../x", "z"}, {"../../x", "a/q"}} {
+		if err := r.Symlink(bad.target, bad.at); err == nil {
+			t.Errorf("Symlink(%q at %q) succeeded; want it refused", bad.target, bad.at)
+		}
+	}
+	if err := r.Symlink("x", "a/link"); !errors.Is(err, ErrExists) {
+		t.Errorf("Symlink over an existing entry = %v, want ErrExists", err)
+	}
+}

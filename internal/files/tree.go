@@ -1,0 +1,171 @@
+package files
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// ErrSkipDir, returned by a WalkFunc for a directory, skips its contents.
+var ErrSkipDir = errors.New("skip this directory")
+
+// WalkFunc is called by Walk for each entry. rel is root-relative. For a
+// regular file, open opens it for reading relative to its directory's
+// descriptor, never following a symlink (nil for other kinds).
+type WalkFunc func(rel string, e Entry, open func() (*os.File, error)) error
+
+// Walk visits rel and everything below it, parents before children and
+// names in byte order (so archives are reproducible). Symlinks are reported
+// as entries and never followed; subdirectories are opened with
+// openat(O_NOFOLLOW|O_DIRECTORY) relative to their parent, so nothing
+// swapped in mid-walk leads out of the root. It stops at ctx's end or the
+// first error of fn.
+func (r *Root) Walk(ctx context.Context, rel string, fn WalkFunc) error {
+	e, err := r.Stat(rel)
+	if err != nil {
+		return err
+	}
+	if !e.IsDir() {
+		dir := path.Dir(rel)
+		return r.withDir(dir, func(fd int, _ *os.File) error {
+			return fn(rel, e, opener(fd, path.Base(rel), e))
+		})
+	}
+	return r.withDir(rel, func(fd int, _ *os.File) error {
+		if err := fn(rel, e, nil); err != nil {
+			if errors.Is(err, ErrSkipDir) {
+				return nil
+			}
+			return err
+		}
+		dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return classify(&os.PathError{Op: "openat", Path: rel, Err: err})
+		}
+		return r.walkDir(ctx, dfd, rel, fn)
+	})
+}
+
+// walkDir walks the directory dfd (which it closes) named rel.
+func (r *Root) walkDir(ctx context.Context, dfd int, rel string, fn WalkFunc) error {
+	f := os.NewFile(uintptr(dfd), rel)
+	defer f.Close()
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return classify(err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if strings.HasPrefix(name, tmpPrefix) {
+			continue // another operation's temporary file
+		}
+		child := name
+		if rel != "." {
+			child = rel + "/" + name
+		}
+		e, err := statAt(dfd, name)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !e.IsDir() {
+			if err := fn(child, e, opener(dfd, name, e)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := fn(child, e, nil); err != nil {
+			if errors.Is(err, ErrSkipDir) {
+				continue
+			}
+			return err
+		}
+		sub, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // gone, or swapped for a link: not entered
+		}
+		if err := r.walkDir(ctx, sub, child, fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// opener opens regular file name of directory fd, refusing anything that
+// is not (any more) a regular file.
+func opener(fd int, name string, e Entry) func() (*os.File, error) {
+	if !e.IsFile() {
+		return nil
+	}
+	return func() (*os.File, error) {
+		nfd, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, classify(&os.PathError{Op: "openat", Path: name, Err: err})
+		}
+		f := os.NewFile(uintptr(nfd), name)
+		fi, err := f.Stat()
+		if err != nil || !fi.Mode().IsRegular() {
+			f.Close()
+			return nil, ErrNotFile
+		}
+		_ = unix.SetNonblock(nfd, false)
+		return f, nil
+	}
+}
+
+// Readlink returns the target of symlink rel, as stored.
+func (r *Root) Readlink(rel string) (string, error) {
+	if err := checkClean(rel); err != nil {
+		return "", err
+	}
+	t, err := r.r.Readlink(rel)
+	return t, classify(err)
+}
+
+// LinkTarget checks the target of a symlink to be created at rel: it must
+// be relative and, resolved lexically from rel's directory, stay inside the
+// root. (os.Root never follows a link out anyway; refusing such links keeps
+// the tree free of traps for other tools, such as a backup or a user's own
+// scripts.)
+func LinkTarget(field, rel, target string) error {
+	switch {
+	case target == "" || len(target) > MaxPathLen || strings.IndexByte(target, 0) >= 0:
+		return validate.Errorf(field, "is not a valid link target")
+	case strings.HasPrefix(target, "/"):
+		return validate.Errorf(field, "links to an absolute path, which would lead outside the server's root")
+	}
+	j := path.Join(path.Dir(rel), target)
+	if j == ".." || strings.HasPrefix(j, "../") {
+		return validate.Errorf(field, "links outside the server's root")
+	}
+	return nil
+}
+
+// Symlink creates a symbolic link at rel pointing to target, which must
+// pass LinkTarget. An existing entry at rel is ErrExists.
+func (r *Root) Symlink(target, rel string) error {
+	if err := checkClean(rel); err != nil {
+		return err
+	}
+	if err := LinkTarget("target", rel, target); err != nil {
+		return err
+	}
+	if err := r.r.MkdirAll(path.Dir(rel), 0o755); err != nil {
+		return classify(err)
+	}
+	return classify(r.r.Symlink(target, rel))
+}
+
+
