@@ -348,3 +348,36 @@ func TestWalkAndSymlink(t *testing.T) {
 		t.Errorf("Symlink over an existing entry = %v, want ErrExists", err)
 	}
 }
+
+func TestWriteFileTemp(t *testing.T) {
+	r, dir := newRoot(t)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.WriteFileTemp("downloads/a.jar", "dl_abc", pr, 1<<20)
+		done <- err
+	}()
+	pw.Write([]byte("partial"))
+	// While the write runs, its partial file has the known name.
+	if _, err := os.Stat(filepath.Join(dir, "downloads", TempName("dl_abc"))); err != nil {
+		t.Fatalf("temporary file: %v", err)
+	}
+	pw.CloseWithError(errors.New("connection reset"))
+	if err := <-done; err == nil {
+		t.Fatal("WriteFileTemp succeeded on a broken source")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "downloads", TempName("dl_abc"))); !os.IsNotExist(err) {
+		t.Errorf("partial file left after a failed write: %v", err)
+	}
+	// A leftover of a crash is removed by RemoveTemp.
+	write(t, dir, "downloads/"+TempName("dl_old"), "junk")
+	if err := r.RemoveTemp("downloads", "dl_old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RemoveTemp("downloads", "dl_none"); err != nil {
+		t.Errorf("RemoveTemp of nothing = %v", err)
+	}
+	if _, err := r.WriteFileTemp("x", "a/b", strings.NewReader("x"), 10); err == nil {
+		t.Error("a tag with a slash was accepted")
+	}
+}

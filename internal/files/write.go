@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strings"
 )
 
 // tmpPrefix names the temporary files of atomic writes; a crash may leave
@@ -42,6 +43,37 @@ func (q *quotaWriter) Write(p []byte) (int, error) {
 // passing the budget stops the write, removes the temporary file and
 // returns ErrQuota. An existing file keeps its permission bits.
 func (r *Root) WriteFile(rel string, src io.Reader, free int64) (Entry, error) {
+	return r.write(rel, "", src, free)
+}
+
+// TempName is the name of the temporary file WriteFileTemp uses for tag,
+// in the target's directory.
+func TempName(tag string) string { return tmpPrefix + tag }
+
+// WriteFileTemp is WriteFile with a known temporary file name (TempName of
+// tag, e.g. a download id) instead of a random one, so that an operation
+// interrupted by a crash can find and remove its partial file later
+// (RemoveTemp). tag must be a plain name without "/".
+func (r *Root) WriteFileTemp(rel, tag string, src io.Reader, free int64) (Entry, error) {
+	if tag == "" || strings.ContainsAny(tag, "/\x00") || len(tag) > 64 {
+		return Entry{}, fmt.Errorf("files: bad temporary file tag %q", tag)
+	}
+	return r.write(rel, tag, src, free)
+}
+
+// RemoveTemp removes the temporary file of tag in directory dir, if any.
+func (r *Root) RemoveTemp(dir, tag string) error {
+	if err := checkClean(dir); err != nil {
+		return err
+	}
+	err := r.r.Remove(path.Join(dir, TempName(tag)))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return classify(err)
+}
+
+func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, error) {
 	if err := checkClean(rel); err != nil {
 		return Entry{}, err
 	}
@@ -65,7 +97,7 @@ func (r *Root) WriteFile(rel string, src io.Reader, free int64) (Entry, error) {
 	if err := r.r.MkdirAll(dir, 0o755); err != nil {
 		return Entry{}, classify(err)
 	}
-	tmp, f, err := r.createTemp(dir, perm)
+	tmp, f, err := r.createTemp(dir, tag, perm)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -95,12 +127,20 @@ func (r *Root) WriteFile(rel string, src io.Reader, free int64) (Entry, error) {
 	return r.Stat(rel)
 }
 
-// createTemp makes a new, exclusive temporary file in dir.
-func (r *Root) createTemp(dir string, perm fs.FileMode) (string, *os.File, error) {
+// createTemp makes a new, exclusive temporary file in dir: TempName(tag),
+// or a random name when tag is empty. A leftover file of the same tag (a
+// crash) is replaced.
+func (r *Root) createTemp(dir, tag string, perm fs.FileMode) (string, *os.File, error) {
+	if tag != "" {
+		_ = r.r.Remove(path.Join(dir, TempName(tag)))
+	}
 	for range 10 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		name := path.Join(dir, tmpPrefix+hex.EncodeToString(b[:]))
+		if tag != "" {
+			name = path.Join(dir, TempName(tag))
+		}
 		f, err := r.r.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 		if errors.Is(err, fs.ErrExist) {
 			continue
