@@ -125,3 +125,18 @@ func readConfigFile(path string) (map[string]any, error) {
 	}
 	return out, nil
 }
+
+// listFlag is a repeatable flag; one value may also hold several separated
+// by commas (the environment form: KILN_PULL_ALLOW_CIDR=a,b).
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for part := range strings.SplitSeq(v, ",") {
+		if p := strings.TrimSpace(part); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -22,7 +23,9 @@ import (
 	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
@@ -70,6 +73,8 @@ type serveConfig struct {
 	DockerUser         string
 	PortRange          string
 	InstallerMirrorURL string
+	PullAllowCIDR      listFlag
+	pullAllow          []netip.Prefix
 }
 
 func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
@@ -88,6 +93,7 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.DockerUser, "docker-user", "", "numeric uid:gid game containers run as (default: kiln's own)")
 	s.fs.StringVar(&c.PortRange, "port-range", "25565-25664", "game ports the node hands out (FIRST-LAST)")
 	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
+	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
 	if err != nil {
 		return c, err
@@ -118,6 +124,9 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	}
 	if _, err := node.ParsePortRange(c.PortRange); err != nil {
 		return c, usageError{"--port-range: " + err.Error()}
+	}
+	if c.pullAllow, err = netguard.ParseAllowList(c.PullAllowCIDR); err != nil {
+		return c, usageError{"--pull-allow-cidr: " + err.Error()}
 	}
 	if m := c.InstallerMirrorURL; m != "" {
 		u, err := url.Parse(m)
@@ -205,9 +214,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost,
 	}, log)
+	pulls := pull.NewManager(db, serverSvc, netguard.NewPolicy(cfg.pullAllow, nil),
+		pull.Options{UserAgent: install.UserAgent(version)}, log)
+	// A deleted server's downloads end first (and their partial files go
+	// with the root).
+	serverSvc.OnDelete(pulls.CancelServer)
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
+		Pulls:   pulls,
 		Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {
@@ -233,14 +248,31 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	svcCtx, stopSvc := context.WithCancel(context.Background())
 	svcDone := make(chan error, 1)
 	go func() { svcDone <- serverSvc.Run(svcCtx) }()
-	// No request is answered before recovery has made every stored status
-	// true again (a killed kiln leaves "running" behind).
-	select {
-	case <-serverSvc.Recovered():
-	case err := <-svcDone:
+	pullCtx, stopPulls := context.WithCancel(context.Background())
+	pullDone := make(chan error, 1)
+	go func() { pullDone <- pulls.Run(pullCtx) }()
+	stopBackground := func() error {
+		stopPulls()
+		perr := <-pullDone
 		stopSvc()
+		serr := <-svcDone
+		if serr != nil {
+			return fmt.Errorf("servers: %w", serr)
+		}
+		if perr != nil {
+			return fmt.Errorf("remote downloads: %w", perr)
+		}
+		return nil
+	}
+	// No request is answered before recovery has made every stored status
+	// true again (a killed kiln leaves "running" behind, and downloads that
+	// were in flight).
+	for _, ready := range []<-chan struct{}{serverSvc.Recovered(), pulls.Recovered()} {
+		<-ready
+	}
+	if err := ctx.Err(); err != nil {
 		ln.Close()
-		return err
+		return errors.Join(err, stopBackground())
 	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -262,9 +294,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		g.Go(func() error { sweepLoop(gctx, pgLimiter, log); return nil })
 	}
 	err = g.Wait()
-	stopSvc()
-	if serr := <-svcDone; serr != nil && err == nil {
-		err = fmt.Errorf("servers: %w", serr)
+	if berr := stopBackground(); berr != nil && err == nil {
+		err = berr
 	}
 	log.Info("stopped")
 	return err

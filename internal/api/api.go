@@ -12,6 +12,7 @@ import (
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers"
 )
@@ -34,6 +35,7 @@ type Deps struct {
 	Servers *servers.Service
 	Catalog *catalog.Catalog
 	Files   *files.Service
+	Pulls   *pull.Manager
 	Metrics *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error

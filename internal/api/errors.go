@@ -8,6 +8,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -27,6 +28,7 @@ const (
 	codeNotAFile         = "NOT_A_FILE"
 	codeFileTooLarge     = "FILE_TOO_LARGE"
 	codeQuotaExceeded    = "QUOTA_EXCEEDED"
+	codeDownloadNotFound = "DOWNLOAD_NOT_FOUND"
 	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
 	codePayloadTooLarge  = "PAYLOAD_TOO_LARGE"
 	codeUnsupportedMedia = "UNSUPPORTED_MEDIA_TYPE"
@@ -94,6 +96,12 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("the file is larger than %d bytes; download it instead", files.MaxContents), Code: codeFileTooLarge}
 	case errors.Is(err, files.ErrQuota):
 		return http.StatusInsufficientStorage, errorBody{Error: "the server's disk limit would be exceeded; nothing was written", Code: codeQuotaExceeded}
+	case errors.Is(err, pull.ErrNotFound):
+		return http.StatusNotFound, errorBody{Error: "download not found", Code: codeDownloadNotFound}
+	case errors.Is(err, pull.ErrTooMany):
+		return http.StatusConflict, errorBody{Error: err.Error() + "; wait for one to finish or cancel one", Code: codeConflict}
+	case errors.Is(err, pull.ErrClosed):
+		return http.StatusServiceUnavailable, errorBody{Error: "remote downloads are unavailable while kiln stops; try again", Code: codeUnavailable}
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, errorBody{Error: "the request took too long", Code: codeUnavailable}
 	}

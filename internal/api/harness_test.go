@@ -2,13 +2,16 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -22,6 +25,8 @@ import (
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/netguard"
+	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store"
@@ -148,7 +153,24 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	cfg := Config{RateLimit: 1000}
 	env := serverstest.New(t, db, serverstest.Options{})
-	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service), Metrics: metrics.New(), Ready: db.Ping}
+	// Remote downloads may reach 127.0.0.1 only (the tests' upstreams), as
+	// with --pull-allow-cidr 127.0.0.1/32; test names resolve locally.
+	allow, _ := netguard.ParseAllowList([]string{"127.0.0.1/32"})
+	pulls := pull.NewManager(db, env.Service, netguard.NewPolicy(allow, testResolver{}),
+		pull.Options{IdleTimeout: 5 * time.Second}, log)
+	env.Service.OnDelete(pulls.CancelServer)
+	pullCtx, stopPulls := context.WithCancel(context.Background())
+	pullDone := make(chan error, 1)
+	go func() { pullDone <- pulls.Run(pullCtx) }()
+	<-pulls.Recovered() // as kiln serve: no request before recovery
+	t.Cleanup(func() {
+		stopPulls()
+		if err := <-pullDone; err != nil {
+			t.Errorf("pull.Run = %v", err)
+		}
+	})
+	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
+		Pulls: pulls, Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}
@@ -303,4 +325,18 @@ func mustJSON(data []byte) map[string]any {
 		panic(err)
 	}
 	return m
+}
+
+// testResolver answers the names the tests use, and nothing else: no test
+// ever asks a real DNS server.
+type testResolver struct{}
+
+func (testResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	switch host {
+	case "files.test":
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	case "evil.test":
+		return []netip.Addr{netip.MustParseAddr("127.0.0.3")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }

@@ -34,8 +34,6 @@ var notBuiltYet = []string{
 	"POST /servers/{id}/sftp",
 	"POST /servers/{id}/files/compress",
 	"POST /servers/{id}/files/decompress",
-	"GET /servers/{id}/files/pull",
-	"DELETE /servers/{id}/files/pull/{downloadId}",
 	"POST /snapshots",
 	"DELETE /snapshots/{snapshotId}",
 	"GET /curseforge/search",

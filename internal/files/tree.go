@@ -167,5 +167,3 @@ func (r *Root) Symlink(target, rel string) error {
 	}
 	return classify(r.r.Symlink(target, rel))
 }
-
-

@@ -331,6 +331,11 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	if sv.ConfigurationID != nil {
 		return ErrOwned
 	}
+	for _, fn := range s.onDelete {
+		if err := fn(ctx, id); err != nil {
+			return fmt.Errorf("delete server %s: %w", id, err)
+		}
+	}
 	if err := s.setDesired(ctx, id, "stopped"); err != nil {
 		return err
 	}
@@ -359,4 +364,11 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 		s.log.Error("remove server files", "server_id", id, "err", err)
 	}
 	return nil
+}
+
+// OnDelete registers fn to run when a server is about to be deleted, after
+// the checks and before anything is stopped or removed (other packages end
+// their work on the server: remote downloads). Call it before Run.
+func (s *Service) OnDelete(fn func(ctx context.Context, id string) error) {
+	s.onDelete = append(s.onDelete, fn)
 }

@@ -120,6 +120,7 @@ type Service struct {
 	listSt *sql.Stmt // listQuery, prepared on first use, closed by Run's end
 
 	recovered chan struct{} // closed when Run's recovery is done
+	onDelete  []func(ctx context.Context, id string) error
 
 	ctx    context.Context // of Run; background work stops with it
 	cancel context.CancelFunc

@@ -173,6 +173,7 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- svc.Run(ctx) }()
+	<-svc.Recovered() // as kiln serve: nothing is asked before recovery
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {

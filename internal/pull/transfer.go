@@ -1,0 +1,398 @@
+package pull
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/netguard"
+	"github.com/kilnhq/kiln/internal/servers"
+)
+
+// Causes of a transfer's context ending.
+var (
+	errCanceled      = errors.New("canceled")
+	errShutdown      = errors.New("kiln serve is stopping")
+	errHeaderTimeout = errors.New("response header timeout")
+	errIdleTimeout   = errors.New("idle timeout")
+	errTotalTimeout  = errors.New("total timeout")
+)
+
+// failure is a download failure whose sentence is already written.
+type failure struct{ msg string }
+
+func (f *failure) Error() string { return f.msg }
+
+func failf(format string, args ...any) error { return &failure{msg: fmt.Sprintf(format, args...)} }
+
+// transfer is one download this process runs.
+type transfer struct {
+	d      Download
+	req    request
+	ctx    context.Context // canceled by Cancel (errCanceled) or Run (errShutdown)
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed once the final status is stored
+
+	size    atomic.Int64 // Content-Length, once known
+	written atomic.Int64 // bytes received
+
+	// Owned by the transfer's goroutine (the flusher reads only the
+	// atomics above); pool and fromPool under Manager.mu.
+	credit   int64 // bytes of the file being replaced, spent before the pool
+	fromPool int64 // bytes taken from the server's pool
+	pool     *pool
+	readErr  error // the upstream's read error, if any
+}
+
+// pool is a server's free disk space shared by the downloads this process
+// runs into it at once: each transfer's bytes are taken from it as they
+// arrive, so three downloads cannot each use the whole budget. It is
+// filled from Servers.Access when the first transfer of the server starts
+// and dropped when the last one ends; a failed transfer gives its bytes
+// back, a completed one keeps them (and reports them through Wrote).
+type pool struct {
+	free  int64
+	users int
+}
+
+func (m *Manager) newTransfer(d Download, req request) *transfer {
+	ctx, cancel := context.WithCancelCause(m.base)
+	return &transfer{d: d, req: req, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// run owns one transfer from queued to its final status.
+func (m *Manager) run(t *transfer) {
+	defer m.wg.Done()
+	log := m.log.With("download_id", t.d.ID, "server_id", t.d.ServerID)
+	st, msg := m.execute(t, log)
+	written := t.written.Load()
+	size := t.size.Load()
+	if st == StatusDone {
+		size = written
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), 30*time.Second)
+	if err := m.finish(ctx, t.d.ID, st, size, written, msg); err != nil {
+		log.ErrorContext(ctx, "record download outcome", "status", string(st), "err", err)
+	}
+	cancel()
+	switch st {
+	case StatusDone:
+		log.InfoContext(ctx, "download done", "bytes", written)
+	case StatusFailed:
+		log.InfoContext(ctx, "download failed", "reason", msg)
+	case StatusCanceled:
+		log.InfoContext(ctx, "download canceled")
+	}
+	m.mu.Lock()
+	delete(m.active, t.d.ID)
+	m.mu.Unlock()
+	t.cancel(nil)
+	close(t.done)
+}
+
+// execute waits for a slot, runs the transfer and says how it ended.
+func (m *Manager) execute(t *transfer, log *slog.Logger) (Status, string) {
+	select {
+	case m.slots <- struct{}{}:
+		defer func() { <-m.slots }()
+	case <-t.ctx.Done():
+		return m.outcome(t.ctx, t, context.Cause(t.ctx), log)
+	}
+	ok, err := m.setRunning(t.ctx, t.d.ID)
+	switch {
+	case err != nil:
+		return m.outcome(t.ctx, t, err, log)
+	case !ok: // canceled by another process meanwhile
+		return StatusCanceled, ""
+	}
+	ctx, stop := context.WithTimeoutCause(t.ctx, m.opts.TotalTimeout, errTotalTimeout)
+	defer stop()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	err = m.fetch(ctx, cancel, t)
+	return m.outcome(ctx, t, err, log)
+}
+
+// fetch requests the URL and writes the body into the server's root
+// through the temporary file of the download's id.
+func (m *Manager) fetch(ctx context.Context, cancel context.CancelCauseFunc, t *transfer) error {
+	acc, err := m.servers.Access(ctx, t.d.TeamID, t.d.ServerID, true)
+	if err != nil {
+		return err
+	}
+	root, err := files.Open(acc.Root)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	var old int64
+	if e, err := root.Stat(t.req.rel); err == nil && e.IsFile() {
+		old = e.Size
+	}
+	t.credit = old
+	m.joinPool(t, acc.Free)
+	committed := false
+	defer func() { m.leavePool(t, committed) }()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.req.url.String(), nil)
+	if err != nil {
+		return failf("the url cannot be requested: %v", err)
+	}
+	req.Header.Set("User-Agent", m.opts.UserAgent)
+	headers := time.AfterFunc(m.opts.HeaderTimeout, func() { cancel(errHeaderTimeout) })
+	resp, err := m.client.Do(req)
+	headers.Stop()
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return failf("the server answered HTTP %s", statusLine(resp))
+	}
+	if n := resp.ContentLength; n >= 0 {
+		t.size.Store(n)
+		if err := m.flush(ctx, cancel, t); err != nil {
+			return err
+		}
+		// Refusing early on a claimed size is safe; allowing never is:
+		// the limit is enforced on the bytes written below.
+		if avail := m.available(t); n > avail {
+			return failf("the file (%d bytes) is larger than the server's free disk space (%d bytes)", n, avail)
+		}
+	}
+	stopFlusher := m.flusher(ctx, cancel, t)
+	defer stopFlusher()
+	idle := time.AfterFunc(m.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
+	defer idle.Stop()
+	body := &body{m: m, t: t, r: resp.Body, idle: idle}
+	e, err := root.WriteFileTemp(t.req.rel, t.d.ID, body, m.available(t)-t.credit)
+	if err != nil {
+		// WriteFileTemp removed its temporary file; make sure.
+		if rerr := root.RemoveTemp(t.req.dir, t.d.ID); rerr != nil && !errors.Is(rerr, files.ErrNotFound) && !errors.Is(rerr, files.ErrNotDirectory) {
+			m.log.WarnContext(ctx, "remove partial download", "download_id", t.d.ID, "err", rerr)
+		}
+		return err
+	}
+	committed = true
+	t.written.Store(e.Size)
+	m.servers.Wrote(t.d.ServerID, e.Size-old)
+	return nil
+}
+
+// statusLine is "404 Not Found": the code and its standard text, not the
+// upstream's reason phrase, so that the upstream cannot write the sentence
+// the user reads.
+func statusLine(resp *http.Response) string {
+	if text := http.StatusText(resp.StatusCode); text != "" {
+		return fmt.Sprintf("%d %s", resp.StatusCode, text)
+	}
+	return fmt.Sprint(resp.StatusCode)
+}
+
+// body counts what the upstream sends, takes it from the disk budget and
+// re-arms the idle timer. It never waits on the database.
+type body struct {
+	m    *Manager
+	t    *transfer
+	r    io.Reader
+	idle *time.Timer
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if n > 0 {
+		b.idle.Reset(b.m.opts.IdleTimeout)
+		if !b.m.take(b.t, int64(n)) {
+			return 0, files.ErrQuota
+		}
+		b.t.written.Add(int64(n))
+	}
+	if err != nil && err != io.EOF {
+		b.t.readErr = err
+	}
+	return n, err
+}
+
+// flusher writes t's progress every ProgressInterval until the returned
+// function is called (which waits for it). The write doubles as a check
+// that the row is still running: another process's Cancel stops the
+// transfer within an interval even while the upstream sends nothing.
+func (m *Manager) flusher(ctx context.Context, cancel context.CancelCauseFunc, t *transfer) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(m.opts.ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if m.flush(ctx, cancel, t) != nil {
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// flush writes size and written to the database. A row no longer running
+// was canceled by another process: the transfer stops (errCanceled).
+func (m *Manager) flush(ctx context.Context, cancel context.CancelCauseFunc, t *transfer) error {
+	ok, err := m.setProgress(ctx, t.d.ID, t.size.Load(), t.written.Load())
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.WarnContext(ctx, "record download progress", "download_id", t.d.ID, "err", err)
+		}
+		return nil // progress is advisory; the final status is what counts
+	}
+	if !ok {
+		cancel(errCanceled)
+		return errCanceled
+	}
+	return nil
+}
+
+func (m *Manager) joinPool(t *transfer, free int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.pools[t.d.ServerID]
+	if p == nil {
+		p = &pool{free: free}
+		m.pools[t.d.ServerID] = p
+	}
+	p.users++
+	t.pool = p
+}
+
+// leavePool gives back what t took unless its file was kept.
+func (m *Manager) leavePool(t *transfer, kept bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := t.pool
+	if !kept {
+		p.free += t.fromPool
+	}
+	t.fromPool = 0
+	if p.users--; p.users == 0 && m.pools[t.d.ServerID] == p {
+		delete(m.pools, t.d.ServerID)
+	}
+}
+
+// take reserves n more bytes for t: first from the size of the file it
+// replaces, then from the server's pool; false when they do not fit.
+func (m *Manager) take(t *transfer, n int64) bool {
+	if t.credit >= n {
+		t.credit -= n
+		return true
+	}
+	need := n - t.credit
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t.pool.free < need {
+		return false
+	}
+	t.pool.free -= need
+	t.fromPool += need
+	t.credit = 0
+	return true
+}
+
+// available is how many more bytes t may write.
+func (m *Manager) available(t *transfer) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return t.credit + t.pool.free
+}
+
+// outcome turns how a transfer ended into its final status and, for a
+// failure, the sentence the user reads. Details the user must not see
+// (host paths, SQL) are logged instead.
+func (m *Manager) outcome(ctx context.Context, t *transfer, err error, log *slog.Logger) (Status, string) {
+	if err == nil {
+		return StatusDone, ""
+	}
+	if ctx.Err() != nil {
+		switch cause := context.Cause(ctx); {
+		case errors.Is(cause, errCanceled):
+			return StatusCanceled, ""
+		case errors.Is(cause, errShutdown):
+			return StatusFailed, interrupted
+		case errors.Is(cause, errHeaderTimeout):
+			return StatusFailed, "no response from the server within " + human(m.opts.HeaderTimeout)
+		case errors.Is(cause, errIdleTimeout):
+			return StatusFailed, "no data received for " + human(m.opts.IdleTimeout)
+		case errors.Is(cause, errTotalTimeout):
+			return StatusFailed, "the download took longer than " + human(m.opts.TotalTimeout)
+		}
+	}
+	if f, ok := errors.AsType[*failure](err); ok {
+		return StatusFailed, f.msg
+	}
+	if be, ok := errors.AsType[*netguard.BlockedError](err); ok {
+		return StatusFailed, blockedSentence(be)
+	}
+	switch {
+	case errors.Is(err, files.ErrQuota):
+		return StatusFailed, fmt.Sprintf("the server's disk limit would be exceeded: stopped after %d bytes", t.written.Load())
+	case errors.Is(err, netguard.ErrTooManyRedirects):
+		return StatusFailed, fmt.Sprintf("the server redirected more than %d times", netguard.MaxRedirects)
+	case errors.Is(err, netguard.ErrUnsupportedScheme):
+		return StatusFailed, "the server redirected to a URL that is not http or https"
+	case errors.Is(err, servers.ErrNotFound):
+		return StatusFailed, "the server was deleted"
+	case errors.Is(err, servers.ErrInstalling):
+		return StatusFailed, "the server is being installed"
+	case errors.Is(err, files.ErrNotDirectory):
+		return StatusFailed, fmt.Sprintf("%s cannot be created: part of it is not a directory", t.d.Directory)
+	case errors.Is(err, files.ErrNotFile):
+		return StatusFailed, fmt.Sprintf("%s is a directory", t.d.File())
+	case errors.Is(err, files.ErrNotFound):
+		return StatusFailed, fmt.Sprintf("%s cannot be written: it leads outside the server's files", t.d.File())
+	}
+	if t.readErr != nil {
+		return StatusFailed, fmt.Sprintf("the transfer broke off after %d bytes: %v", t.written.Load(), t.readErr)
+	}
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return StatusFailed, fmt.Sprintf("the request failed: %v", ue.Err)
+	}
+	log.ErrorContext(ctx, "download failed", "err", err)
+	return StatusFailed, "the download failed because of an internal error"
+}
+
+// blockedSentence explains a refused address with netguard's reason.
+func blockedSentence(be *netguard.BlockedError) string {
+	switch {
+	case !be.Addr.IsValid():
+		return "the connection was refused: " + be.Reason
+	case be.Host != "":
+		return fmt.Sprintf("%s resolves to %s, an address downloads may not reach: %s", be.Host, be.Addr, be.Reason)
+	}
+	return fmt.Sprintf("%s is an address downloads may not reach: %s", be.Addr, be.Reason)
+}
+
+// human writes a duration without zero units: "1h", "30s", "1m30s".
+func human(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
