@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -199,9 +200,11 @@ func (s *Service) shutdown() {
 	s.cancel()
 	s.wg.Wait()
 	s.stmtMu.Lock()
-	if s.listSt != nil {
-		s.listSt.Close()
-		s.listSt = nil
+	for _, st := range []**sql.Stmt{&s.listSt, &s.versionSt} {
+		if *st != nil {
+			(*st).Close()
+			*st = nil
+		}
 	}
 	s.stmtMu.Unlock()
 }

@@ -116,8 +116,12 @@ type Service struct {
 	mu   sync.Mutex
 	live map[string]*live // by server id; created on first use
 
-	stmtMu sync.Mutex
-	listSt *sql.Stmt // listQuery, prepared on first use, closed by Run's end
+	stmtMu    sync.Mutex
+	listSt    *sql.Stmt // listQuery, prepared on first use, closed by Run's end
+	versionSt *sql.Stmt // a team's servers_version, idem
+
+	cacheMu sync.Mutex
+	lists   map[string]listCache // by team id
 
 	recovered chan struct{} // closed when Run's recovery is done
 	onDelete  []func(ctx context.Context, id string) error
@@ -133,24 +137,76 @@ type Service struct {
 var listQuery = `SELECT ` + serverColumns + ` FROM servers WHERE team_id = $1
 	ORDER BY created_at DESC, id DESC LIMIT ` + strconv.Itoa(MaxList)
 
-// listStmt prepares listQuery once, on first use.
-func (s *Service) listStmt(ctx context.Context) (*sql.Stmt, error) {
+// prepared returns the statement in *slot, preparing query on first use.
+func (s *Service) prepared(ctx context.Context, slot **sql.Stmt, query string) (*sql.Stmt, error) {
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
-	if s.listSt == nil {
-		st, err := s.db.Read().PrepareContext(context.WithoutCancel(ctx), listQuery)
+	if *slot == nil {
+		st, err := s.db.Read().PrepareContext(context.WithoutCancel(ctx), query)
 		if err != nil {
 			return nil, err
 		}
-		s.listSt = st
+		*slot = st
 	}
-	return s.listSt, nil
+	return *slot, nil
 }
 
 // List returns the team's servers, newest first, at most MaxList, with the
-// latest sampled resources.
+// latest sampled resources. The rows come from memory while the team's
+// list version (kept by database triggers on every change of a listed
+// field, whichever process makes it) stands; one primary-key read checks
+// it. The returned servers share their Env maps with the cache: callers
+// must not modify them.
 func (s *Service) List(ctx context.Context, teamID string) ([]Server, error) {
-	st, err := s.listStmt(ctx)
+	version, err := s.listVersion(ctx, teamID)
+	if err != nil {
+		return nil, fmt.Errorf("list servers: %w", err)
+	}
+	s.cacheMu.Lock()
+	c, ok := s.lists[teamID]
+	s.cacheMu.Unlock()
+	if !ok || c.version != version || version < 0 {
+		// Read after the version: the rows are at least as new as it, so
+		// a change in between only costs the next request a read.
+		rows, err := s.listRows(ctx, teamID)
+		if err != nil {
+			return nil, err
+		}
+		c = listCache{version: version, rows: rows}
+		s.cacheMu.Lock()
+		s.lists[teamID] = c
+		s.cacheMu.Unlock()
+	}
+	out := make([]Server, len(c.rows))
+	for i, sv := range c.rows {
+		sv.Resources = s.resources(sv.ID)
+		out[i] = sv
+	}
+	return out, nil
+}
+
+// listCache is one team's list rows at a list version.
+type listCache struct {
+	version int64
+	rows    []Server
+}
+
+// listVersion reads the team's servers_version; -1 for an unknown team.
+func (s *Service) listVersion(ctx context.Context, teamID string) (int64, error) {
+	st, err := s.prepared(ctx, &s.versionSt, `SELECT servers_version FROM teams WHERE id = $1`)
+	if err != nil {
+		return 0, err
+	}
+	var v int64
+	err = st.QueryRowContext(ctx, teamID).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return -1, nil
+	}
+	return v, err
+}
+
+func (s *Service) listRows(ctx context.Context, teamID string) ([]Server, error) {
+	st, err := s.prepared(ctx, &s.listSt, listQuery)
 	if err != nil {
 		return nil, fmt.Errorf("list servers: %w", err)
 	}
@@ -165,7 +221,6 @@ func (s *Service) List(ctx context.Context, teamID string) ([]Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list servers: %w", err)
 		}
-		sv.Resources = s.resources(sv.ID)
 		out = append(out, sv)
 	}
 	if err := rows.Err(); err != nil {

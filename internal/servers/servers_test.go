@@ -393,3 +393,63 @@ func TestDeleteWhileInstalling(t *testing.T) {
 		t.Errorf("root after Delete: %v", err)
 	}
 }
+
+// TestListSeesEveryChange: the list is served from memory, but a change
+// made behind the service's back (another replica, raw SQL) shows at once,
+// because triggers bump the team's list version.
+func TestListSeesEveryChange(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		teamID := team(t, db)
+		env := serverstest.New(t, db, serverstest.Options{})
+		svc := env.Service
+		sv := newTestServer(t, svc, teamID)
+		names := func() string {
+			t.Helper()
+			list, err := svc.List(t.Context(), teamID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []string
+			for _, s := range list {
+				out = append(out, s.Name+":"+s.Status)
+			}
+			return strings.Join(out, ",")
+		}
+		if got := names(); got != "s:offline" {
+			t.Fatalf("list = %q", got)
+		}
+		version := func() int64 {
+			var v int64
+			if err := db.Read().QueryRowContext(t.Context(), `SELECT servers_version FROM teams WHERE id = $1`, teamID).Scan(&v); err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		exec := func(q string, args ...any) {
+			t.Helper()
+			if _, err := db.Write().ExecContext(t.Context(), q, args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		v0 := version()
+		exec(`UPDATE servers SET desired_state = 'running', updated_at = 5 WHERE id = $1`, sv.ID)
+		exec(`UPDATE servers SET status = status WHERE id = $1`, sv.ID)
+		if v := version(); v != v0 {
+			t.Errorf("version moved %d → %d on changes the list does not show", v0, v)
+		}
+		exec(`UPDATE servers SET name = 'renamed', status = 'crashed' WHERE id = $1`, sv.ID)
+		if got := names(); got != "renamed:crashed" {
+			t.Errorf("after an update behind the service's back: list = %q", got)
+		}
+		exec(`INSERT INTO servers (id, team_id, name, software, version, status, node, port, memory_mb, disk_mb, cpu_percent, created_at, updated_at)
+			VALUES ('5c8a1c52-0000-4000-8000-000000000001', $1, 'other-replica', 'kiln-test', 'dev', 'offline', 'n2', 1, 512, 1024, 100, $2, $2)`,
+			teamID, time.Now().UnixMilli()+1000)
+		if got := names(); got != "other-replica:offline,renamed:crashed" {
+			t.Errorf("after an insert: list = %q", got)
+		}
+		exec(`DELETE FROM servers WHERE id = '5c8a1c52-0000-4000-8000-000000000001'`)
+		if got := names(); got != "renamed:crashed" {
+			t.Errorf("after a delete: list = %q", got)
+		}
+	})
+}

@@ -62,7 +62,7 @@ func (o *Options) defaults() {
 		o.StopTimeout = 30 * time.Second
 	}
 	if o.PingInterval == 0 {
-		o.PingInterval = 200 * time.Millisecond
+		o.PingInterval = 100 * time.Millisecond
 	}
 	if o.SampleInterval == 0 {
 		o.SampleInterval = 5 * time.Second
@@ -88,6 +88,6 @@ func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
 		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, installer: inst, opts: opts,
-		live: map[string]*live{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
+		live: map[string]*live{}, lists: map[string]listCache{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
 	}
 }

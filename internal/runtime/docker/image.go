@@ -2,7 +2,6 @@ package docker
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"debug/elf"
@@ -44,45 +43,31 @@ func (d *Docker) EnsureKilnImage(ctx context.Context, tag, bin string) error {
 	if err := checkStatic(bin); err != nil {
 		return err
 	}
-	exe, err := os.ReadFile(bin)
+	// Hash by streaming: the binary is ~30 MB, and holding it (twice, with
+	// the build context) would stay in kiln's RSS until the next GC.
+	digest, size, err := fileDigest(bin)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", bin, err)
+		return err
 	}
-	sum := sha256.Sum256(exe)
-	digest := hex.EncodeToString(sum[:])
+	var previous string
 	if im, err := d.cli.ImageInspect(ctx, tag); err == nil {
 		if im.Config != nil && im.Config.Labels[LabelBinary] == digest {
 			return nil
 		}
+		if im.Config != nil && im.Config.Labels[LabelManaged] == "true" {
+			previous = im.ID
+		}
 	} else if !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("inspect image %s: %w", tag, err)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	now := time.Now()
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{
-		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY kiln " + KilnImageBinary + "\n")},
-		{"kiln", 0o755, exe},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: now}); err != nil {
-			return fmt.Errorf("build image %s: %w", tag, err)
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			return fmt.Errorf("build image %s: %w", tag, err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return fmt.Errorf("build image %s: %w", tag, err)
-	}
-	res, err := d.cli.ImageBuild(ctx, &buf, client.ImageBuildOptions{
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeContext(pw, bin, size)) }()
+	res, err := d.cli.ImageBuild(ctx, pr, client.ImageBuildOptions{
 		Tags: []string{tag}, Dockerfile: "Dockerfile", Remove: true, ForceRemove: true,
 		Labels: map[string]string{LabelManaged: "true", LabelBinary: digest},
 	})
 	if err != nil {
+		pr.CloseWithError(err)
 		return fmt.Errorf("build image %s: %w", tag, err)
 	}
 	defer res.Body.Close()
@@ -99,7 +84,54 @@ func (d *Docker) EnsureKilnImage(ctx context.Context, tag, bin string) error {
 		}
 	}
 	d.log.Info("built image", "image", tag, "from", bin)
+	if previous != "" {
+		// The old image of the tag is now dangling; remove it unless a
+		// container still uses it (then the engine refuses, and it stays).
+		if _, err := d.cli.ImageRemove(ctx, previous, client.ImageRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			d.log.Debug("keep the previous kiln image", "image", previous, "err", err)
+		}
+	}
 	return nil
+}
+
+// fileDigest is the SHA-256 (hex) and size of a file, read as a stream.
+func fileDigest(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// writeContext streams the build context: the Dockerfile and the binary.
+func writeContext(w io.Writer, bin string, size int64) error {
+	tw := tar.NewWriter(w)
+	now := time.Now()
+	df := []byte("FROM scratch\nCOPY kiln " + KilnImageBinary + "\n")
+	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(df)), ModTime: now}); err != nil {
+		return err
+	}
+	if _, err := tw.Write(df); err != nil {
+		return err
+	}
+	f, err := os.Open(bin)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := tw.WriteHeader(&tar.Header{Name: "kiln", Mode: 0o755, Size: size, ModTime: now}); err != nil {
+		return err
+	}
+	if _, err := io.CopyN(tw, f, size); err != nil {
+		return err
+	}
+	return tw.Close()
 }
 
 // checkStatic refuses a dynamically linked binary, which would fail in a
