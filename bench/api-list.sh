@@ -54,17 +54,12 @@ LUA="$ROOT/bench/wrk-report.lua"
 PATH_GET=/api/client/v1/servers
 WANT_BODY='{"servers":[],"count":0}'
 
-die() { echo "api-list: $*" >&2; exit 2; }
+BENCH_NAME=api-list
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh" # die, stop_pid, run_wrk, wait_quiet, check, …
 
 # --- wrk -------------------------------------------------------------------
-if ! command -v wrk >/dev/null 2>&1; then
-  [ "$(id -u)" = 0 ] || die "wrk is missing and we are not root: apt-get install wrk"
-  echo "== installing wrk (apt-get)"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq wrk >/dev/null
-fi
-command -v wrk >/dev/null 2>&1 || die "wrk still missing after apt-get install"
+ensure_wrk
 command -v go >/dev/null 2>&1 || die "go is missing"
 if [ "$PERF" = 1 ]; then command -v perf >/dev/null 2>&1 || die "PERF=1 but perf is missing"; fi
 
@@ -72,14 +67,6 @@ if [ "$PERF" = 1 ]; then command -v perf >/dev/null 2>&1 || die "PERF=1 but perf
 TMP=$(mktemp -d -t kiln-bench.XXXXXX)
 KILN_PID='' BARE_PID='' PERF_PID='' WRK_PID=''
 status=2
-stop_pid() { # pid: TERM, wait up to 5 s, then KILL
-  local pid=$1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
 cleanup() {
   trap - EXIT INT TERM
   if [ -n "$WRK_PID" ] && [ -s "$TMP/wrk.pid" ]; then stop_pid "$(cat "$TMP/wrk.pid")"; fi
@@ -93,65 +80,15 @@ cleanup() {
 trap 'cleanup' EXIT
 trap 'status=130; exit 130' INT TERM
 
-# No KILN_* setting from the caller's environment (e.g. KILN_DATABASE_URL)
-# may change what is measured.
-while IFS= read -r v; do unset "$v"; done < <(compgen -e | grep '^KILN_' || true)
+unset_kiln_env
 
 # --- build -----------------------------------------------------------------
-if [ -n "$REV" ]; then
-  KILN_SRC="$TMP/src"
-  mkdir -p "$KILN_SRC"
-  REV_ID=$(git -C "$ROOT" rev-parse --short=12 --verify "$REV^{commit}") || die "REV=$REV: no such commit"
-  git -C "$ROOT" archive "$REV_ID" | tar -x -C "$KILN_SRC"
-  KILN_FROM="commit $REV_ID"
-else
-  KILN_SRC=$ROOT
-  KILN_FROM="work tree of $ROOT"
-  if head_id=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null); then
-    KILN_FROM+=" at $head_id"
-    if [ -n "$(git -C "$ROOT" status --porcelain -- cmd internal go.mod go.sum 2>/dev/null || true)" ]; then
-      KILN_FROM+=" + uncommitted changes"
-    fi
-  fi
-fi
+kiln_source
 echo "== building kiln ($KILN_FROM) and bench/bare into $TMP"
 (cd "$KILN_SRC" && go build -o "$TMP/kiln" ./cmd/kiln) || die "go build ./cmd/kiln failed"
 (cd "$ROOT" && go build -o "$TMP/bare" ./bench/bare) || die "go build ./bench/bare failed"
 
-# --- helpers ---------------------------------------------------------------
-rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
-hwm_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
-mib() { awk -v k="$1" 'BEGIN {printf "%.1f", k/1024}'; }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime
-CLK_TCK=$(getconf CLK_TCK)
-
-# listen_port PID: the port of PID's listening TCP socket on 127.0.0.1, from
-# /proc alone (kiln only logs its address at level info).
-listen_port() {
-  local pid=$1 fd link inodes=" "
-  for fd in /proc/"$pid"/fd/*; do
-    link=$(readlink "$fd" 2>/dev/null) || continue
-    [[ $link == socket:\[*\] ]] && inodes+="${link//[!0-9]/} "
-  done
-  # /proc/net/tcp: local_address is hex IP:port, st 0A is LISTEN, field 10 the inode
-  local hex
-  hex=$(awk -v inodes="$inodes" '$4 == "0A" && index(inodes, " " $10 " ") {
-      split($2, a, ":"); if (a[1] == "0100007F") { print a[2]; exit } }' "/proc/$pid/net/tcp" 2>/dev/null || true)
-  if [ -n "$hex" ]; then echo $((16#$hex)); fi
-}
-
-# wait_port PID LOG: prints PID's listening port once it has one.
-wait_port() {
-  local pid=$1 log=$2 port
-  for _ in $(seq 100); do
-    port=$(listen_port "$pid")
-    if [ -n "$port" ]; then echo "$port"; return 0; fi
-    kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; die "process $pid exited before listening"; }
-    sleep 0.1
-  done
-  die "process $pid not listening on 127.0.0.1 after 10 s"
-}
-
+# --- helpers (the others are in bench/lib.sh) -------------------------------
 # get PORT TOKEN: one HTTP/1.0 GET over bash's /dev/tcp; prints the answer.
 get() {
   local port=$1 token=$2
@@ -191,49 +128,9 @@ db_state() {
   done
 }
 
-# busy_ticks: CPU ticks the whole machine spent busy (user, nice, system,
-# irq, softirq, steal), all cores.
-busy_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
-
-# run_wrk NAME PORT SECONDS OUT SERVER_PID: one wrk run; OUT gets wrk's
-# output and a CPU_RESULT line: ticks used by the server, by wrk, and by the
-# whole machine during the run (the rest is other processes: noise).
-run_wrk() {
-  local s0 b0 w pid=$5
-  s0=$(cpu_ticks "$pid"); b0=$(busy_ticks)
-  # A subshell runs wrk and then reports its children's CPU time with `times`.
-  (
-    wrk -t"$THREADS" -c"$CONNS" -d"$3s" --latency -s "$LUA" \
-      -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$2$PATH_GET" >"$4" 2>&1 &
-    echo $! >"$TMP/wrk.pid"
-    wait $! && rc=0 || rc=$?
-    times >"$4.times" # line 1: this shell, line 2: its children (wrk)
-    exit "$rc"
-  ) &
-  WRK_PID=$!
-  if ! wait "$WRK_PID"; then WRK_PID=; cat "$4" >&2; die "wrk against $1 failed"; fi
-  WRK_PID=
-  # "0m1.230s 0m0.450s": user and system time of wrk
-  w=$(awk -v hz="$CLK_TCK" 'NR == 2 {t = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1]*60 + a[2] } printf "%d", t*hz + 0.5}' "$4.times")
-  echo "CPU_RESULT server_ticks=$(( $(cpu_ticks "$pid") - s0 )) wrk_ticks=$w busy_ticks=$(( $(busy_ticks) - b0 ))" >>"$4"
-  grep -q '^WRK_RESULT ' "$4" || { cat "$4" >&2; die "no WRK_RESULT from wrk against $1"; }
-}
-field() { grep -E '^(WRK|CPU)_RESULT ' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
-
 # --- a quiet machine -------------------------------------------------------
-# Other processes on this machine (builds, tests) disturb the numbers: wait
-# up to QUIET_WAIT s for a second in which they use under 0.25 of a core.
 QUIET_WAIT=${QUIET_WAIT:-60}
-quiet_deadline=$((SECONDS + QUIET_WAIT))
-while :; do
-  b0=$(busy_ticks); sleep 1; busy=$(( $(busy_ticks) - b0 ))
-  if [ "$busy" -le $((CLK_TCK / 4)) ]; then break; fi
-  if [ "$SECONDS" -ge "$quiet_deadline" ]; then
-    echo "== machine still busy ($busy ticks in 1 s) after ${QUIET_WAIT}s: measuring anyway"
-    break
-  fi
-  [ -n "${quiet_said:-}" ] || { echo "== waiting up to ${QUIET_WAIT}s for other processes to go quiet"; quiet_said=1; }
-done
+wait_quiet
 
 # --- start kiln ------------------------------------------------------------
 DATA="$TMP/data"
@@ -289,15 +186,6 @@ run_wrk bare "$BARE_PORT" "$DURATION" "$TMP/wrk-bare.txt" "$BARE_PID"
 DB_PROBE=$(db_state)
 
 # --- checks ----------------------------------------------------------------
-fails=()
-check() { # NAME OK(0|1) DETAIL
-  if [ "$2" = 1 ]; then printf '  PASS  %-34s %s\n' "$1" "$3"
-  else printf '  FAIL  %-34s %s\n' "$1" "$3"; fails+=("$1"); fi
-}
-ms() { awk -v u="$1" 'BEGIN {printf "%.2f", u/1000}'; }
-lt() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a < b)}' && echo 1 || echo 0; }
-ge() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a >= b)}' && echo 1 || echo 0; }
-
 declare -A R
 for s in kiln bare; do
   for f in "$TMP/wrk-$s-warmup.txt" "$TMP/wrk-$s.txt"; do
