@@ -22,6 +22,7 @@ import (
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/node"
@@ -222,7 +223,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
-		Pulls:   pulls,
+		Pulls: pulls, Archives: archive.NewService(serverSvc),
 		Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
@@ -35,8 +36,10 @@ type Deps struct {
 	Servers *servers.Service
 	Catalog *catalog.Catalog
 	Files   *files.Service
-	Pulls   *pull.Manager
-	Metrics *metrics.Metrics
+	// Archives compresses and decompresses server files.
+	Archives *archive.Service
+	Pulls    *pull.Manager
+	Metrics  *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/validate"
@@ -15,26 +16,27 @@ import (
 
 // Error codes of api.md §0 used by this package.
 const (
-	codeValidation       = "VALIDATION_ERROR"
-	codeInvalidServerID  = "INVALID_SERVER_ID"
-	codeInvalidToken     = "INVALID_TOKEN"
-	codeServerNotFound   = "SERVER_NOT_FOUND"
-	codeServerInstalling = "SERVER_INSTALLING"
-	codeServerOffline    = "SERVER_OFFLINE"
-	codeConflict         = "CONFLICT"
-	codeNotFound         = "NOT_FOUND"
-	codeFileNotFound     = "FILE_NOT_FOUND"
-	codeNotADirectory    = "NOT_A_DIRECTORY"
-	codeNotAFile         = "NOT_A_FILE"
-	codeFileTooLarge     = "FILE_TOO_LARGE"
-	codeQuotaExceeded    = "QUOTA_EXCEEDED"
-	codeDownloadNotFound = "DOWNLOAD_NOT_FOUND"
-	codeMethodNotAllowed = "METHOD_NOT_ALLOWED"
-	codePayloadTooLarge  = "PAYLOAD_TOO_LARGE"
-	codeUnsupportedMedia = "UNSUPPORTED_MEDIA_TYPE"
-	codeRateLimited      = "RATE_LIMITED"
-	codeUnavailable      = "UNAVAILABLE"
-	codeInternal         = "INTERNAL"
+	codeValidation         = "VALIDATION_ERROR"
+	codeInvalidServerID    = "INVALID_SERVER_ID"
+	codeInvalidToken       = "INVALID_TOKEN"
+	codeServerNotFound     = "SERVER_NOT_FOUND"
+	codeServerInstalling   = "SERVER_INSTALLING"
+	codeServerOffline      = "SERVER_OFFLINE"
+	codeConflict           = "CONFLICT"
+	codeNotFound           = "NOT_FOUND"
+	codeFileNotFound       = "FILE_NOT_FOUND"
+	codeNotADirectory      = "NOT_A_DIRECTORY"
+	codeNotAFile           = "NOT_A_FILE"
+	codeFileTooLarge       = "FILE_TOO_LARGE"
+	codeQuotaExceeded      = "QUOTA_EXCEEDED"
+	codeDownloadNotFound   = "DOWNLOAD_NOT_FOUND"
+	codeUnsupportedArchive = "UNSUPPORTED_ARCHIVE"
+	codeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
+	codePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
+	codeUnsupportedMedia   = "UNSUPPORTED_MEDIA_TYPE"
+	codeRateLimited        = "RATE_LIMITED"
+	codeUnavailable        = "UNAVAILABLE"
+	codeInternal           = "INTERNAL"
 )
 
 // errorBody is every error response (seed ErrorResponse).
@@ -82,6 +84,12 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusBadGateway, errorBody{Error: "the server is not running", Code: codeServerOffline}
 	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrNoPort), errors.Is(err, servers.ErrInstallFailed):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
+	case errors.Is(err, archive.ErrUnsupported):
+		msg := "not an archive of a supported format (zip, jar, tar, tar.gz, tgz, tar.zst, tar.xz, gz), or corrupt"
+		if ee, ok := errors.AsType[*archive.EntryError](err); ok {
+			msg = ee.Error() + "; nothing was extracted"
+		}
+		return http.StatusUnprocessableEntity, errorBody{Error: msg, Code: codeUnsupportedArchive}
 	case errors.Is(err, files.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "file not found", Code: codeFileNotFound}
 	case errors.Is(err, files.ErrNotDirectory):

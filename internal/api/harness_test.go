@@ -24,6 +24,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/pull"
@@ -170,7 +171,7 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 		}
 	})
 	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
-		Pulls: pulls, Metrics: metrics.New(), Ready: db.Ping}
+		Pulls: pulls, Archives: archive.NewService(env.Service), Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

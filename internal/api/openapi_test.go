@@ -32,8 +32,6 @@ var notBuiltYet = []string{
 	"GET /deployments/runs/{runId}",
 	"GET /servers/{id}/sftp",
 	"POST /servers/{id}/sftp",
-	"POST /servers/{id}/files/compress",
-	"POST /servers/{id}/files/decompress",
 	"POST /snapshots",
 	"DELETE /snapshots/{snapshotId}",
 	"GET /curseforge/search",

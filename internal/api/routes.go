@@ -43,6 +43,8 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: "/servers/{id}/files/delete", op: "deleteFiles", limit: limitFilesDelete, h: s.deleteFiles},
 		{method: http.MethodPost, path: "/servers/{id}/files/chmod", op: "chmodFiles", h: s.chmodFiles},
 		{method: http.MethodGet, path: "/servers/{id}/files/search", op: "searchFiles", limit: limitFilesSearch, h: s.searchFiles},
+		{method: http.MethodPost, path: "/servers/{id}/files/compress", op: "compressFiles", limit: limitCompress, h: s.compressFiles},
+		{method: http.MethodPost, path: "/servers/{id}/files/decompress", op: "decompressFile", limit: limitDecompress, h: s.decompressFile},
 		{method: http.MethodPost, path: "/servers/{id}/files/pull", op: "startRemoteDownload", limit: limitFilesPull, h: s.startPull},
 		{method: http.MethodGet, path: "/servers/{id}/files/pull", op: "listRemoteDownloads", h: s.listPulls},
 		{method: http.MethodDelete, path: "/servers/{id}/files/pull/{downloadId}", op: "cancelRemoteDownload", h: s.cancelPull},

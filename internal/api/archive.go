@@ -1,0 +1,45 @@
+package api
+
+import (
+	"net/http"
+)
+
+func (s *Server) compressFiles(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Root   string   `json:"root"`
+		Files  []string `json:"files"`
+		Format string   `json:"format"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	e, err := s.deps.Archives.Compress(r.Context(), principal(r).TeamID, id, req.Root, req.Files, req.Format)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "archive": toFileEntry(e)})
+	return nil
+}
+
+func (s *Server) decompressFile(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Root string `json:"root"`
+		File string `json:"file"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := s.deps.Archives.Decompress(r.Context(), principal(r).TeamID, id, req.Root, req.File); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, okBody)
+	return nil
+}
