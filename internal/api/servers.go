@@ -81,14 +81,7 @@ func (s *Server) listServers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Servers []serverJSON `json:"servers"`
-		Count   int          `json:"count"`
-	}{Servers: make([]serverJSON, len(list)), Count: len(list)}
-	for i, sv := range list {
-		out.Servers[i] = toServerJSON(sv)
-	}
-	writeJSON(w, http.StatusOK, out)
+	writeServerList(w, list)
 	return nil
 }
 

@@ -1,0 +1,151 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/kilnhq/kiln/internal/servers"
+)
+
+// The server list is the hottest answer of the API (bots poll it): it is
+// written by hand into a pooled buffer instead of through encoding/json's
+// reflection, which cost more than a third of the CPU of a 200-server list
+// (docs/benchmarks.md). TestServerListEncoding keeps it byte-for-byte
+// equal to what writeJSON makes of serverJSON.
+
+var listBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// writeServerList answers {"servers":[…],"count":n}.
+func writeServerList(w http.ResponseWriter, list []servers.Server) {
+	buf := listBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	b := buf.AvailableBuffer()
+	b = appendServerList(b, list)
+	buf.Write(b)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+	if buf.Cap() <= 4<<20 { // keep buffers of ordinary lists only
+		listBuffers.Put(buf)
+	}
+}
+
+func appendServerList(b []byte, list []servers.Server) []byte {
+	b = append(b, `{"servers":[`...)
+	for i, sv := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendServer(b, sv)
+	}
+	b = append(b, `],"count":`...)
+	b = strconv.AppendInt(b, int64(len(list)), 10)
+	return append(b, "}\n"...)
+}
+
+// appendServer writes serverJSON's fields in its order.
+func appendServer(b []byte, s servers.Server) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, s.ID)
+	b = append(b, `,"name":`...)
+	b = appendJSONString(b, s.Name)
+	b = append(b, `,"status":`...)
+	b = appendJSONString(b, s.Status)
+	b = append(b, `,"address":`...)
+	b = appendJSONString(b, s.Address)
+	b = append(b, `,"resources":{"cpu":`...)
+	b = appendJSONFloat(b, s.Resources.CPU)
+	b = append(b, `,"memory_bytes":`...)
+	b = strconv.AppendInt(b, s.Resources.MemoryBytes, 10)
+	b = append(b, `,"disk_bytes":`...)
+	b = strconv.AppendInt(b, s.Resources.DiskBytes, 10)
+	b = append(b, `,"uptime_ms":`...)
+	b = strconv.AppendInt(b, s.Resources.UptimeMS, 10)
+	b = append(b, `},"software":`...)
+	b = appendJSONString(b, s.Software)
+	b = append(b, `,"node":`...)
+	b = appendJSONString(b, s.Node)
+	b = append(b, `,"configuration_id":`...)
+	if s.ConfigurationID == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, *s.ConfigurationID)
+	}
+	return append(b, '}')
+}
+
+// appendJSONFloat formats f as encoding/json does; the rare values it
+// writes in exponent form are left to encoding/json itself.
+func appendJSONFloat(b []byte, f float64) []byte {
+	if math.IsInf(f, 0) || math.IsNaN(f) {
+		return append(b, '0') // never produced; encoding/json would fail
+	}
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		out, _ := json.Marshal(f)
+		return append(b, out...)
+	}
+	return strconv.AppendFloat(b, f, 'f', -1, 64)
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendJSONString quotes s as writeJSON's encoder does (HTML escaping
+// off): control characters, U+2028 and U+2029 escaped; invalid UTF-8
+// replaced by U+FFFD.
+func appendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

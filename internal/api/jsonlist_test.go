@@ -1,0 +1,53 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kilnhq/kiln/internal/servers"
+)
+
+// TestServerListEncoding: the hand-written list answer is byte-for-byte
+// what encoding/json makes of the same list, for hostile strings and odd
+// numbers too.
+func TestServerListEncoding(t *testing.T) {
+	strs := []string{"", "lobby", `quo"te`, `back\slash`, "tab\tnew\nline\r", "\x00\x01\x1f\x7f", "<script>&</script>",
+		"é漢字🎮", "\u2028\u2029", "bad\xffutf8\xc3", "ends with \\", "Ω"}
+	floats := []float64{0, 1, 12.5, 99.99999, 1e-7, 3.3e-5, 1e21, 123456789.125, 0.1 + 0.2}
+	rng := rand.New(rand.NewPCG(1, 2))
+	pick := func() string { return strs[rng.IntN(len(strs))] }
+	var list []servers.Server
+	for i := range 300 {
+		cfg := pick()
+		sv := servers.Server{
+			ID: pick(), Name: pick(), Status: pick(), Address: pick(), Software: pick(), Node: pick(),
+			Resources: servers.Resources{CPU: floats[i%len(floats)], MemoryBytes: rng.Int64N(1 << 40), DiskBytes: rng.Int64N(1 << 40), UptimeMS: rng.Int64N(1 << 40)},
+		}
+		if i%3 == 0 {
+			sv.ConfigurationID = &cfg
+		}
+		list = append(list, sv)
+	}
+	for _, n := range []int{0, 1, len(list)} {
+		want := struct {
+			Servers []serverJSON `json:"servers"`
+			Count   int          `json:"count"`
+		}{Servers: make([]serverJSON, n), Count: n}
+		for i, sv := range list[:n] {
+			want.Servers[i] = toServerJSON(sv)
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf) // as writeJSON
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(want); err != nil {
+			t.Fatal(err)
+		}
+		wb := buf.Bytes()
+		got := appendServerList(nil, list[:n])
+		if string(got) != string(wb) {
+			t.Fatalf("list of %d: hand-written JSON differs from encoding/json\ngot  %s\nwant %s", n, got, wb)
+		}
+	}
+}
