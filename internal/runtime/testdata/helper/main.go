@@ -1,17 +1,3 @@
-// Command helper is the game server stand-in of the process runtime's
-// tests. It runs its arguments in order, then prints "ready" and reads
-// stdin: a line that is one of the commands below is run, any other is
-// echoed as "echo: <line>"; it exits 0 at the end of stdin.
-//
-//	out:<text>   prints text on stdout
-//	err:<text>   prints text on stderr
-//	long:<n>     prints a line of n 'x'
-//	alloc:<mib>  allocates and touches mib MiB more, then prints "allocated"
-//	child        starts "helper hold" in its process group: "child <pid>"
-//	orphan       starts "helper hold" in a session of its own, holding
-//	             stdout: "orphan <pid>"
-//	exit:<code>  exits with code
-//	hold         blocks until killed
 package main
 
 import (
