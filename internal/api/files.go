@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -88,7 +89,22 @@ func (s *Server) fileContents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, string(data))
+	// Up to 10 MiB as one JSON string: quoted by hand into a pooled buffer
+	// (what writeJSON would write, without encoding/json's reflection and
+	// copies).
+	buf := listBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	buf.Grow(len(data) + len(data)/16 + 8)
+	b := appendJSONString(buf.AvailableBuffer(), string(data))
+	b = append(b, '\n')
+	buf.Write(b)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+	if buf.Cap() <= 4<<20 {
+		listBuffers.Put(buf)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/kilnhq/kiln/internal/servers"
@@ -49,5 +50,26 @@ func TestServerListEncoding(t *testing.T) {
 		if string(got) != string(wb) {
 			t.Fatalf("list of %d: hand-written JSON differs from encoding/json\ngot  %s\nwant %s", n, got, wb)
 		}
+	}
+}
+
+// TestContentsEncoding: the hand-quoted contents answer is what writeJSON
+// makes of the same string, for text with every kind of character.
+func TestContentsEncoding(t *testing.T) {
+	var b strings.Builder
+	for r := rune(0); r < 0x3000; r += 7 {
+		b.WriteRune(r)
+	}
+	b.WriteString("\xff\xfe bad utf8 \u2028\u2029 <tag>&amp; \"q\" \\ end")
+	s := b.String()
+	var want bytes.Buffer
+	enc := json.NewEncoder(&want)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		t.Fatal(err)
+	}
+	got := append(appendJSONString(nil, s), '\n')
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("hand-quoted string differs from encoding/json:\ngot  %q\nwant %q", got, want.Bytes())
 	}
 }

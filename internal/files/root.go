@@ -1,6 +1,7 @@
 package files
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -207,10 +208,13 @@ func (r *Root) ReadFile(rel string, max int64) ([]byte, error) {
 	if e.Size > max {
 		return nil, ErrTooLarge
 	}
-	data, err := io.ReadAll(io.LimitReader(f, max+1))
-	if err != nil {
+	// Size the buffer from the inode (plus room to notice growth): no
+	// doubling and copying on the way to a few MiB.
+	buf := bytes.NewBuffer(make([]byte, 0, e.Size+512))
+	if _, err := buf.ReadFrom(io.LimitReader(f, max+1)); err != nil {
 		return nil, fmt.Errorf("read %s: %w", Display(rel), err)
 	}
+	data := buf.Bytes()
 	if int64(len(data)) > max {
 		return nil, ErrTooLarge
 	}
