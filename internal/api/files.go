@@ -65,14 +65,11 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Files []fileEntryJSON `json:"files"`
-		Count int             `json:"count"`
-	}{Files: make([]fileEntryJSON, len(list)), Count: len(list)}
+	out := make([]fileEntryJSON, len(list))
 	for i, e := range list {
-		out.Files[i] = toFileEntry(e)
+		out[i] = toFileEntry(e)
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeFileList(w, out)
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -71,5 +72,35 @@ func TestContentsEncoding(t *testing.T) {
 	got := append(appendJSONString(nil, s), '\n')
 	if !bytes.Equal(got, want.Bytes()) {
 		t.Fatalf("hand-quoted string differs from encoding/json:\ngot  %q\nwant %q", got, want.Bytes())
+	}
+}
+
+// TestFileListEncoding: the hand-written file list is what writeJSON makes
+// of the same entries.
+func TestFileListEncoding(t *testing.T) {
+	names := []string{"server.properties", "we\"ird\\name\n", "world", "\x01ctl", "漢字.yml", "bad\xfe", "<a>&b"}
+	var list []fileEntryJSON
+	for i := range 50 {
+		list = append(list, fileEntryJSON{
+			Name: names[i%len(names)], Size: int64(i * 12345), IsFile: i%2 == 0, IsDirectory: i%2 == 1, IsSymlink: i%5 == 0,
+			MIME: "text/plain; charset=utf-8", Mode: "-rw-r--r--", ModeBits: "644",
+			ModifiedAt: "2026-11-22T10:15:03Z", CreatedAt: "2026-11-22T10:15:03Z",
+		})
+	}
+	for _, n := range []int{0, 1, len(list)} {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(struct {
+			Files []fileEntryJSON `json:"files"`
+			Count int             `json:"count"`
+		}{Files: append([]fileEntryJSON{}, list[:n]...), Count: n}); err != nil {
+			t.Fatal(err)
+		}
+		rec := httptest.NewRecorder()
+		writeFileList(rec, list[:n])
+		if got := rec.Body.String(); got != want.String() {
+			t.Fatalf("list of %d differs:\ngot  %s\nwant %s", n, got, want.String())
+		}
 	}
 }
