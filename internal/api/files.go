@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -89,19 +88,9 @@ func (s *Server) fileContents(w http.ResponseWriter, r *http.Request) error {
 	// Up to 10 MiB as one JSON string: quoted by hand into a pooled buffer
 	// (what writeJSON would write, without encoding/json's reflection and
 	// copies).
-	buf := listBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	buf.Grow(len(data) + len(data)/16 + 8)
-	b := appendJSONString(buf.AvailableBuffer(), string(data))
-	b = append(b, '\n')
-	buf.Write(b)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
-	if buf.Cap() <= 4<<20 {
-		listBuffers.Put(buf)
-	}
+	writePooled(w, len(data)+len(data)/16+8, func(b []byte) []byte {
+		return append(appendJSONString(b, string(data)), '\n')
+	})
 	return nil
 }
 

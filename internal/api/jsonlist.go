@@ -22,16 +22,22 @@ var listBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // writeServerList answers {"servers":[…],"count":n}.
 func writeServerList(w http.ResponseWriter, list []servers.Server) {
+	writePooled(w, len(list)*256+32, func(b []byte) []byte { return appendServerList(b, list) })
+}
+
+// writePooled answers 200 with the JSON that fill appends, built in a
+// pooled buffer (sizeHint bytes reserved) and sent with its length.
+func writePooled(w http.ResponseWriter, sizeHint int, fill func(b []byte) []byte) {
 	buf := listBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
-	b := buf.AvailableBuffer()
-	b = appendServerList(b, list)
-	buf.Write(b)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+	buf.Grow(sizeHint)
+	buf.Write(fill(buf.AvailableBuffer()))
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(buf.Bytes())
-	if buf.Cap() <= 4<<20 { // keep buffers of ordinary lists only
+	if buf.Cap() <= 4<<20 { // keep buffers of ordinary answers only
 		listBuffers.Put(buf)
 	}
 }
@@ -178,25 +184,16 @@ func appendFileEntry(b []byte, e fileEntryJSON) []byte {
 // writeFileList answers {"files":[…],"count":n}; a large directory is the
 // second-hottest answer (a file manager opening world/region).
 func writeFileList(w http.ResponseWriter, list []fileEntryJSON) {
-	buf := listBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	buf.Grow(len(list)*200 + 32)
-	b := append(buf.AvailableBuffer(), `{"files":[`...)
-	for i, e := range list {
-		if i > 0 {
-			b = append(b, ',')
+	writePooled(w, len(list)*200+32, func(b []byte) []byte {
+		b = append(b, `{"files":[`...)
+		for i, e := range list {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendFileEntry(b, e)
 		}
-		b = appendFileEntry(b, e)
-	}
-	b = append(b, `],"count":`...)
-	b = strconv.AppendInt(b, int64(len(list)), 10)
-	b = append(b, "}\n"...)
-	buf.Write(b)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
-	if buf.Cap() <= 4<<20 {
-		listBuffers.Put(buf)
-	}
+		b = append(b, `],"count":`...)
+		b = strconv.AppendInt(b, int64(len(list)), 10)
+		return append(b, "}\n"...)
+	})
 }
