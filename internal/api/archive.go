@@ -26,20 +26,10 @@ func (s *Server) compressFiles(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) decompressFile(w http.ResponseWriter, r *http.Request) error {
-	id, err := serverID(r)
-	if err != nil {
-		return err
-	}
-	var req struct {
+	return serverAction(w, r, http.StatusOK, func(teamID, id string, req *struct {
 		Root string `json:"root"`
 		File string `json:"file"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	if err := s.deps.Archives.Decompress(r.Context(), principal(r).TeamID, id, req.Root, req.File); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, okBody)
-	return nil
+	}) error {
+		return s.deps.Archives.Decompress(r.Context(), teamID, id, req.Root, req.File)
+	})
 }

@@ -157,48 +157,28 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) createDirectory(w http.ResponseWriter, r *http.Request) error {
-	id, err := serverID(r)
-	if err != nil {
-		return err
-	}
-	var req struct {
+	return serverAction(w, r, http.StatusOK, func(teamID, id string, req *struct {
 		Root string `json:"root"`
 		Name string `json:"name"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	if err := s.deps.Files.CreateDirectory(r.Context(), principal(r).TeamID, id, req.Root, req.Name); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, okBody)
-	return nil
+	}) error {
+		return s.deps.Files.CreateDirectory(r.Context(), teamID, id, req.Root, req.Name)
+	})
 }
 
 func (s *Server) renameFiles(w http.ResponseWriter, r *http.Request) error {
-	id, err := serverID(r)
-	if err != nil {
-		return err
-	}
-	var req struct {
+	return serverAction(w, r, http.StatusOK, func(teamID, id string, req *struct {
 		Root  string `json:"root"`
 		Files []struct {
 			From string `json:"from"`
 			To   string `json:"to"`
 		} `json:"files"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	moves := make([]files.Move, len(req.Files))
-	for i, f := range req.Files {
-		moves[i] = files.Move{From: f.From, To: f.To}
-	}
-	if err := s.deps.Files.Rename(r.Context(), principal(r).TeamID, id, req.Root, moves); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, okBody)
-	return nil
+	}) error {
+		moves := make([]files.Move, len(req.Files))
+		for i, f := range req.Files {
+			moves[i] = files.Move{From: f.From, To: f.To}
+		}
+		return s.deps.Files.Rename(r.Context(), teamID, id, req.Root, moves)
+	})
 }
 
 func (s *Server) copyFile(w http.ResponseWriter, r *http.Request) error {
@@ -221,48 +201,28 @@ func (s *Server) copyFile(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) deleteFiles(w http.ResponseWriter, r *http.Request) error {
-	id, err := serverID(r)
-	if err != nil {
-		return err
-	}
-	var req struct {
+	return serverAction(w, r, http.StatusOK, func(teamID, id string, req *struct {
 		Root  string   `json:"root"`
 		Files []string `json:"files"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	if err := s.deps.Files.Delete(r.Context(), principal(r).TeamID, id, req.Root, req.Files); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, okBody)
-	return nil
+	}) error {
+		return s.deps.Files.Delete(r.Context(), teamID, id, req.Root, req.Files)
+	})
 }
 
 func (s *Server) chmodFiles(w http.ResponseWriter, r *http.Request) error {
-	id, err := serverID(r)
-	if err != nil {
-		return err
-	}
-	var req struct {
+	return serverAction(w, r, http.StatusOK, func(teamID, id string, req *struct {
 		Root  string `json:"root"`
 		Files []struct {
 			File string `json:"file"`
 			Mode string `json:"mode"`
 		} `json:"files"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	cs := make([]files.ModeChange, len(req.Files))
-	for i, f := range req.Files {
-		cs[i] = files.ModeChange{File: f.File, Mode: f.Mode}
-	}
-	if err := s.deps.Files.Chmod(r.Context(), principal(r).TeamID, id, req.Root, cs); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, okBody)
-	return nil
+	}) error {
+		cs := make([]files.ModeChange, len(req.Files))
+		for i, f := range req.Files {
+			cs[i] = files.ModeChange{File: f.File, Mode: f.Mode}
+		}
+		return s.deps.Files.Chmod(r.Context(), teamID, id, req.Root, cs)
+	})
 }
 
 // searchResultJSON is the seed's FileSearchResult.

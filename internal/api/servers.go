@@ -138,40 +138,39 @@ func (s *Server) deleteServer(w http.ResponseWriter, r *http.Request) error {
 
 var okBody = map[string]bool{"ok": true}
 
-func (s *Server) powerServer(w http.ResponseWriter, r *http.Request) error {
+// serverAction runs a route on one server that takes a JSON body and
+// answers {"ok":true} with status: the server id, then the body (strictly)
+// are checked before fn runs with the caller's team.
+func serverAction[Req any](w http.ResponseWriter, r *http.Request, status int, fn func(teamID, id string, req *Req) error) error {
 	id, err := serverID(r)
 	if err != nil {
 		return err
 	}
-	var req struct {
-		Action string `json:"action"`
-	}
+	var req Req
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	if err := s.deps.Servers.Power(r.Context(), principal(r).TeamID, id, req.Action); err != nil {
+	if err := fn(principal(r).TeamID, id, &req); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusAccepted, okBody)
+	writeJSON(w, status, okBody)
 	return nil
 }
 
+func (s *Server) powerServer(w http.ResponseWriter, r *http.Request) error {
+	return serverAction(w, r, http.StatusAccepted, func(teamID, id string, req *struct {
+		Action string `json:"action"`
+	}) error {
+		return s.deps.Servers.Power(r.Context(), teamID, id, req.Action)
+	})
+}
+
 func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request) error {
-	id, err := serverID(r)
-	if err != nil {
-		return err
-	}
-	var req struct {
+	return serverAction(w, r, http.StatusOK, func(teamID, id string, req *struct {
 		Command string `json:"command"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	if err := s.deps.Servers.Command(r.Context(), principal(r).TeamID, id, req.Command); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, okBody)
-	return nil
+	}) error {
+		return s.deps.Servers.Command(r.Context(), teamID, id, req.Command)
+	})
 }
 
 // intQuery reads an optional integer query parameter within [lo, hi].
@@ -249,20 +248,10 @@ func (s *Server) streamConsole(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) reinstallServer(w http.ResponseWriter, r *http.Request) error {
-	id, err := serverID(r)
-	if err != nil {
-		return err
-	}
-	var req struct {
+	return serverAction(w, r, http.StatusAccepted, func(teamID, id string, req *struct {
 		Software string `json:"software"`
 		Version  string `json:"version"`
-	}
-	if err := decodeJSON(w, r, &req); err != nil {
-		return err
-	}
-	if err := s.deps.Servers.Reinstall(r.Context(), principal(r).TeamID, id, req.Software, req.Version); err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusAccepted, okBody)
-	return nil
+	}) error {
+		return s.deps.Servers.Reinstall(r.Context(), teamID, id, req.Software, req.Version)
+	})
 }
