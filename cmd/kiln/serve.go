@@ -138,22 +138,25 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	return c, nil
 }
 
-func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+// newLogger builds serve's logger on a buffered w (logwriter.go); the
+// caller closes the buffer when serve ends.
+func newLogger(level, format string, w io.Writer) (*slog.Logger, *bufferedLog, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
+		return nil, nil, usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
 	}
 	opts := &slog.HandlerOptions{Level: lv}
+	buf := newBufferedLog(w)
 	var h slog.Handler
 	switch format {
 	case "text":
-		h = slog.NewTextHandler(w, opts)
+		h = slog.NewTextHandler(buf, opts)
 	case "json":
-		h = slog.NewJSONHandler(w, opts)
+		h = slog.NewJSONHandler(buf, opts)
 	default:
-		return nil, usageError{fmt.Sprintf("--log-format %q: want text or json", format)}
+		return nil, nil, usageError{fmt.Sprintf("--log-format %q: want text or json", format)}
 	}
-	return slog.New(api.WithRequestID(h)), nil
+	return slog.New(api.WithRequestID(flushingHandler{h, buf})), buf, nil
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -161,10 +164,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	log, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
+	log, logBuf, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
 	if err != nil {
 		return err
 	}
+	defer logBuf.Close() // after everything else has logged its last line
 	db, err := cfg.open(ctx)
 	if err != nil {
 		return err

@@ -52,6 +52,7 @@ type Server struct {
 	mux     *http.ServeMux
 	openapi []byte
 	routes  []route
+	lists   listEncodings // encoded server lists, by team
 }
 
 // New builds the handler with every route registered.

@@ -20,11 +20,6 @@ import (
 
 var listBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-// writeServerList answers {"servers":[…],"count":n}.
-func writeServerList(w http.ResponseWriter, list []servers.Server) {
-	writePooled(w, len(list)*256+32, func(b []byte) []byte { return appendServerList(b, list) })
-}
-
 // writePooled answers 200 with the JSON that fill appends, built in a
 // pooled buffer (sizeHint bytes reserved) and sent with its length.
 func writePooled(w http.ResponseWriter, sizeHint int, fill func(b []byte) []byte) {
@@ -42,21 +37,85 @@ func writePooled(w http.ResponseWriter, sizeHint int, fill func(b []byte) []byte
 	}
 }
 
-func appendServerList(b []byte, list []servers.Server) []byte {
+// listEncoding is a team's server list with everything but the live
+// resources already written: each server's text before and after its
+// "resources" object. It is built once per servers.Listing (one list
+// version) and shared by every request that reads that version; a request
+// then only writes the resource figures, which change between samples.
+type listEncoding struct {
+	src  *servers.Listing
+	n    int
+	text []byte // server i: text[ends[2i-1]:ends[2i]] (head), text[ends[2i]:ends[2i+1]] (tail)
+	ends []int
+}
+
+func encodeList(src *servers.Listing, rows []servers.Server) *listEncoding {
+	e := &listEncoding{src: src, n: len(rows), ends: make([]int, 0, 2*len(rows))}
+	b := make([]byte, 0, len(rows)*192)
+	for _, sv := range rows {
+		b = appendServerHead(b, sv)
+		e.ends = append(e.ends, len(b))
+		b = appendServerTail(b, sv)
+		e.ends = append(e.ends, len(b))
+	}
+	e.text = b
+	return e
+}
+
+// appendTo writes {"servers":[…],"count":n} with server i's resources
+// from res(i).
+func (e *listEncoding) appendTo(b []byte, res func(i int) servers.Resources) []byte {
 	b = append(b, `{"servers":[`...)
-	for i, sv := range list {
+	start := 0
+	for i := range e.n {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendServer(b, sv)
+		head, tail := e.ends[2*i], e.ends[2*i+1]
+		b = append(b, e.text[start:head]...)
+		b = appendResources(b, res(i))
+		b = append(b, e.text[head:tail]...)
+		start = tail
 	}
 	b = append(b, `],"count":`...)
-	b = strconv.AppendInt(b, int64(len(list)), 10)
+	b = strconv.AppendInt(b, int64(e.n), 10)
 	return append(b, "}\n"...)
 }
 
-// appendServer writes serverJSON's fields in its order.
-func appendServer(b []byte, s servers.Server) []byte {
+// listEncodings keeps the latest listEncoding of each team.
+type listEncodings struct {
+	mu     sync.Mutex
+	byTeam map[string]*listEncoding
+}
+
+// maxEncodedLists bounds the teams whose encoded lists are kept.
+const maxEncodedLists = 4096
+
+func (c *listEncodings) get(teamID string, l *servers.Listing) *listEncoding {
+	c.mu.Lock()
+	e := c.byTeam[teamID]
+	c.mu.Unlock()
+	if e != nil && e.src == l {
+		return e
+	}
+	e = encodeList(l, l.Servers)
+	c.mu.Lock()
+	if c.byTeam == nil || len(c.byTeam) >= maxEncodedLists {
+		c.byTeam = make(map[string]*listEncoding)
+	}
+	c.byTeam[teamID] = e
+	c.mu.Unlock()
+	return e
+}
+
+// writeServerList answers a team's list.
+func writeServerList(w http.ResponseWriter, e *listEncoding) {
+	writePooled(w, len(e.text)+e.n*96+32, func(b []byte) []byte { return e.appendTo(b, e.src.Resources) })
+}
+
+// appendServerHead writes serverJSON's fields in its order up to the
+// resources object; appendResources the object; appendServerTail the rest.
+func appendServerHead(b []byte, s servers.Server) []byte {
 	b = append(b, `{"id":`...)
 	b = appendJSONString(b, s.ID)
 	b = append(b, `,"name":`...)
@@ -65,15 +124,23 @@ func appendServer(b []byte, s servers.Server) []byte {
 	b = appendJSONString(b, s.Status)
 	b = append(b, `,"address":`...)
 	b = appendJSONString(b, s.Address)
-	b = append(b, `,"resources":{"cpu":`...)
-	b = appendJSONFloat(b, s.Resources.CPU)
+	return append(b, `,"resources":`...)
+}
+
+func appendResources(b []byte, r servers.Resources) []byte {
+	b = append(b, `{"cpu":`...)
+	b = appendJSONFloat(b, r.CPU)
 	b = append(b, `,"memory_bytes":`...)
-	b = strconv.AppendInt(b, s.Resources.MemoryBytes, 10)
+	b = strconv.AppendInt(b, r.MemoryBytes, 10)
 	b = append(b, `,"disk_bytes":`...)
-	b = strconv.AppendInt(b, s.Resources.DiskBytes, 10)
+	b = strconv.AppendInt(b, r.DiskBytes, 10)
 	b = append(b, `,"uptime_ms":`...)
-	b = strconv.AppendInt(b, s.Resources.UptimeMS, 10)
-	b = append(b, `},"software":`...)
+	b = strconv.AppendInt(b, r.UptimeMS, 10)
+	return append(b, '}')
+}
+
+func appendServerTail(b []byte, s servers.Server) []byte {
+	b = append(b, `,"software":`...)
 	b = appendJSONString(b, s.Software)
 	b = append(b, `,"node":`...)
 	b = appendJSONString(b, s.Node)

@@ -47,7 +47,7 @@ func TestServerListEncoding(t *testing.T) {
 			t.Fatal(err)
 		}
 		wb := buf.Bytes()
-		got := appendServerList(nil, list[:n])
+		got := encodeList(nil, list[:n]).appendTo(nil, func(i int) servers.Resources { return list[i].Resources })
 		if string(got) != string(wb) {
 			t.Fatalf("list of %d: hand-written JSON differs from encoding/json\ngot  %s\nwant %s", n, got, wb)
 		}

@@ -77,11 +77,12 @@ func serverID(r *http.Request) (string, error) {
 }
 
 func (s *Server) listServers(w http.ResponseWriter, r *http.Request) error {
-	list, err := s.deps.Servers.List(r.Context(), principal(r).TeamID)
+	team := principal(r).TeamID
+	l, err := s.deps.Servers.Listing(r.Context(), team)
 	if err != nil {
 		return err
 	}
-	writeServerList(w, list)
+	writeServerList(w, s.lists.get(team, l))
 	return nil
 }
 

@@ -206,8 +206,17 @@ func TestServerLifecycle(t *testing.T) {
 		if st != 200 || len(list) != 1 || list[0].(map[string]any)["status"] != "running" {
 			t.Fatalf("list = %d %s", st, body)
 		}
-		if up := list[0].(map[string]any)["resources"].(map[string]any)["uptime_ms"].(float64); up <= 0 {
+		up := list[0].(map[string]any)["resources"].(map[string]any)["uptime_ms"].(float64)
+		if up <= 0 {
 			t.Errorf("uptime_ms = %v of a running server, want > 0", up)
+		}
+		// A second list at the same list version reuses the encoded rows;
+		// the live figures must still be of now.
+		time.Sleep(20 * time.Millisecond)
+		_, _, body = h.do("GET", Prefix+"/servers", h.token, nil)
+		list = mustJSON(body)["servers"].([]any)
+		if up2 := list[0].(map[string]any)["resources"].(map[string]any)["uptime_ms"].(float64); up2 < up+20 {
+			t.Errorf("uptime_ms %v then %v 20 ms later: the list's live figures are stale", up, up2)
 		}
 
 		st, body = h.postJSON("/servers/"+id+"/power", map[string]string{"action": "fly"})

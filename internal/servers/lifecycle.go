@@ -71,6 +71,11 @@ func (s *Service) resources(id string) Resources {
 	if !ok {
 		return Resources{}
 	}
+	return l.resources()
+}
+
+// resources is the latest sample, with the uptime of now.
+func (l *live) resources() Resources {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.res

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -152,12 +153,37 @@ func (s *Service) prepared(ctx context.Context, slot **sql.Stmt, query string) (
 }
 
 // List returns the team's servers, newest first, at most MaxList, with the
-// latest sampled resources. The rows come from memory while the team's
-// list version (kept by database triggers on every change of a listed
-// field, whichever process makes it) stands; one primary-key read checks
-// it. The returned servers share their Env maps with the cache: callers
-// must not modify them.
+// latest sampled resources. The returned servers share their Env maps with
+// the cache: callers must not modify them.
 func (s *Service) List(ctx context.Context, teamID string) ([]Server, error) {
+	l, err := s.Listing(ctx, teamID)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(l.Servers)
+	for i := range out {
+		out[i].Resources = l.Resources(i)
+	}
+	return out, nil
+}
+
+// Listing is one team's list at one list version. Servers and the Listing
+// itself are shared by every caller until the version moves on: read-only.
+// The same *Listing is returned while the version stands, so a caller may
+// key its own derived data (an encoded answer) by the pointer.
+type Listing struct {
+	Servers []Server // newest first; Resources left zero: see Resources
+	lives   []*live  // Servers[i]'s live state
+}
+
+// Resources is the latest sample of Servers[i]'s usage.
+func (l *Listing) Resources(i int) Resources { return l.lives[i].resources() }
+
+// Listing returns the team's list (see List) without copying it: the rows
+// come from memory while the team's list version (kept by database
+// triggers on every change of a listed field, whichever process makes it)
+// stands; one primary-key read checks it.
+func (s *Service) Listing(ctx context.Context, teamID string) (*Listing, error) {
 	version, err := s.listVersion(ctx, teamID)
 	if err != nil {
 		return nil, fmt.Errorf("list servers: %w", err)
@@ -165,30 +191,35 @@ func (s *Service) List(ctx context.Context, teamID string) ([]Server, error) {
 	s.cacheMu.Lock()
 	c, ok := s.lists[teamID]
 	s.cacheMu.Unlock()
-	if !ok || c.version != version || version < 0 {
-		// Read after the version: the rows are at least as new as it, so
-		// a change in between only costs the next request a read.
-		rows, err := s.listRows(ctx, teamID)
-		if err != nil {
-			return nil, err
-		}
-		c = listCache{version: version, rows: rows}
-		s.cacheMu.Lock()
-		s.lists[teamID] = c
-		s.cacheMu.Unlock()
+	if ok && c.version == version && version >= 0 {
+		return c.list, nil
 	}
-	out := make([]Server, len(c.rows))
-	for i, sv := range c.rows {
-		sv.Resources = s.resources(sv.ID)
-		out[i] = sv
+	// Read after the version: the rows are at least as new as it, so a
+	// change in between only costs the next request a read.
+	rows, err := s.listRows(ctx, teamID)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	l := &Listing{Servers: rows, lives: make([]*live, len(rows))}
+	for i, sv := range rows {
+		l.lives[i] = s.liveOf(sv.ID)
+	}
+	s.cacheMu.Lock()
+	if len(s.lists) >= maxCachedLists {
+		clear(s.lists) // many teams: start over rather than grow without bound
+	}
+	s.lists[teamID] = listCache{version: version, list: l}
+	s.cacheMu.Unlock()
+	return l, nil
 }
 
-// listCache is one team's list rows at a list version.
+// maxCachedLists bounds the teams whose lists are kept in memory.
+const maxCachedLists = 4096
+
+// listCache is one team's list at a list version.
 type listCache struct {
 	version int64
-	rows    []Server
+	list    *Listing
 }
 
 // listVersion reads the team's servers_version; -1 for an unknown team.
@@ -198,7 +229,9 @@ func (s *Service) listVersion(ctx context.Context, teamID string) (int64, error)
 		return 0, err
 	}
 	var v int64
-	err = st.QueryRowContext(ctx, teamID).Scan(&v)
+	// Not cancelled with the request: a point read skips database/sql's
+	// watcher goroutine that way (see auth.Authenticate).
+	err = st.QueryRowContext(context.WithoutCancel(ctx), teamID).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return -1, nil
 	}
