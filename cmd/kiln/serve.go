@@ -138,6 +138,37 @@ func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
 	return c, nil
 }
 
+// bindHost is where process-runtime game servers listen: --public-host
+// when it is an address of this machine (so a server is reachable only
+// where Kiln says it is), else every interface — a name, or the public
+// address of a NAT in front of the host, cannot be bound.
+func bindHost(public, runtime string, log *slog.Logger) string {
+	if runtime != "process" {
+		return ""
+	}
+	ip := net.ParseIP(public)
+	if ip == nil {
+		log.Info("game servers listen on every interface: --public-host is a name, not an address of this machine", "public_host", public)
+		return ""
+	}
+	switch {
+	case ip.IsUnspecified():
+		return ""
+	case ip.IsLoopback():
+		return public
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+				return public
+			}
+		}
+	}
+	log.Info("game servers listen on every interface: --public-host is not an address of this machine", "public_host", public)
+	return ""
+}
+
 // newLogger builds serve's logger on a buffered w (logwriter.go); the
 // caller closes the buffer when serve ends.
 func newLogger(level, format string, w io.Writer) (*slog.Logger, *bufferedLog, error) {
@@ -217,7 +248,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
-		KilnBinary: kilnBin, PublicHost: cfg.PublicHost,
+		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 	}, log)
 	pulls := pull.NewManager(db, serverSvc, netguard.NewPolicy(cfg.pullAllow, nil),
 		pull.Options{UserAgent: install.UserAgent(version)}, log)

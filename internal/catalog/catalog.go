@@ -111,6 +111,11 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 	if p.PluginDir != "" && p.PluginDir != "plugins" && p.PluginDir != "mods" {
 		c.Add(at("plugin_dir"), "must be plugins, mods or empty")
 	}
+	switch p.Listen {
+	case ListenProperties, ListenVelocity, ListenBungeeCord:
+	default:
+		c.Add(at("listen"), "must be properties, velocity or bungeecord")
+	}
 	switch p.Installer.Kind {
 	case InstallFill:
 		if p.Installer.Project == "" {

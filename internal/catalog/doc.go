@@ -18,7 +18,11 @@
 //     installs that leave a JVM args file instead of a jar (Forge 1.17+);
 //     large_heap the flag swaps for big heaps (Aikar's ≥ 12 GiB variant);
 //   - stop_command: the console line that stops it; port: its default port;
-//     plugin_dir: plugins, mods or empty.
+//     plugin_dir: plugins, mods or empty; listen: where the software reads
+//     its listen address, which Kiln writes before every start
+//     (properties: server.properties server-ip and server-port, plus the
+//     keys of the environment variables with a property; velocity:
+//     velocity.toml bind; bungeecord: config.yml listeners[0].host).
 //
 // Result (result.go) is what an install produced and starting needs: the
 // package install returns it, Result.Vars feeds Command and

@@ -34,6 +34,14 @@ const (
 	InstallTestServer = "kiln-test"  // nothing to download: `kiln testserver`
 )
 
+// Listen kinds: the file where a software reads its listen address (and,
+// for server.properties, the keys of its environment variables).
+const (
+	ListenProperties = "properties" // server.properties: server-ip, server-port
+	ListenVelocity   = "velocity"   // velocity.toml: bind
+	ListenBungeeCord = "bungeecord" // config.yml: listeners[0].host
+)
+
 // Platform variables are the placeholders a start command may use besides
 // the profile's own environment variables. The caller supplies them to
 // Command.
@@ -88,6 +96,9 @@ type Profile struct {
 	// PluginDir is where plugins or mods go, relative to the root: "plugins",
 	// "mods", or empty when the software loads neither (vanilla).
 	PluginDir string `json:"plugin_dir" yaml:"plugin_dir"`
+	// Listen says where the software reads its listen address, which Kiln
+	// writes before every start (Listen* constants).
+	Listen string `json:"listen" yaml:"listen"`
 	// Dev marks a profile listed only in development mode (kiln-test).
 	Dev bool `json:"-" yaml:"dev"`
 }

@@ -238,6 +238,13 @@ func (s *Service) install(ctx context.Context, id string, startAfter bool) {
 		s.installFailed(ctx, l, id, err)
 		return
 	}
+	// The software's config (listen address, settings from the
+	// environment) exists from the install on, for the user to read and
+	// edit before a first start; every start writes it again.
+	if err := s.configure(sv); err != nil {
+		s.installFailed(ctx, l, id, err)
+		return
+	}
 	_, err = s.db.Write().ExecContext(ctx, `
 		UPDATE servers SET version = $1, java_major = $2, jar = $3, args_file = $4, install_error = NULL,
 		       status = $5, updated_at = $6

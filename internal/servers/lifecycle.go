@@ -223,6 +223,9 @@ func (s *Service) start(ctx context.Context, id string) {
 		return
 	}
 	spec, err := s.spec(sv)
+	if err == nil {
+		err = s.configure(sv)
+	}
 	if err != nil {
 		s.failStart(ctx, l, id, err)
 		return
@@ -473,6 +476,24 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 		MemoryMB: containerMemoryMB(sv.MemoryMB), CPUPercent: sv.CPUPercent, Port: sv.Port, BindHost: s.opts.PublicHost,
 		Image: p.Image(sv.javaMajor).Value,
 	}, nil
+}
+
+// configure writes the server's listen address and environment settings
+// into its software's config file (see Installer.Configure).
+func (s *Service) configure(sv Server) error {
+	p, ok := s.catalog.Get(sv.Software)
+	if !ok {
+		return fmt.Errorf("software %q is not in the catalog", sv.Software)
+	}
+	env, err := p.Env(sv.Env)
+	if err != nil {
+		return fmt.Errorf("environment of %s: %w", sv.ID, err)
+	}
+	host := s.opts.BindHost
+	if s.node.Runtime().Name() != "process" {
+		host = "" // inside the container; the runtime publishes the port
+	}
+	return s.installer.Configure(p, s.node.Root(sv.ID), env, host, sv.Port)
 }
 
 // containerMemoryMB is the hard memory limit of a server whose Java heap is

@@ -453,3 +453,58 @@ func TestListSeesEveryChange(t *testing.T) {
 		}
 	})
 }
+
+// TestListensWhereKilnSays: before a start Kiln writes the listen address
+// and the environment's settings into server.properties; the game server
+// then answers on the bind host (127.0.0.1) and nowhere else on the
+// machine (127.0.0.2 is refused), and a hand-edited managed key is set
+// back at the next start while other lines stay.
+func TestListensWhereKilnSays(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{})
+	svc := env.Service
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "s", Software: "kiln-test", MemoryMB: 512, DiskMB: 1024,
+		Env: map[string]string{"MOTD": "Where Kiln says"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv = waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+	propsPath := filepath.Join(env.Node.Root(sv.ID), "server.properties")
+	for round := range 2 {
+		if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+		props, err := os.ReadFile(propsPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"server-ip=127.0.0.1\n", "server-port=" + strconv.Itoa(sv.Port) + "\n", "motd=Where Kiln says\n"} {
+			if !strings.Contains(string(props), want) {
+				t.Errorf("round %d: server.properties lacks %q:\n%s", round, want, props)
+			}
+		}
+		if round == 1 && !strings.Contains(string(props), "difficulty=hard\n") {
+			t.Errorf("a line Kiln does not manage was lost:\n%s", props)
+		}
+		st, err := slp.Ping(t.Context(), "127.0.0.1:"+strconv.Itoa(sv.Port))
+		if err != nil || !strings.Contains(string(st.Raw), "Where Kiln says") {
+			t.Errorf("round %d: ping 127.0.0.1 = %s, %v", round, st.Raw, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+		if _, err := slp.Ping(ctx, "127.0.0.2:"+strconv.Itoa(sv.Port)); err == nil {
+			t.Errorf("round %d: the server answers on 127.0.0.2: it listens beyond its bind host", round)
+		}
+		cancel()
+		if err := svc.Power(t.Context(), teamID, sv.ID, "stop"); err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+		// By hand: move the server elsewhere and add a setting of one's own.
+		edited := strings.ReplaceAll(string(props), "server-ip=127.0.0.1", "server-ip=0.0.0.0") + "difficulty=hard\n"
+		if err := os.WriteFile(propsPath, []byte(edited), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

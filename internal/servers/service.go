@@ -31,6 +31,10 @@ type Installer interface {
 	// Install resolves version ("latest" included) and writes the software
 	// into root; env holds the variables the user set.
 	Install(ctx context.Context, p catalog.Profile, version, root string, env map[string]string) (catalog.Result, error)
+	// Configure writes where the software listens (host, empty for every
+	// interface, and port) and the settings its environment sets into its
+	// config file in root; it runs before every start.
+	Configure(p catalog.Profile, root string, env map[string]string, host string, port int) error
 }
 
 // Options tune the lifecycle; zero values take the defaults.
@@ -41,6 +45,11 @@ type Options struct {
 	KilnBinary string
 	// PublicHost is the host named in addresses and used for status pings.
 	PublicHost string
+	// BindHost is the address game servers of the process runtime listen
+	// on; empty for every interface. Docker servers listen on every
+	// interface of their container and the runtime publishes the port on
+	// PublicHost.
+	BindHost string
 	// StopTimeout bounds a graceful stop before the instance is killed.
 	StopTimeout time.Duration
 	// PingInterval is how often a starting server is pinged.

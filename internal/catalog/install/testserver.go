@@ -2,19 +2,14 @@ package install
 
 import (
 	"context"
-	"errors"
 	"io"
-	"io/fs"
-	"maps"
-	"slices"
-	"strings"
 
 	"github.com/kilnhq/kiln/internal/catalog"
 )
 
 // testserver installs the kiln-test profile: the bundled `kiln testserver`
-// needs no download, so it only writes a marker and, when there is none
-// yet, a server.properties with the MOTD. It works offline.
+// needs no download, so it only writes a marker (server.properties is
+// Configure's, before every start). It works offline.
 func (i *Installer) testserver(_ context.Context, j job) (catalog.Result, error) {
 	version := j.version
 	if version == "latest" {
@@ -27,18 +22,6 @@ func (i *Installer) testserver(_ context.Context, j job) (catalog.Result, error)
 		})
 	}
 	if err := write(".kiln-testserver", "kiln-test "+version+"\n"); err != nil {
-		return catalog.Result{}, err
-	}
-	if _, err := j.root.Stat("server.properties"); errors.Is(err, fs.ErrNotExist) {
-		props := "# Written by the Kiln installer\n"
-		kv := j.p.Properties(j.env)
-		for _, k := range slices.Sorted(maps.Keys(kv)) {
-			props += k + "=" + strings.ReplaceAll(kv[k], `\`, `\\`) + "\n"
-		}
-		if err := write("server.properties", props); err != nil {
-			return catalog.Result{}, err
-		}
-	} else if err != nil {
 		return catalog.Result{}, err
 	}
 	return catalog.Result{Version: version}, nil

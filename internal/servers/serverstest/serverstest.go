@@ -105,7 +105,7 @@ type Options struct {
 	KilnBin   string          // default: KilnBinary (process runtime)
 	MirrorURL string          // installer mirror (a local httptest upstream)
 	Ports     int             // size of the port range, default 20
-	Servers   servers.Options // lifecycle tuning; PublicHost is forced to 127.0.0.1
+	Servers   servers.Options // lifecycle tuning; PublicHost and BindHost are forced to 127.0.0.1
 	DataDir   string          // default: t.TempDir()
 	Log       *slog.Logger    // default: the test's output
 }
@@ -157,6 +157,7 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 	so := o.Servers
 	so.KilnBinary = o.KilnBin
 	so.PublicHost = "127.0.0.1"
+	so.BindHost = "127.0.0.1"
 	if so.PingInterval == 0 {
 		so.PingInterval = 50 * time.Millisecond
 	}

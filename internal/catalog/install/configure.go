@@ -1,0 +1,269 @@
+package install
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/kilnhq/kiln/internal/catalog"
+)
+
+// Configure is the package function Configure, for callers that hold an
+// Installer.
+func (i *Installer) Configure(p catalog.Profile, root string, env map[string]string, host string, port int) error {
+	return Configure(p, root, env, host, port)
+}
+
+// maxConfigFile bounds a config file Configure reads and rewrites.
+const maxConfigFile = 1 << 20
+
+// Configure writes, into the server root at root, where the software must
+// listen (host, empty for every interface, and port) and, for
+// server.properties software, the keys its environment sets (MOTD, player
+// limit…), in the file the profile's Listen names. It runs before every
+// start, so the file always says what Kiln gave the server: a value the
+// user changed by hand in one of these keys is replaced (as Wings does);
+// every other line is kept. The file is replaced atomically, never written
+// through a symlink. It fails on a file it cannot understand (a config.yml
+// that is not YAML) rather than start the software on a port it was not
+// given.
+//
+// Velocity writes its default velocity.toml on its first start; until then
+// Configure has no file to edit, and the --port of the start command alone
+// sets the port (the address is then every interface).
+func Configure(p catalog.Profile, root string, env map[string]string, host string, port int) error {
+	r, err := os.OpenRoot(root)
+	if err != nil {
+		return fmt.Errorf("configure %s: %w", p.Type, err)
+	}
+	defer r.Close()
+	var name string
+	var edit func(old []byte, exists bool) ([]byte, error)
+	switch p.Listen {
+	case catalog.ListenProperties:
+		name = "server.properties"
+		set := p.Properties(env)
+		set["server-ip"] = host
+		set["server-port"] = strconv.Itoa(port)
+		edit = func(old []byte, _ bool) ([]byte, error) { return setProperties(old, set), nil }
+	case catalog.ListenVelocity:
+		name = "velocity.toml"
+		edit = func(old []byte, exists bool) ([]byte, error) {
+			if !exists {
+				return nil, nil
+			}
+			return setVelocityBind(old, listenAddr(host, port)), nil
+		}
+	case catalog.ListenBungeeCord:
+		name = "config.yml"
+		edit = func(old []byte, exists bool) ([]byte, error) {
+			return setBungeeListener(old, exists, listenAddr(host, port), port)
+		}
+	default:
+		return nil
+	}
+	old, exists, err := readConfig(r, name)
+	if err != nil {
+		return fmt.Errorf("configure %s: read %s: %w", p.Type, name, err)
+	}
+	out, err := edit(old, exists)
+	if err != nil {
+		return fmt.Errorf("configure %s: %s: %w", p.Type, name, err)
+	}
+	if out == nil || (exists && bytes.Equal(out, old)) {
+		return nil
+	}
+	if err := writeRoot(r, name, 0o644, func(w io.Writer) error { _, err := w.Write(out); return err }); err != nil {
+		return fmt.Errorf("configure %s: write %s: %w", p.Type, name, err)
+	}
+	return nil
+}
+
+// listenAddr is host:port, with every interface for an empty host.
+func listenAddr(host string, port int) string {
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// readConfig reads name from r if it is a regular file. os.Root follows a
+// symlink only while it stays inside the root; the file is opened
+// non-blocking and checked on its descriptor, so a FIFO or a device
+// planted under that name is refused, never read.
+func readConfig(r *os.Root, name string) ([]byte, bool, error) {
+	f, err := r.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, false, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, false, fmt.Errorf("%s is not a regular file", name)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigFile+1))
+	if err != nil {
+		return nil, false, err
+	}
+	if len(data) > maxConfigFile {
+		return nil, false, fmt.Errorf("larger than %d bytes", maxConfigFile)
+	}
+	return data, true, nil
+}
+
+// setProperties sets keys in a Java properties file: a line assigning one
+// of them is replaced in place (the first; later duplicates are dropped,
+// Java would let the last win), missing keys are appended in name order,
+// and every other line is kept byte for byte.
+func setProperties(old []byte, set map[string]string) []byte {
+	var out bytes.Buffer
+	if len(old) == 0 {
+		out.WriteString("# Written by Kiln; the keys Kiln manages are set again before every start.\n")
+	}
+	done := map[string]bool{}
+	for line := range strings.Lines(string(old)) {
+		key, ok := propertyKey(line)
+		if v, managed := set[key]; ok && managed {
+			if !done[key] {
+				out.WriteString(key + "=" + escapeProperty(v) + "\n")
+				done[key] = true
+			}
+			continue
+		}
+		out.WriteString(line)
+		if !strings.HasSuffix(line, "\n") {
+			out.WriteByte('\n')
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(set)) {
+		if !done[k] {
+			out.WriteString(k + "=" + escapeProperty(set[k]) + "\n")
+		}
+	}
+	return out.Bytes()
+}
+
+// propertyKey is the key a properties line assigns; false for blank and
+// comment lines. Keys Kiln manages hold no escapes, so a key with a
+// backslash never matches one.
+func propertyKey(line string) (string, bool) {
+	s := strings.TrimLeft(line, " \t\f")
+	if s == "" || s[0] == '#' || s[0] == '!' || s[0] == '\n' || s[0] == '\r' {
+		return "", false
+	}
+	end := strings.IndexAny(s, "=: \t\f\r\n")
+	if end < 0 {
+		end = len(s)
+	}
+	return s[:end], true
+}
+
+// escapeProperty escapes a value for a properties file: backslashes, and
+// a leading space, which the format would otherwise drop.
+func escapeProperty(v string) string {
+	v = strings.ReplaceAll(v, `\`, `\\`)
+	if strings.HasPrefix(v, " ") {
+		v = `\` + v
+	}
+	return v
+}
+
+// setVelocityBind replaces the top-level bind line of velocity.toml (the
+// one before the first [table]), or adds one at the top.
+func setVelocityBind(old []byte, addr string) []byte {
+	line := "bind = " + strconv.Quote(addr) + "\n"
+	var out bytes.Buffer
+	done, inTable := false, false
+	for l := range strings.Lines(string(old)) {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "[") {
+			inTable = true
+		}
+		if !inTable && !done && (strings.HasPrefix(t, "bind ") || strings.HasPrefix(t, "bind=")) {
+			out.WriteString(line)
+			done = true
+			continue
+		}
+		out.WriteString(l)
+		if !strings.HasSuffix(l, "\n") {
+			out.WriteByte('\n')
+		}
+	}
+	if !done {
+		return append([]byte(line), out.Bytes()...)
+	}
+	return out.Bytes()
+}
+
+// setBungeeListener sets the host of config.yml's first listener, writing
+// a minimal file when there is none: BungeeCord and Waterfall fill in
+// every other key with its default and save the file on start.
+func setBungeeListener(old []byte, exists bool, addr string, port int) ([]byte, error) {
+	if !exists || len(bytes.TrimSpace(old)) == 0 {
+		return []byte("# Written by Kiln; listeners[0].host is set again before every start.\n" +
+			"listeners:\n- host: " + addr + "\n  query_port: " + strconv.Itoa(port) + "\n"), nil
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(old, &doc); err != nil {
+		return nil, fmt.Errorf("not valid YAML: %w", err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, errors.New("not a YAML mapping")
+	}
+	top := doc.Content[0]
+	listeners := mapValue(top, "listeners")
+	if listeners == nil || listeners.Kind != yaml.SequenceNode {
+		listeners = &yaml.Node{Kind: yaml.SequenceNode}
+		setMapValue(top, "listeners", listeners)
+	}
+	if len(listeners.Content) == 0 || listeners.Content[0].Kind != yaml.MappingNode {
+		listeners.Content = append([]*yaml.Node{{Kind: yaml.MappingNode}}, listeners.Content...)
+	}
+	setMapValue(listeners.Content[0], "host", &yaml.Node{Kind: yaml.ScalarNode, Value: addr})
+	var out bytes.Buffer
+	enc := yaml.NewEncoder(&out)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
+}
+
+func mapValue(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+func setMapValue(m *yaml.Node, key string, v *yaml.Node) {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			m.Content[i+1] = v
+			return
+		}
+	}
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, v)
+}
