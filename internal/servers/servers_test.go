@@ -296,6 +296,10 @@ func TestDiskUsage(t *testing.T) {
 	if err != nil || root != env.Node.Root(sv.ID) {
 		t.Fatalf("Root = %q, %v", root, err)
 	}
+	// Measured at the end of the install: the marker and server.properties.
+	if sv.Resources.DiskBytes <= 0 {
+		t.Errorf("disk_bytes right after the install = %d, want what it wrote", sv.Resources.DiskBytes)
+	}
 	before, err := env.Service.DiskUsage(t.Context(), teamID, sv.ID)
 	if err != nil {
 		t.Fatal(err)
