@@ -7,8 +7,10 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 
+	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
@@ -223,34 +225,35 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// appendFileEntry writes fileEntryJSON's fields in its order.
-func appendFileEntry(b []byte, e fileEntryJSON) []byte {
+// appendFileEntry writes toFileEntry(e) as fileEntryJSON's fields, in
+// its order, without building the intermediate strings.
+func appendFileEntry(b []byte, e files.Entry) []byte {
 	b = append(b, `{"name":`...)
 	b = appendJSONString(b, e.Name)
 	b = append(b, `,"size":`...)
 	b = strconv.AppendInt(b, e.Size, 10)
 	b = append(b, `,"is_file":`...)
-	b = strconv.AppendBool(b, e.IsFile)
+	b = strconv.AppendBool(b, e.IsFile())
 	b = append(b, `,"is_directory":`...)
-	b = strconv.AppendBool(b, e.IsDirectory)
+	b = strconv.AppendBool(b, e.IsDir())
 	b = append(b, `,"is_symlink":`...)
-	b = strconv.AppendBool(b, e.IsSymlink)
+	b = strconv.AppendBool(b, e.IsSymlink())
 	b = append(b, `,"mime":`...)
 	b = appendJSONString(b, e.MIME)
-	b = append(b, `,"mode":`...)
-	b = appendJSONString(b, e.Mode)
-	b = append(b, `,"mode_bits":`...)
-	b = appendJSONString(b, e.ModeBits)
-	b = append(b, `,"modified_at":`...)
-	b = appendJSONString(b, e.ModifiedAt)
-	b = append(b, `,"created_at":`...)
-	b = appendJSONString(b, e.CreatedAt)
-	return append(b, '}')
+	b = append(b, `,"mode":"`...)
+	b = append(b, e.ModeString()...)
+	b = append(b, `","mode_bits":"`...)
+	b = strconv.AppendUint(b, uint64(e.Mode.Perm()), 8)
+	b = append(b, `","modified_at":"`...)
+	b = e.ModTime.UTC().AppendFormat(b, time.RFC3339)
+	b = append(b, `","created_at":"`...)
+	b = e.CreatedAt.UTC().AppendFormat(b, time.RFC3339)
+	return append(b, `"}`...)
 }
 
 // writeFileList answers {"files":[…],"count":n}; a large directory is the
 // second-hottest answer (a file manager opening world/region).
-func writeFileList(w http.ResponseWriter, list []fileEntryJSON) {
+func writeFileList(w http.ResponseWriter, list []files.Entry) {
 	writePooled(w, len(list)*200+32, func(b []byte) []byte {
 		b = append(b, `{"files":[`...)
 		for i, e := range list {

@@ -3,11 +3,14 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"io/fs"
 	"math/rand/v2"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
@@ -79,12 +82,13 @@ func TestContentsEncoding(t *testing.T) {
 // of the same entries.
 func TestFileListEncoding(t *testing.T) {
 	names := []string{"server.properties", "we\"ird\\name\n", "world", "\x01ctl", "漢字.yml", "bad\xfe", "<a>&b"}
-	var list []fileEntryJSON
+	var list []files.Entry
+	modes := []fs.FileMode{0o644, 0o755 | fs.ModeDir, 0o777 | fs.ModeSymlink, 0o600 | fs.ModeNamedPipe, 0o4755, 0}
 	for i := range 50 {
-		list = append(list, fileEntryJSON{
-			Name: names[i%len(names)], Size: int64(i * 12345), IsFile: i%2 == 0, IsDirectory: i%2 == 1, IsSymlink: i%5 == 0,
-			MIME: "text/plain; charset=utf-8", Mode: "-rw-r--r--", ModeBits: "644",
-			ModifiedAt: "2026-11-22T10:15:03Z", CreatedAt: "2026-11-22T10:15:03Z",
+		list = append(list, files.Entry{
+			Name: names[i%len(names)], Size: int64(i * 12345), Mode: modes[i%len(modes)],
+			MIME:    "text/plain; charset=utf-8",
+			ModTime: time.Date(2026, 11, 22, 10, 15, i, i*1000, time.FixedZone("x", 3600*(i%3))), CreatedAt: time.Unix(int64(i)*1e8, 0),
 		})
 	}
 	for _, n := range []int{0, 1, len(list)} {
@@ -94,7 +98,7 @@ func TestFileListEncoding(t *testing.T) {
 		if err := enc.Encode(struct {
 			Files []fileEntryJSON `json:"files"`
 			Count int             `json:"count"`
-		}{Files: append([]fileEntryJSON{}, list[:n]...), Count: n}); err != nil {
+		}{Files: toFileEntries(list[:n]), Count: n}); err != nil {
 			t.Fatal(err)
 		}
 		rec := httptest.NewRecorder()
@@ -103,4 +107,12 @@ func TestFileListEncoding(t *testing.T) {
 			t.Fatalf("list of %d differs:\ngot  %s\nwant %s", n, got, want.String())
 		}
 	}
+}
+
+func toFileEntries(list []files.Entry) []fileEntryJSON {
+	out := make([]fileEntryJSON, len(list))
+	for i, e := range list {
+		out[i] = toFileEntry(e)
+	}
+	return out
 }

@@ -246,10 +246,12 @@ func (s *Service) install(ctx context.Context, id string, startAfter bool) {
 		return
 	}
 	// The list shows what the install wrote now, not after the next
-	// periodic disk walk.
+	// periodic disk walk; the first write still measures afresh (files may
+	// be copied in beside Kiln before it).
 	if _, err := s.measure(id); err != nil {
 		s.log.Warn("measure disk after install", "server_id", id, "err", err)
 	}
+	s.DiskChanged(id)
 	_, err = s.db.Write().ExecContext(ctx, `
 		UPDATE servers SET version = $1, java_major = $2, jar = $3, args_file = $4, install_error = NULL,
 		       status = $5, updated_at = $6
