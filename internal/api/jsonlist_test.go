@@ -116,3 +116,23 @@ func toFileEntries(list []files.Entry) []fileEntryJSON {
 	}
 	return out
 }
+
+// TestPlain8: the eight-byte fast path of appendJSONString never passes a
+// byte that needs escaping or decoding, whatever its position and its
+// neighbours (a borrow between bytes may only make it say no).
+func TestPlain8(t *testing.T) {
+	for _, fill := range []byte{'a', ' ', '~', '!'} {
+		for pos := range 8 {
+			for v := range 256 {
+				w := []byte(strings.Repeat(string(fill), 8))
+				w[pos] = byte(v)
+				needs := v < 0x20 || v == '"' || v == '\\' || v >= 0x80
+				if got := plain8(string(w)); got && needs {
+					t.Fatalf("plain8(%q) = true; byte %#x at %d needs escaping", w, v, pos)
+				} else if !got && !needs && fill != ' ' && fill != '!' {
+					t.Errorf("plain8(%q) = false for plain text", w)
+				}
+			}
+		}
+	}
+}
