@@ -13,8 +13,10 @@
 # Kiln runs through bench/archivebench (a small driver built here: it opens
 # the tree as a server root with files.Open and calls archive.Compress /
 # archive.Decompress), timed from outside as the reference commands are,
-# process start included. Kiln's output is fsynced (Root.WriteFile syncs
-# every file it writes); GNU tar's is not: that cost is Kiln's.
+# process start included. Kiln's output is made durable (Compress's
+# archive is fsynced by Root.WriteFile; Decompress ends its staging with
+# one syncfs before moving the tree into place); GNU tar's is not: that
+# cost is Kiln's.
 #
 # Each section runs RUNS times, Kiln and the reference alternating (which
 # goes first alternates too); the verdict uses the median of each side.

@@ -1,6 +1,7 @@
 // Package files performs every file operation on a server root: list,
 // stat, read, download, atomic write, create directory, rename, copy,
-// delete, chmod and search. Every path a user names goes through Clean and
+// delete, chmod, search, and building a tree in a staging directory to
+// move into place at once (Stager, for extraction). Every path a user names goes through Clean and
 // then through Root, which wraps an os.Root opened on the server's
 // directory: operations are relative to that directory handle, symlinks are
 // followed only while they stay inside, and ".." is refused outright. The
@@ -9,7 +10,8 @@
 //
 // What it must never do: build a host path from user input (no
 // filepath.Join onto the root), follow a symlink out of the root, write
-// through a symlink or a hard link (writes are temp file + rename), read a
+// through a symlink or a hard link (writes are temp file + rename, or a
+// new file created O_EXCL|O_NOFOLLOW in a staging directory), read a
 // device or a FIFO, or enforce a disk limit on a size someone claimed
 // rather than on the bytes it wrote.
 //
@@ -36,8 +38,50 @@
 //   - Chmod refuses symlinks (Linux cannot change a link's own mode, and
 //     acting on the target is how Wings was made to chmod host files,
 //     GHSA-rhq6-9rgh-v45c) and setuid/setgid/sticky bits.
-//   - Rename never overwrites (ErrExists); delete and rename refuse the
-//     root itself.
+//   - Rename never overwrites (ErrExists): renameat2(RENAME_NOREPLACE)
+//     relative to the two parent directories' descriptors, so an entry
+//     created at the destination between a check and the rename is not
+//     replaced either (a check then a rename was a race). A file system
+//     without RENAME_NOREPLACE (EINVAL: ZFS before 2.2, some FUSE) gets
+//     the check then the rename. Delete and rename refuse the root itself.
+//   - Stager (stage.go) is how many files are created at once (archive's
+//     Decompress): Root.WriteFile's temporary file, fsync and rename per
+//     file, with a path lookup from the root for each step, cost ~18
+//     openat and an fsync per file (363k openat and 20k fsyncs for a
+//     20,168-file world: 0.55-0.83x the speed of tar xzf). A Stager
+//     creates files in a private directory (".kiln-tmp-stage-…", invisible
+//     to Walk) relative to open descriptors of its directories (openat
+//     O_CREAT|O_EXCL|O_NOFOLLOW, mkdirat, symlinkat): one openat per file,
+//     no temporary name, since nothing there is visible before Commit
+//     moves it into place. O_EXCL|O_NOFOLLOW means a name that exists (a
+//     link planted meanwhile included) is refused, never written through;
+//     every directory on the way is opened O_NOFOLLOW|O_DIRECTORY. The
+//     disk limit is counted on the bytes written, across the operation.
+//   - Durability of staged files: one syncfs(2) before the first move,
+//     not an fsync per file. Measured on a 1 GiB world (20,168 files, 2
+//     cores, journaled ext4): with syncfs the extraction took 4.5-7 s
+//     against 6-8 s for tar xzf; with an fsync per file (8 writers
+//     overlapping them) 11-13 s. syncfs also writes other dirty data of
+//     the same file system (it would be written within 30 s anyway), and
+//     since Linux 5.8 it reports write-back errors, so a lost write fails
+//     the extraction rather than going unnoticed. Contents are durable
+//     before any rename makes them visible, as with WriteFile: a crash
+//     never leaves an empty file in a name that had content.
+//   - A Stager's directory descriptors are cached, least recently used out
+//     beyond 256 per tree (directories in use are closed when released):
+//     archives name a directory's entries together, so the cache almost
+//     always hits, and an archive of 100,000 directories costs 256
+//     descriptors, not 100,000. Commit walks the staging tree and the
+//     destination by descriptor too (a symlink in the destination is
+//     replaced, never descended) and holds none across levels.
+//   - Commit moves with one rename per entry: a free name gets
+//     renameat2(RENAME_NOREPLACE) (a directory moves whole), a file or
+//     symlink over a file or symlink a plain renameat, which replaces
+//     atomically (readers see the old or the new, never neither, where
+//     deleting first left a gap); only a directory over a file or symlink
+//     needs an unlink first (rename cannot do that). A file over a
+//     directory is looked for before the first move (ErrExists, nothing
+//     moved).
 //   - MIME types: by kind (inode/directory, inode/symlink…), then by name
 //     (a table of Minecraft server files, then the system's), then by the
 //     first 512 bytes (only when the name says nothing).

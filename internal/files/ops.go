@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -29,7 +32,8 @@ func (r *Root) Mkdir(rel string) error {
 // Rename moves from to to (also across directories, creating the
 // destination's parents). It acts on a symlink itself, never on its
 // target; an existing destination is ErrExists (nothing is overwritten by
-// a rename); the root itself cannot be moved.
+// a rename: renameat2(RENAME_NOREPLACE), so an entry created at to
+// meanwhile is not replaced either); the root itself cannot be moved.
 func (r *Root) Rename(from, to string) error {
 	if err := checkClean(from, to); err != nil {
 		return err
@@ -43,18 +47,40 @@ func (r *Root) Rename(from, to string) error {
 	if strings.HasPrefix(to+"/", from+"/") {
 		return validate.Errorf("files", "cannot move %s into itself", Display(from))
 	}
-	if _, err := r.Stat(from); err != nil {
-		return err
+	return r.withDir(path.Dir(from), func(ffd int, _ *os.File) error {
+		if _, err := statAt(ffd, path.Base(from)); err != nil {
+			return err
+		}
+		if err := r.r.MkdirAll(path.Dir(to), 0o755); err != nil {
+			return classify(err)
+		}
+		return r.withDir(path.Dir(to), func(tfd int, _ *os.File) error {
+			return renameNoReplace(ffd, path.Base(from), tfd, path.Base(to))
+		})
+	})
+}
+
+// renameNoReplace renames name from in directory fromfd to name to in
+// tofd, failing with ErrExists when to exists (whatever it is: a dangling
+// symlink too). Where the file system has no RENAME_NOREPLACE (EINVAL:
+// ZFS before 2.2, some FUSE file systems) it falls back to a check and a
+// rename, which a racing creation can slip between.
+func renameNoReplace(fromfd int, from string, tofd int, to string) error {
+	err := unix.Renameat2(fromfd, from, tofd, to, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) {
+		var st unix.Stat_t
+		switch serr := unix.Fstatat(tofd, to, &st, unix.AT_SYMLINK_NOFOLLOW); {
+		case serr == nil:
+			return ErrExists
+		case !errors.Is(serr, unix.ENOENT):
+			return pathErr("fstatat", to, serr)
+		}
+		err = unix.Renameat(fromfd, from, tofd, to)
 	}
-	if _, err := r.Stat(to); err == nil {
-		return ErrExists
-	} else if !errors.Is(err, ErrNotFound) {
-		return err
+	if err != nil {
+		return pathErr("rename", to, err)
 	}
-	if err := r.r.MkdirAll(path.Dir(to), 0o755); err != nil {
-		return classify(err)
-	}
-	return classify(r.r.Rename(from, to))
+	return nil
 }
 
 // Delete removes rel, directories recursively; a symlink is removed

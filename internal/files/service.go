@@ -112,15 +112,11 @@ func (s *Service) Write(ctx context.Context, teamID, id, file string, body io.Re
 		return Entry{}, err
 	}
 	defer r.Close()
-	var old int64
-	if e, err := r.Stat(rel); err == nil && e.IsFile() {
-		old = e.Size
-	}
-	e, err := r.WriteFile(rel, body, a.Free)
+	e, replaced, err := r.write(rel, "", body, a.Free) // WriteFile, with the replaced file's size
 	if err != nil {
 		return Entry{}, err
 	}
-	s.servers.Wrote(id, e.Size-old)
+	s.servers.Wrote(id, e.Size-replaced)
 	return e, nil
 }
 

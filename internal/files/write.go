@@ -43,7 +43,8 @@ func (q *quotaWriter) Write(p []byte) (int, error) {
 // passing the budget stops the write, removes the temporary file and
 // returns ErrQuota. An existing file keeps its permission bits.
 func (r *Root) WriteFile(rel string, src io.Reader, free int64) (Entry, error) {
-	return r.write(rel, "", src, free)
+	e, _, err := r.write(rel, "", src, free)
+	return e, err
 }
 
 // TempName is the name of the temporary file WriteFileTemp uses for tag,
@@ -58,7 +59,8 @@ func (r *Root) WriteFileTemp(rel, tag string, src io.Reader, free int64) (Entry,
 	if tag == "" || strings.ContainsAny(tag, "/\x00") || len(tag) > 64 {
 		return Entry{}, fmt.Errorf("files: bad temporary file tag %q", tag)
 	}
-	return r.write(rel, tag, src, free)
+	e, _, err := r.write(rel, tag, src, free)
+	return e, err
 }
 
 // RemoveTemp removes the temporary file of tag in directory dir, if any.
@@ -73,33 +75,36 @@ func (r *Root) RemoveTemp(dir, tag string) error {
 	return classify(err)
 }
 
-func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, error) {
+// write is WriteFile and WriteFileTemp; it also returns the size of the
+// regular file it replaced (0 if none), which it stats anyway, so that
+// Service.Write can keep the disk figure without a second stat.
+func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, int64, error) {
 	if err := checkClean(rel); err != nil {
-		return Entry{}, err
+		return Entry{}, 0, err
 	}
 	if rel == "." {
-		return Entry{}, ErrNotFile
+		return Entry{}, 0, ErrNotFile
 	}
 	perm := fs.FileMode(0o644)
-	budget := free
+	var replaced int64
 	if old, err := r.Stat(rel); err == nil {
 		switch {
 		case old.IsDir():
-			return Entry{}, ErrNotFile
+			return Entry{}, 0, ErrNotFile
 		case old.IsFile():
 			perm = old.Mode.Perm()
-			budget += old.Size
+			replaced = old.Size
 		}
 	} else if !errors.Is(err, ErrNotFound) {
-		return Entry{}, err
+		return Entry{}, 0, err
 	}
 	dir := path.Dir(rel)
 	if err := r.r.MkdirAll(dir, 0o755); err != nil {
-		return Entry{}, classify(err)
+		return Entry{}, 0, classify(err)
 	}
 	tmp, f, err := r.createTemp(dir, tag, perm)
 	if err != nil {
-		return Entry{}, err
+		return Entry{}, 0, err
 	}
 	committed := false
 	defer func() {
@@ -108,23 +113,24 @@ func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, error) 
 			_ = r.r.Remove(tmp)
 		}
 	}()
-	if _, err := io.Copy(&quotaWriter{w: f, budget: budget}, src); err != nil {
+	if _, err := io.Copy(&quotaWriter{w: f, budget: free + replaced}, src); err != nil {
 		if errors.Is(err, ErrQuota) {
-			return Entry{}, ErrQuota
+			return Entry{}, 0, ErrQuota
 		}
-		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
+		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
 	if err := f.Sync(); err != nil {
-		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
+		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
 	if err := f.Close(); err != nil {
-		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
+		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
 	if err := r.r.Rename(tmp, rel); err != nil {
-		return Entry{}, classify(err)
+		return Entry{}, 0, classify(err)
 	}
 	committed = true
-	return r.Stat(rel)
+	e, err := r.Stat(rel)
+	return e, replaced, err
 }
 
 // createTemp makes a new, exclusive temporary file in dir: TempName(tag),

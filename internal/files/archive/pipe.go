@@ -6,11 +6,12 @@ import (
 )
 
 // chunkPipe connects a producer (the archive encoder, or the reader of an
-// archive entry) to Root.WriteFile through a few large buffers. Unlike
-// io.Pipe it lets the producer run ahead by up to chunks×chunkSize bytes,
-// so compression does not stop for every file write, and it implements
-// WriterTo, which io.Copy (inside WriteFile) prefers: the file gets
-// chunkSize writes rather than io.Copy's 32 KiB.
+// archive entry) to Root.WriteFile or Stager.Create through a few large
+// buffers. Unlike io.Pipe it lets the producer run ahead by up to
+// chunks×chunkSize bytes, so compression does not stop for every file
+// write, and it implements WriterTo, which io.Copy (inside WriteFile and
+// Create) prefers: the file gets chunkSize writes rather than io.Copy's
+// 32 KiB.
 type chunkPipe struct {
 	full chan []byte   // filled buffers, in order; closed by CloseWithError
 	free chan []byte   // emptied buffers, for reuse
