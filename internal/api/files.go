@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"time"
-	"unsafe"
 
 	"github.com/kilnhq/kiln/internal/files"
 )
@@ -78,20 +77,15 @@ func (s *Server) fileContents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	data, err := s.deps.Files.Contents(r.Context(), principal(r).TeamID, id, file)
+	f, e, err := s.deps.Files.Download(r.Context(), principal(r).TeamID, id, file)
 	if err != nil {
 		return err
 	}
-	// Up to 10 MiB as one JSON string: quoted by hand into a pooled buffer
-	// (what writeJSON would write, without encoding/json's reflection and
-	// copies).
-	// unsafe.String: data is ours and unchanged until the answer is
-	// written; converting would copy up to 10 MiB once more.
-	text := unsafe.String(unsafe.SliceData(data), len(data))
-	writePooled(w, len(data)+len(data)/16+8, func(b []byte) []byte {
-		return append(appendJSONString(b, text), '\n')
-	})
-	return nil
+	defer f.Close()
+	if e.Size > files.MaxContents {
+		return files.ErrTooLarge
+	}
+	return writeQuotedFile(w, f, e.Size)
 }
 
 func (s *Server) downloadFile(w http.ResponseWriter, r *http.Request) error {

@@ -3,12 +3,15 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -187,7 +190,11 @@ func plain8(w string) bool {
 // off): control characters, U+2028 and U+2029 escaped; invalid UTF-8
 // replaced by U+FFFD.
 func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
+	return append(appendJSONText(append(b, '"'), s), '"')
+}
+
+// appendJSONText is appendJSONString without the quotes around.
+func appendJSONText(b []byte, s string) []byte {
 	start := 0
 	for i := 0; i < len(s); {
 		// Eight plain ASCII bytes at a time (file contents are mostly
@@ -241,7 +248,7 @@ func appendJSONString(b []byte, s string) []byte {
 		i += size
 	}
 	b = append(b, s[start:]...)
-	return append(b, '"')
+	return b
 }
 
 // appendFileEntry writes toFileEntry(e) as fileEntryJSON's fields, in
@@ -285,4 +292,105 @@ func writeFileList(w http.ResponseWriter, list []files.Entry) {
 		b = strconv.AppendInt(b, int64(len(list)), 10)
 		return append(b, "}\n"...)
 	})
+}
+
+// Sizes of writeQuotedFile's buffers: what it reads at once, and how much
+// quoted text it gathers before writing to the connection.
+const (
+	quoteChunk = 128 << 10
+	quoteFlush = 256 << 10
+)
+
+var quoteChunks = sync.Pool{New: func() any { b := make([]byte, quoteChunk); return &b }}
+
+// writeQuotedFile answers 200 with the first size bytes of f as one JSON
+// string, as writeJSON would write it, streamed: read in chunks, quoted
+// into a pooled buffer, written out every quoteFlush bytes. No buffer the
+// size of the file is ever made — a fresh one of a few MiB costs more in
+// page faults than the read and the quoting together on a VM, and ten
+// concurrent 10 MiB answers would hold 200 MiB (docs/benchmarks.md). An
+// answer that fits in one flush goes out with its Content-Length; a larger
+// one is chunked. A read error before the first byte is answered as an
+// error; after it, the connection is aborted (the client sees a truncated
+// answer, never a wrong one).
+func writeQuotedFile(w http.ResponseWriter, f io.Reader, size int64) error {
+	inp := quoteChunks.Get().(*[]byte)
+	defer quoteChunks.Put(inp)
+	in := *inp
+	out := listBuffers.Get().(*bytes.Buffer)
+	out.Reset()
+	defer func() {
+		if out.Cap() <= 4<<20 {
+			listBuffers.Put(out)
+		}
+	}()
+	b := append(out.AvailableBuffer(), '"')
+	started := false
+	carry := 0 // bytes of an incomplete UTF-8 sequence kept for the next chunk
+	for remaining := size; remaining > 0 || carry > 0; {
+		n := 0
+		if remaining > 0 {
+			var err error
+			n, err = io.ReadFull(f, in[carry:carry+int(min(int64(len(in)-carry), remaining))])
+			remaining -= int64(n)
+			if err != nil {
+				remaining = 0 // the file shrank: answer what was there
+				if err != io.ErrUnexpectedEOF && err != io.EOF {
+					if !started {
+						return fmt.Errorf("read for contents: %w", err)
+					}
+					panic(http.ErrAbortHandler)
+				}
+			}
+		}
+		text := in[:carry+n]
+		carry = 0
+		if remaining > 0 {
+			// Never split a UTF-8 sequence between two chunks: it would be
+			// quoted as two invalid ones.
+			carry = incompleteTail(text)
+			text = text[:len(text)-carry]
+		}
+		b = appendJSONText(b, unsafe.String(unsafe.SliceData(text), len(text)))
+		copy(in, in[len(text):len(text)+carry])
+		if len(b) >= quoteFlush && remaining > 0 {
+			if !started {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusOK)
+				started = true
+			}
+			if _, err := w.Write(b); err != nil {
+				return nil // the client went away
+			}
+			b = b[:0]
+		}
+	}
+	b = append(b, "\"\n"...)
+	if !started {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Content-Length", strconv.Itoa(len(b)))
+		w.WriteHeader(http.StatusOK)
+	}
+	_, _ = w.Write(b)
+	out = bytes.NewBuffer(b[:0]) // keep the grown buffer for the pool
+	return nil
+}
+
+// incompleteTail is how many bytes at the end of p begin a UTF-8 sequence
+// that p does not finish (0 to 3).
+func incompleteTail(p []byte) int {
+	for i := 1; i <= 3 && i <= len(p); i++ {
+		c := p[len(p)-i]
+		if c < 0x80 {
+			return 0 // ASCII: nothing pending
+		}
+		if c >= 0xC0 { // a leading byte
+			if utf8.FullRune(p[len(p)-i:]) {
+				return 0
+			}
+			return i
+		}
+	}
+	return 0
 }

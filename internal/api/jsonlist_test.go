@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -134,5 +135,53 @@ func TestPlain8(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestQuotedFile: the streamed contents answer is byte-for-byte what
+// writeJSON makes of the whole file as one string, whatever falls on the
+// chunk boundaries (runes of 2, 3 and 4 bytes, invalid sequences, escapes),
+// whether it fits in one write (Content-Length) or is chunked; a file that
+// shrank is answered as far as it goes.
+func TestQuotedFile(t *testing.T) {
+	pieces := []string{"a", "é", "漢", "🎮", "\n", "\"", "\\", "\xff", "\xe6\xbc", "\u2028", "\x01", "plain text "}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, size := range []int{0, 1, 7, quoteChunk - 1, quoteChunk, quoteChunk + 1, quoteChunk + 3, 3*quoteChunk + 2, quoteFlush + 5, 1 << 20} {
+		for _, shift := range []int{0, 1, 2, 3} {
+			var sb strings.Builder
+			sb.WriteString(strings.Repeat("x", shift))
+			for sb.Len() < size {
+				sb.WriteString(pieces[rng.IntN(len(pieces))])
+			}
+			data := sb.String()[:size]
+			var want bytes.Buffer
+			enc := json.NewEncoder(&want)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(data); err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			if err := writeQuotedFile(rec, strings.NewReader(data), int64(size)); err != nil {
+				t.Fatal(err)
+			}
+			if got, ws := rec.Body.String(), want.String(); got != ws {
+				i := 0
+				for i < len(got) && i < len(ws) && got[i] == ws[i] {
+					i++
+				}
+				t.Fatalf("size %d shift %d: answer differs from encoding/json at byte %d of %d/%d", size, shift, i, len(got), want.Len())
+			}
+			if cl := rec.Header().Get("Content-Length"); len(want.String()) <= quoteFlush && cl != strconv.Itoa(want.Len()) {
+				t.Errorf("size %d: Content-Length %q for a one-write answer of %d bytes", size, cl, want.Len())
+			}
+			if rec.Header().Get("Content-Type") != "application/json" {
+				t.Errorf("size %d: Content-Type %q", size, rec.Header().Get("Content-Type"))
+			}
+		}
+	}
+	// The inode said 100 bytes, the file holds 10 now.
+	rec := httptest.NewRecorder()
+	if err := writeQuotedFile(rec, strings.NewReader("0123456789"), 100); err != nil || rec.Body.String() != "\"0123456789\"\n" {
+		t.Fatalf("shrunk file: %q, %v", rec.Body.String(), err)
 	}
 }

@@ -70,20 +70,6 @@ func (s *Service) List(ctx context.Context, teamID, id, dir string) ([]Entry, er
 	return r.List(rel)
 }
 
-// Contents returns a file's bytes when they are at most MaxContents.
-func (s *Service) Contents(ctx context.Context, teamID, id, file string) ([]byte, error) {
-	rel, err := Clean("file", file)
-	if err != nil {
-		return nil, err
-	}
-	r, _, err := s.open(ctx, teamID, id, false)
-	if err != nil {
-		return nil, err
-	}
-	defer r.Close()
-	return r.ReadFile(rel, MaxContents)
-}
-
 // Download opens a regular file for streaming; the caller closes it.
 func (s *Service) Download(ctx context.Context, teamID, id, file string) (*os.File, Entry, error) {
 	rel, err := Clean("file", file)
