@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"slices"
 	"strconv"
 	"sync"
 
@@ -152,21 +151,6 @@ func (s *Service) prepared(ctx context.Context, slot **sql.Stmt, query string) (
 	return *slot, nil
 }
 
-// List returns the team's servers, newest first, at most MaxList, with the
-// latest sampled resources. The returned servers share their Env maps with
-// the cache: callers must not modify them.
-func (s *Service) List(ctx context.Context, teamID string) ([]Server, error) {
-	l, err := s.Listing(ctx, teamID)
-	if err != nil {
-		return nil, err
-	}
-	out := slices.Clone(l.Servers)
-	for i := range out {
-		out[i].Resources = l.Resources(i)
-	}
-	return out, nil
-}
-
 // Listing is one team's list at one list version. Servers and the Listing
 // itself are shared by every caller until the version moves on: read-only.
 // The same *Listing is returned while the version stands, so a caller may
@@ -179,10 +163,12 @@ type Listing struct {
 // Resources is the latest sample of Servers[i]'s usage.
 func (l *Listing) Resources(i int) Resources { return l.lives[i].resources() }
 
-// Listing returns the team's list (see List) without copying it: the rows
-// come from memory while the team's list version (kept by database
-// triggers on every change of a listed field, whichever process makes it)
-// stands; one primary-key read checks it.
+// Listing returns the team's servers, newest first, at most MaxList,
+// shared (see Listing). The rows come from memory while the team's list
+// version (kept by database triggers on every change of a listed field,
+// whichever process makes it) stands; one primary-key read checks it. The
+// servers share their Env maps with the cache: callers must not modify
+// them.
 func (s *Service) Listing(ctx context.Context, teamID string) (*Listing, error) {
 	version, err := s.listVersion(ctx, teamID)
 	if err != nil {

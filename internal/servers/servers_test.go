@@ -409,12 +409,12 @@ func TestListSeesEveryChange(t *testing.T) {
 		sv := newTestServer(t, svc, teamID)
 		names := func() string {
 			t.Helper()
-			list, err := svc.List(t.Context(), teamID)
+			list, err := svc.Listing(t.Context(), teamID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var out []string
-			for _, s := range list {
+			for _, s := range list.Servers {
 				out = append(out, s.Name+":"+s.Status)
 			}
 			return strings.Join(out, ",")
