@@ -8,39 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/kilnhq/kiln/internal/netguard/netguardtest"
 )
-
-// recorder listens on addr and counts connections it accepts.
-type recorder struct {
-	ln       net.Listener
-	accepted atomic.Int32
-}
-
-func listenRecorder(t *testing.T, addr string) *recorder {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("cannot listen on %s here: %v", addr, err)
-	}
-	r := &recorder{ln: ln}
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			r.accepted.Add(1)
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { ln.Close() })
-	return r
-}
-
-func (r *recorder) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
 
 // waitDownload polls the list until the download is no longer active.
 func (h *harness) waitDownload(id, dl string) map[string]any {
@@ -165,16 +137,16 @@ func TestPullDownloads(t *testing.T) {
 func TestPullSSRF(t *testing.T) {
 	h := newHarness(t, sqliteDB(t))
 	id, _ := h.fileServer(1024)
-	r2 := listenRecorder(t, "127.0.0.2:0")
-	r3 := listenRecorder(t, "127.0.0.3:"+fmt.Sprint(r2.port()))
-	r1 := listenRecorder(t, "127.0.0.1:0") // the allowed address, reached only in forbidden spellings
-	redirector := httptest.NewServer(http.RedirectHandler(fmt.Sprintf("http://127.0.0.2:%d/x.jar", r2.port()), http.StatusFound))
+	r2 := netguardtest.Listen(t, "127.0.0.2:0")
+	r3 := netguardtest.Listen(t, "127.0.0.3:"+fmt.Sprint(r2.Port()))
+	r1 := netguardtest.Listen(t, "127.0.0.1:0") // the allowed address, reached only in forbidden spellings
+	redirector := httptest.NewServer(http.RedirectHandler(fmt.Sprintf("http://127.0.0.2:%d/x.jar", r2.Port()), http.StatusFound))
 	t.Cleanup(redirector.Close)
 	cases := []struct{ name, url, want string }{
-		{"127.0.0.2", fmt.Sprintf("http://127.0.0.2:%d/x.jar", r2.port()), "127.0.0.0/8"},
-		{"0.0.0.0", fmt.Sprintf("http://0.0.0.0:%d/x.jar", r1.port()), "0.0.0.0/8"},
-		{"IPv4-mapped loopback", fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/x.jar", r1.port()), "127.0.0.0/8"},
-		{"name resolving to 127.0.0.3", fmt.Sprintf("http://evil.test:%d/x.jar", r2.port()), "127.0.0.3"},
+		{"127.0.0.2", fmt.Sprintf("http://127.0.0.2:%d/x.jar", r2.Port()), "127.0.0.0/8"},
+		{"0.0.0.0", fmt.Sprintf("http://0.0.0.0:%d/x.jar", r1.Port()), "0.0.0.0/8"},
+		{"IPv4-mapped loopback", fmt.Sprintf("http://[::ffff:127.0.0.1]:%d/x.jar", r1.Port()), "127.0.0.0/8"},
+		{"name resolving to 127.0.0.3", fmt.Sprintf("http://evil.test:%d/x.jar", r2.Port()), "127.0.0.3"},
 		{"redirect to 127.0.0.2", redirector.URL + "/go", "127.0.0.2"},
 	}
 	if r6 := tryListen("[::1]:0"); r6 != nil {
@@ -194,10 +166,9 @@ func TestPullSSRF(t *testing.T) {
 			}
 		})
 	}
-	for name, r := range map[string]*recorder{"127.0.0.2": r2, "127.0.0.3": r3, "127.0.0.1": r1} {
-		if n := r.accepted.Load(); n != 0 {
-			t.Errorf("%s accepted %d connections; every refusal must come before connecting", name, n)
-		}
+	// Every refusal came before connecting: nothing reached the listeners.
+	for _, r := range []*netguardtest.Recorder{r2, r3, r1} {
+		r.AssertNoConnection(t)
 	}
 }
 

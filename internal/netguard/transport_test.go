@@ -16,9 +16,9 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/kilnhq/kiln/internal/netguard"
+	"github.com/kilnhq/kiln/internal/netguard/netguardtest"
 )
 
 // These tests only ever connect to loopback addresses. Every address they
@@ -58,65 +58,6 @@ func (r *rebinding) LookupNetIP(context.Context, string, string) ([]netip.Addr, 
 		return []netip.Addr{r.first}, nil
 	}
 	return []netip.Addr{r.then}, nil
-}
-
-// recorder is a TCP listener that records the connections it accepts and
-// closes them.
-type recorder struct {
-	ln       net.Listener
-	accepted chan string // remote addresses, in accept order
-}
-
-func listenRecorder(t *testing.T, addr string) *recorder {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("listen %s: %v (this test needs that loopback address)", addr, err)
-	}
-	r := &recorder{ln: ln, accepted: make(chan string, 64)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			select {
-			case r.accepted <- c.RemoteAddr().String():
-			default:
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-	})
-	return r
-}
-
-func (r *recorder) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
-
-// assertNoConnection proves that r has accepted no connection so far: it
-// connects to r itself and checks that its own connection is the first r
-// accepts. The kernel queues completed connections in order, so one made
-// earlier would be accepted first.
-func (r *recorder) assertNoConnection(t *testing.T) {
-	t.Helper()
-	c, err := net.Dial("tcp", r.ln.Addr().String())
-	if err != nil {
-		t.Fatalf("probe %s: %v", r.ln.Addr(), err)
-	}
-	defer c.Close()
-	select {
-	case got := <-r.accepted:
-		if want := c.LocalAddr().String(); got != want {
-			t.Errorf("listener %s accepted a connection from %s before the probe from %s: the refused address was connected", r.ln.Addr(), got, want)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("listener %s did not accept the probe within 10s", r.ln.Addr())
-	}
 }
 
 // newServer starts an HTTP server on 127.0.0.1 that answers "ok" on /,
@@ -274,11 +215,11 @@ func TestClientRefused(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rec := listenRecorder(t, tc.listen)
+			rec := netguardtest.Listen(t, tc.listen)
 			c := newClient(t, loopbackPolicy(t, resolver), nil)
-			u := tc.url(rec.port())
+			u := tc.url(rec.Port())
 			body, err := get(t, c, u)
-			rec.assertNoConnection(t)
+			rec.AssertNoConnection(t)
 			be, ok := errors.AsType[*netguard.BlockedError](err)
 			if !ok {
 				t.Fatalf("GET %s = %q, %v, want a *BlockedError", u, body, err)
@@ -307,13 +248,13 @@ func TestClientZoneRefused(t *testing.T) {
 func TestClientSkipsRefusedAnswers(t *testing.T) {
 	srv := newServer(t, false)
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
-	rec := listenRecorder(t, net.JoinHostPort("127.0.0.3", strconv.Itoa(port)))
+	rec := netguardtest.Listen(t, net.JoinHostPort("127.0.0.3", strconv.Itoa(port)))
 	c := newClient(t, loopbackPolicy(t, hosts{
 		"mixed.test": {netip.MustParseAddr("127.0.0.3"), netip.MustParseAddr("127.0.0.1")},
 	}), nil)
 
 	mustGet(t, c, fmt.Sprintf("http://mixed.test:%d/", port))
-	rec.assertNoConnection(t)
+	rec.AssertNoConnection(t)
 }
 
 // TestClientDNSRebinding reproduces CVE-2024-34068: a name that answers
@@ -322,12 +263,12 @@ func TestClientSkipsRefusedAnswers(t *testing.T) {
 func TestClientDNSRebinding(t *testing.T) {
 	srv := newServer(t, false)
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
-	rec := listenRecorder(t, net.JoinHostPort("127.0.0.3", strconv.Itoa(port)))
+	rec := netguardtest.Listen(t, net.JoinHostPort("127.0.0.3", strconv.Itoa(port)))
 	r := &rebinding{first: netip.MustParseAddr("127.0.0.1"), then: netip.MustParseAddr("127.0.0.3")}
 	c := newClient(t, loopbackPolicy(t, r), nil)
 
 	mustGet(t, c, fmt.Sprintf("http://rebind.test:%d/", port))
-	rec.assertNoConnection(t)
+	rec.AssertNoConnection(t)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.lookups != 1 {
@@ -463,10 +404,10 @@ func TestDialContextConnectError(t *testing.T) {
 func TestControl(t *testing.T) {
 	p := loopbackPolicy(t, hosts{})
 
-	rec := listenRecorder(t, "127.0.0.1:0")
-	conn, err := p.DialUnchecked(t.Context(), "tcp", rec.ln.Addr().String())
+	rec := netguardtest.Listen(t, "127.0.0.1:0")
+	conn, err := p.DialUnchecked(t.Context(), "tcp", rec.Addr())
 	if err != nil {
-		t.Fatalf("DialUnchecked(%s) = %v, want a connection", rec.ln.Addr(), err)
+		t.Fatalf("DialUnchecked(%s) = %v, want a connection", rec.Addr(), err)
 	}
 	conn.Close()
 
@@ -477,8 +418,8 @@ func TestControl(t *testing.T) {
 		{"127.0.0.1:0", "0.0.0.0", "0.0.0.0"},
 	} {
 		t.Run(tc.host, func(t *testing.T) {
-			rec := listenRecorder(t, tc.listen)
-			addr := net.JoinHostPort(tc.host, strconv.Itoa(rec.port()))
+			rec := netguardtest.Listen(t, tc.listen)
+			addr := net.JoinHostPort(tc.host, strconv.Itoa(rec.Port()))
 			conn, err := p.DialUnchecked(t.Context(), "tcp", addr)
 			if err == nil {
 				conn.Close()
@@ -487,7 +428,7 @@ func TestControl(t *testing.T) {
 			if !ok || be.Addr != netip.MustParseAddr(tc.wantAddr) || be.Host != "" {
 				t.Errorf("DialUnchecked(%s) = %v, want a *BlockedError for %s", addr, err, tc.wantAddr)
 			}
-			rec.assertNoConnection(t)
+			rec.AssertNoConnection(t)
 		})
 	}
 }

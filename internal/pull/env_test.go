@@ -343,63 +343,6 @@ func newUpstream(t *testing.T) *upstream {
 	return u
 }
 
-// recorder is a TCP listener that records the connections it accepts.
-type recorder struct {
-	ln       net.Listener
-	accepted chan string
-}
-
-func listenRecorder(t *testing.T, addr string) *recorder {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("listen %s: %v (this test needs that loopback address)", addr, err)
-	}
-	r := &recorder{ln: ln, accepted: make(chan string, 64)}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			select {
-			case r.accepted <- c.RemoteAddr().String():
-			default:
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-	})
-	return r
-}
-
-func (r *recorder) port() int { return r.ln.Addr().(*net.TCPAddr).Port }
-
-// assertNoConnection proves r accepted nothing so far: the probe it makes
-// itself must be the first connection r accepts (the kernel queues
-// completed connections in order).
-func (r *recorder) assertNoConnection(t *testing.T) {
-	t.Helper()
-	c, err := net.Dial("tcp", r.ln.Addr().String())
-	if err != nil {
-		t.Fatalf("probe %s: %v", r.ln.Addr(), err)
-	}
-	defer c.Close()
-	select {
-	case got := <-r.accepted:
-		if want := c.LocalAddr().String(); got != want {
-			t.Errorf("listener %s accepted a connection from %s before the probe from %s: the refused address was connected", r.ln.Addr(), got, want)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("listener %s did not accept the probe within 10s", r.ln.Addr())
-	}
-}
-
 // fakeClock is a clock the test moves by hand.
 type fakeClock struct {
 	mu  sync.Mutex

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/ids"
+	"github.com/kilnhq/kiln/internal/netguard/netguardtest"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
@@ -285,15 +286,15 @@ func TestRedirectToBlockedAddress(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		e := newEnv(t, db, pull.Options{})
 		up := newUpstream(t)
-		rec := listenRecorder(t, "127.0.0.2:0")
-		target := fmt.Sprintf("http://127.0.0.2:%d/secret", rec.port())
+		rec := netguardtest.Listen(t, "127.0.0.2:0")
+		target := fmt.Sprintf("http://127.0.0.2:%d/secret", rec.Port())
 		d := e.mustStart(t, serverA, up.URL+"/redirect?to="+url.QueryEscape(target), "/", "x")
 		got := e.waitFinished(t, teamA, serverA, d.ID)
 		want := "127.0.0.2 is an address downloads may not reach: 127.0.0.0/8 (loopback"
 		if got.Status != pull.StatusFailed || !strings.Contains(got.Error, want) {
 			t.Errorf("redirect to %s = %q, %q; want failed, %q…", target, got.Status, got.Error, want)
 		}
-		rec.assertNoConnection(t)
+		rec.AssertNoConnection(t)
 		assertEmptyTree(t, e.roots.dir(serverA))
 	})
 }
@@ -302,14 +303,14 @@ func TestHostnames(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		e := newEnv(t, db, pull.Options{})
 		up := newUpstream(t)
-		rec := listenRecorder(t, "127.0.0.3:0")
-		d := e.mustStart(t, serverA, fmt.Sprintf("http://evil.test:%d/x.jar", rec.port()), "/", "")
+		rec := netguardtest.Listen(t, "127.0.0.3:0")
+		d := e.mustStart(t, serverA, fmt.Sprintf("http://evil.test:%d/x.jar", rec.Port()), "/", "")
 		got := e.waitFinished(t, teamA, serverA, d.ID)
 		want := `evil.test resolves to 127.0.0.3, an address downloads may not reach: 127.0.0.0/8 (loopback`
 		if got.Status != pull.StatusFailed || !strings.Contains(got.Error, want) {
 			t.Errorf("download from evil.test = %q, %q; want failed, %q…", got.Status, got.Error, want)
 		}
-		rec.assertNoConnection(t)
+		rec.AssertNoConnection(t)
 
 		// A name that resolves to an allowed address works.
 		port := up.Listener.Addr().(*net.TCPAddr).Port
