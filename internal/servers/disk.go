@@ -29,12 +29,6 @@ func (s *Service) Root(ctx context.Context, teamID, id string) (string, error) {
 	return s.node.Root(id), nil
 }
 
-// diskFresh is how old a disk measurement may be when a write asks for the
-// free space: within it, Kiln's own writes are added to the last walk
-// (Wrote); past it, the root is walked again, which also catches what the
-// game server itself wrote.
-const diskFresh = 5 * time.Second
-
 // Access is what an operation on a server's files needs: its root and, for
 // a write, how many bytes it may still add before the disk limit.
 type Access struct {
@@ -45,6 +39,14 @@ type Access struct {
 // Access checks that one of the team's servers exists and returns its
 // root; with write, also its free space, and ErrInstalling while the
 // installer writes into the root. Errors: ErrNotFound, ErrInstalling.
+//
+// The free space is the last walk of the root plus Kiln's own writes since
+// (Wrote). A figure older than Options.DiskFresh is walked again in the
+// background, which also catches what the game server itself wrote; the
+// write that finds it stale does not wait for that walk (a world of 20,000
+// files takes tens of ms to walk, and every save in a file manager would
+// pay it). Only a server never measured, or whose figure an operation of
+// unknown effect invalidated (DiskChanged), is walked before the write.
 func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Access, error) {
 	sv, err := s.Get(ctx, teamID, id)
 	if err != nil {
@@ -61,9 +63,15 @@ func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Ac
 	l.mu.Lock()
 	used, at := l.res.DiskBytes, l.diskAt
 	l.mu.Unlock()
-	if time.Since(at) > diskFresh {
+	switch {
+	case at.IsZero():
 		if used, err = s.measure(id); err != nil {
 			return Access{}, err
+		}
+	case time.Since(at) > s.opts.DiskFresh:
+		select {
+		case s.remeasure <- id:
+		default: // the sampler is behind; its periodic walk catches up
 		}
 	}
 	a.Free = max(0, int64(sv.DiskMB)<<20-used)

@@ -138,6 +138,8 @@ func (s *Service) sample(ctx context.Context) {
 			s.sampleInstances(ctx)
 		case <-slow.C:
 			s.sampleDisk()
+		case id := <-s.remeasure:
+			s.measureIfStale(id)
 		}
 	}
 }
@@ -165,6 +167,23 @@ func (s *Service) sampleInstances(ctx context.Context) {
 		l.mu.Lock()
 		l.res.CPU, l.res.MemoryBytes = st.CPU, st.MemoryBytes
 		l.mu.Unlock()
+	}
+}
+
+// measureIfStale walks a server's root unless a walk since the request
+// (several writes may ask for the same one) made its figure fresh.
+func (s *Service) measureIfStale(id string) {
+	s.mu.Lock()
+	l, ok := s.live[id]
+	s.mu.Unlock()
+	if !ok {
+		return // deleted meanwhile
+	}
+	l.mu.Lock()
+	at := l.diskAt
+	l.mu.Unlock()
+	if time.Since(at) > s.opts.DiskFresh {
+		_, _ = s.measure(id)
 	}
 }
 

@@ -124,6 +124,7 @@ type Service struct {
 	lists   map[string]listCache // by team id
 
 	recovered chan struct{} // closed when Run's recovery is done
+	remeasure chan string   // servers whose disk figure a write found stale (sample walks them)
 	onDelete  []func(ctx context.Context, id string) error
 
 	ctx    context.Context // of Run; background work stops with it

@@ -512,3 +512,48 @@ func TestListensWhereKilnSays(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskFigureRefreshedInBackground: a write that finds the disk figure
+// stale is answered from it (no walk on its path) and has the root walked
+// in the background, so what the game server wrote meanwhile shows soon
+// after; a server whose figure was invalidated is walked before the write.
+func TestDiskFigureRefreshedInBackground(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{Servers: servers.Options{DiskFresh: 50 * time.Millisecond}})
+	svc := env.Service
+	sv := newTestServer(t, svc, teamID)
+	root := env.Node.Root(sv.ID)
+	limit := int64(sv.DiskMB) << 20
+	a, err := svc.Access(t.Context(), teamID, sv.ID, true) // never walked since install: walks now
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := limit - a.Free
+	// The game server writes 3 MB behind Kiln's back.
+	if err := os.WriteFile(filepath.Join(root, "world.dat"), make([]byte, 3_000_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the figure is now stale
+	a, err = svc.Access(t.Context(), teamID, sv.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := limit - a.Free; got != base {
+		t.Errorf("a stale figure's write was answered with %d used bytes, want the last figure %d (no walk on its path)", got, base)
+	}
+	waitFor(t, svc, teamID, sv.ID, "the background walk to count world.dat", func(s servers.Server) bool {
+		return s.Resources.DiskBytes >= base+3_000_000
+	})
+	// An operation of unknown effect: the next write walks first.
+	if err := os.WriteFile(filepath.Join(root, "more.dat"), make([]byte, 1_000_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc.DiskChanged(sv.ID)
+	if a, err = svc.Access(t.Context(), teamID, sv.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := limit - a.Free; got < base+4_000_000 {
+		t.Errorf("after DiskChanged the write saw %d used bytes, want at least %d (walked first)", got, base+4_000_000)
+	}
+}

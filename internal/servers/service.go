@@ -58,6 +58,9 @@ type Options struct {
 	SampleInterval time.Duration
 	// DiskInterval is how often disk usage is recomputed.
 	DiskInterval time.Duration
+	// DiskFresh is how old a disk figure may be before a write asks for a
+	// walk in the background (see Access).
+	DiskFresh time.Duration
 	// RestartBackoff is the first wait before restarting a crashed server;
 	// it doubles with each restart in the window.
 	RestartBackoff time.Duration
@@ -75,6 +78,9 @@ func (o *Options) defaults() {
 	}
 	if o.SampleInterval == 0 {
 		o.SampleInterval = 5 * time.Second
+	}
+	if o.DiskFresh == 0 {
+		o.DiskFresh = 5 * time.Second
 	}
 	if o.DiskInterval == 0 {
 		o.DiskInterval = time.Minute
@@ -98,5 +104,6 @@ func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options,
 	return &Service{
 		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, installer: inst, opts: opts,
 		live: map[string]*live{}, lists: map[string]listCache{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
+		remeasure: make(chan string, 64),
 	}
 }
