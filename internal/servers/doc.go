@@ -46,8 +46,12 @@
 //     rather than slowing the server. Deleting a server ends its streams.
 //   - Live figures: CPU and memory are sampled every 5 s, disk every
 //     minute, in the background, so a list never waits on a runtime or a
-//     directory walk. DiskUsage measures on demand for the writers that
-//     enforce the disk limit (files, SFTP, snapshot restore).
+//     directory walk. DiskUsage measures on demand; Access gives writers
+//     (files, SFTP, snapshot restore) the free space from the last walk
+//     plus Kiln's own writes since, and asks the sampler for a new walk
+//     when that figure is older than 5 s: a save never waits for a walk of
+//     a big world, at the price of a limit checked against a figure up to
+//     one walk late for what the game server itself wrote.
 //   - Every query is scoped by team id: a server of another team is simply
 //     not found (ErrNotFound), never "forbidden".
 package servers
