@@ -2,10 +2,12 @@ package api
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"net/http"
 	"strconv"
 	"sync"
@@ -173,18 +175,22 @@ func appendJSONFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
-// plain8 tells whether none of the 8 bytes of w needs escaping or UTF-8
-// decoding: none is below 0x20, '"', '\\' or 0x80 and above (bit tricks
-// on one 64-bit word; see "Bit Twiddling Hacks", hasless and haszero).
-func plain8(w string) bool {
+// specialMask flags, in bit 7 of each byte, the bytes of the 8 in x
+// (little endian: x's low byte is the first) that need escaping or UTF-8
+// decoding — below 0x20, '"', '\\' or 0x80 and above (bit tricks on one
+// 64-bit word, see "Bit Twiddling Hacks", hasless and haszero). A borrow
+// between bytes can only flag bytes above the first special one, never
+// below it, so the lowest flag is exact; 0 means none needs care.
+func specialMask(x uint64) uint64 {
 	const lsb, msb = 0x0101010101010101, 0x8080808080808080
-	x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
-		uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
 	q := x ^ ('"' * lsb)
 	bs := x ^ ('\\' * lsb)
-	bad := x | (x - 0x20*lsb) | (q - lsb) | (bs - lsb)
-	return bad&msb == 0
+	return (x | (x - 0x20*lsb) | (q - lsb) | (bs - lsb)) & msb
 }
+
+// special8 is the index of the first byte specialMask flags in x, 8 when
+// none.
+func special8(x uint64) int { return bits.TrailingZeros64(specialMask(x)) >> 3 }
 
 // appendJSONString quotes s as writeJSON's encoder does (HTML escaping
 // off): control characters, U+2028 and U+2029 escaped; invalid UTF-8
@@ -195,13 +201,37 @@ func appendJSONString(b []byte, s string) []byte {
 
 // appendJSONText is appendJSONString without the quotes around.
 func appendJSONText(b []byte, s string) []byte {
+	p := unsafe.Slice(unsafe.StringData(s), len(s))
 	start := 0
 	for i := 0; i < len(s); {
-		// Eight plain ASCII bytes at a time (file contents are mostly
-		// that): ~3x faster on text than one byte at a time.
-		if i+8 <= len(s) && plain8(s[i:i+8]) {
-			i += 8
-			continue
+		// Up to the first byte that needs care (file contents are mostly
+		// plain ASCII): 32 bytes per step while none does — four
+		// independent word checks, no compare per byte — then the exact
+		// position from the first flagged word.
+		if i+32 <= len(s) {
+			m0 := specialMask(binary.LittleEndian.Uint64(p[i:]))
+			m1 := specialMask(binary.LittleEndian.Uint64(p[i+8:]))
+			m2 := specialMask(binary.LittleEndian.Uint64(p[i+16:]))
+			m3 := specialMask(binary.LittleEndian.Uint64(p[i+24:]))
+			switch {
+			case m0|m1|m2|m3 == 0:
+				i += 32
+				continue
+			case m0 != 0:
+				i += bits.TrailingZeros64(m0) >> 3
+			case m1 != 0:
+				i += 8 + bits.TrailingZeros64(m1)>>3
+			case m2 != 0:
+				i += 16 + bits.TrailingZeros64(m2)>>3
+			default:
+				i += 24 + bits.TrailingZeros64(m3)>>3
+			}
+		} else if i+8 <= len(s) {
+			k := special8(binary.LittleEndian.Uint64(p[i:]))
+			i += k
+			if k == 8 {
+				continue
+			}
 		}
 		c := s[i]
 		if c < utf8.RuneSelf {

@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"net/http/httptest"
@@ -79,6 +81,29 @@ func TestContentsEncoding(t *testing.T) {
 	}
 }
 
+// TestContentsEncodingPositions: mostly-plain text with a special byte or
+// rune at every offset of a 32-byte step and its tail (what the word-wise
+// fast path skips over) is quoted as encoding/json quotes it.
+func TestContentsEncodingPositions(t *testing.T) {
+	specials := []string{"\n", "\"", "\\", "\x00", "\x1f", "\x7f", "é", "\u2028", "\xff", "\xe2\x82", "𝄞"}
+	for n := 0; n < 80; n++ {
+		for pos := 0; pos <= n; pos++ {
+			for _, sp := range specials {
+				s := strings.Repeat("a", pos) + sp + strings.Repeat("z", n-pos)
+				var want bytes.Buffer
+				enc := json.NewEncoder(&want)
+				enc.SetEscapeHTML(false)
+				if err := enc.Encode(s); err != nil {
+					t.Fatal(err)
+				}
+				if got := append(appendJSONString(nil, s), '\n'); !bytes.Equal(got, want.Bytes()) {
+					t.Fatalf("quoting %q:\ngot  %q\nwant %q", s, got, want.Bytes())
+				}
+			}
+		}
+	}
+}
+
 // TestFileListEncoding: the hand-written file list is what writeJSON makes
 // of the same entries.
 func TestFileListEncoding(t *testing.T) {
@@ -118,20 +143,33 @@ func toFileEntries(list []files.Entry) []fileEntryJSON {
 	return out
 }
 
-// TestPlain8: the eight-byte fast path of appendJSONString never passes a
-// byte that needs escaping or decoding, whatever its position and its
-// neighbours (a borrow between bytes may only make it say no).
-func TestPlain8(t *testing.T) {
-	for _, fill := range []byte{'a', ' ', '~', '!'} {
+// TestSpecial8: the first byte needing care is found exactly, whatever
+// its value and position and whatever plain bytes surround it; a word of
+// plain bytes says 8.
+func TestSpecial8(t *testing.T) {
+	for _, fill := range []byte{'a', ' ', '~', '!', '#', '[', ']'} {
 		for pos := range 8 {
 			for v := range 256 {
 				w := []byte(strings.Repeat(string(fill), 8))
 				w[pos] = byte(v)
-				needs := v < 0x20 || v == '"' || v == '\\' || v >= 0x80
-				if got := plain8(string(w)); got && needs {
-					t.Fatalf("plain8(%q) = true; byte %#x at %d needs escaping", w, v, pos)
-				} else if !got && !needs && fill != ' ' && fill != '!' {
-					t.Errorf("plain8(%q) = false for plain text", w)
+				want := 8
+				if v < 0x20 || v == '"' || v == '\\' || v >= 0x80 {
+					want = pos
+				}
+				if got := special8(binary.LittleEndian.Uint64(w)); got != want {
+					t.Fatalf("special8(%q) = %d, want %d", w, got, want)
+				}
+			}
+		}
+	}
+	// Two specials: the first one counts, borrows above it do not matter.
+	for a := range 8 {
+		for b := a + 1; b < 8; b++ {
+			for _, v := range []byte{0, 0x1f, '"', '\\', 0x80, 0xff} {
+				w := []byte("abcdefgh")
+				w[a], w[b] = v, 0
+				if got := special8(binary.LittleEndian.Uint64(w)); got != a {
+					t.Fatalf("special8(%q) = %d, want %d", w, got, a)
 				}
 			}
 		}
@@ -183,5 +221,20 @@ func TestQuotedFile(t *testing.T) {
 	rec := httptest.NewRecorder()
 	if err := writeQuotedFile(rec, strings.NewReader("0123456789"), 100); err != nil || rec.Body.String() != "\"0123456789\"\n" {
 		t.Fatalf("shrunk file: %q, %v", rec.Body.String(), err)
+	}
+}
+
+// BenchmarkQuoteText measures the contents quoter on the text bench/
+// files-ops.sh round-trips (lines of printable ASCII).
+func BenchmarkQuoteText(b *testing.B) {
+	var sb strings.Builder
+	for i := 0; sb.Len() < 1<<20; i++ {
+		fmt.Fprintf(&sb, "line %07d the quick brown fox jumps over the lazy dog %x\n", i, i*2654435761)
+	}
+	s := sb.String()[:1<<20]
+	buf := make([]byte, 0, 2<<20)
+	b.SetBytes(int64(len(s)))
+	for b.Loop() {
+		buf = appendJSONText(buf[:0], s)
 	}
 }

@@ -171,6 +171,38 @@ func TestWriteFileAtomicAndQuota(t *testing.T) {
 	}
 }
 
+// TestWriteFileEntry: the entry WriteFile returns (described from the
+// open file, typed from the bytes it wrote) is what Stat says afterwards,
+// also when it replaces a large file (whose inode write keeps open across
+// the rename) and when a name says nothing of the type.
+func TestWriteFileEntry(t *testing.T) {
+	r, dir := newRoot(t)
+	big := bytes.Repeat([]byte("x"), 3*holdMin)
+	if _, err := r.WriteFile("noext", bytes.NewReader(big), 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 700)...)
+	got, err := r.WriteFile("noext", bytes.NewReader(png), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := r.Stat("noext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != want || got.MIME != "image/png" || got.Size != int64(len(png)) {
+		t.Fatalf("WriteFile returned %+v, Stat says %+v (want image/png, %d bytes)", got, want, len(png))
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "noext")); !bytes.Equal(b, png) {
+		t.Fatalf("content after replacing a large file: %d bytes, want the %d written", len(b), len(png))
+	}
+	// A short text file without extension: typed from its few bytes.
+	got, _ = r.WriteFile("notes", strings.NewReader("hello\n"), 1<<30)
+	if want, _ := r.Stat("notes"); got != want {
+		t.Fatalf("WriteFile returned %+v, Stat says %+v", got, want)
+	}
+}
+
 func TestRenameCopyDeleteChmodMkdir(t *testing.T) {
 	r, dir := newRoot(t)
 	write(t, dir, "a.txt", "hello")

@@ -145,6 +145,9 @@ func entriesAt(fd int, names []string) ([]Entry, error) {
 	return out, nil
 }
 
+// sniffLen is how much of a file's start typeOf may look at.
+const sniffLen = 512
+
 // sniffAt reads the first 512 bytes of a regular file name in fd, never
 // following a symlink and never blocking on a FIFO.
 func sniffAt(fd int, name string) []byte {
@@ -153,7 +156,7 @@ func sniffAt(fd int, name string) []byte {
 		return nil
 	}
 	defer unix.Close(nfd)
-	buf := make([]byte, 512)
+	buf := make([]byte, sniffLen)
 	n, _ := unix.Read(nfd, buf)
 	if n <= 0 {
 		return nil

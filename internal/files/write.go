@@ -95,9 +95,14 @@ type writeBehind struct {
 	f       *os.File
 	off     int64 // bytes written
 	started int64 // bytes handed to writeback
+	head    [sniffLen]byte
+	nhead   int // bytes of head filled: the file's start, for its MIME type
 }
 
 func (w *writeBehind) Write(p []byte) (int, error) {
+	if w.nhead < len(w.head) {
+		w.nhead += copy(w.head[w.nhead:], p)
+	}
 	n, err := w.f.Write(p)
 	w.off += int64(n)
 	if w.off-w.started >= writeBehindChunk {
@@ -112,6 +117,13 @@ func (w *writeBehind) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// holdMin is the size from which write keeps the replaced file's inode
+// open across the rename: freeing a file's blocks is the filesystem's work
+// at the last reference's drop (ext4: ~0.8 ms for 1 MiB here, inside
+// rename(2)); held, it happens at the hold's close, in the background,
+// after the new file is in place.
+const holdMin = 64 << 10
+
 // write is WriteFile and WriteFileTemp; it also returns the size of the
 // regular file it replaced (0 if none), which it stats anyway, so that
 // Service.Write can keep the disk figure without a second stat.
@@ -124,6 +136,7 @@ func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, int64, 
 	}
 	perm := fs.FileMode(0o644)
 	var replaced int64
+	var hold *os.File
 	if old, err := r.Stat(rel); err == nil {
 		switch {
 		case old.IsDir():
@@ -131,15 +144,28 @@ func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, int64, 
 		case old.IsFile():
 			perm = old.Mode.Perm()
 			replaced = old.Size
+			if old.Size >= holdMin {
+				// O_PATH: a reference to the inode, nothing opened (no
+				// device's open runs should the path have been swapped).
+				hold, _ = r.r.OpenFile(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+			}
 		}
 	} else if !errors.Is(err, ErrNotFound) {
 		return Entry{}, 0, err
 	}
-	dir := path.Dir(rel)
-	if err := r.r.MkdirAll(dir, 0o755); err != nil {
-		return Entry{}, 0, classify(err)
+	if hold != nil {
+		defer func() { go hold.Close() }()
 	}
+	dir := path.Dir(rel)
 	tmp, f, err := r.createTemp(dir, tag, perm)
+	if errors.Is(err, ErrNotFound) {
+		// A parent is missing: make them (only now: in the common case
+		// they exist, and MkdirAll costs two system calls to find that).
+		if err := r.r.MkdirAll(dir, 0o755); err != nil {
+			return Entry{}, 0, classify(err)
+		}
+		tmp, f, err = r.createTemp(dir, tag, perm)
+	}
 	if err != nil {
 		return Entry{}, 0, err
 	}
@@ -162,6 +188,13 @@ func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, int64, 
 	if err := f.Sync(); err != nil {
 		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
+	// Described from the open file (the rename changes nothing of it):
+	// no second path lookup.
+	e, err := statFile(f, path.Base(rel))
+	if err != nil {
+		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
+	}
+	e.MIME = typeOf(e, func() []byte { return wb.head[:wb.nhead] })
 	if err := f.Close(); err != nil {
 		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
@@ -169,8 +202,26 @@ func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, int64, 
 		return Entry{}, 0, classify(err)
 	}
 	committed = true
-	e, err := r.Stat(rel)
-	return e, replaced, err
+	return e, replaced, nil
+}
+
+// statFile describes the open file f under name.
+func statFile(f *os.File, name string) (Entry, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return Entry{}, err
+	}
+	var st unix.Statx_t
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.Statx(int(fd), "", unix.AT_EMPTY_PATH|unix.AT_STATX_SYNC_AS_STAT, statxMask, &st)
+	}); err != nil {
+		return Entry{}, err
+	}
+	if serr != nil {
+		return Entry{}, &os.PathError{Op: "statx", Path: name, Err: serr}
+	}
+	return fromStatx(name, &st), nil
 }
 
 // createTemp makes a new, exclusive temporary file in dir: TempName(tag),
