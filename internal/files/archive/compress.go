@@ -85,7 +85,12 @@ func compress(ctx context.Context, r *files.Root, dir string, names []string, fo
 	}
 
 	tmp := join(dir, files.TempName("archive-"+randomHex()))
-	pipe := newChunkPipe()
+	var pipe archivePipe = newChunkPipe()
+	if format == TarZst {
+		if pipe, err = newZstdPipe(zstd.SpeedDefault); err != nil {
+			return files.Entry{}, err
+		}
+	}
 	done := make(chan error, 1)
 	go func() {
 		err := encode(ctx, r, dir, roots, format, pipe)
@@ -189,6 +194,20 @@ func randomHex() string {
 	return hex.EncodeToString(b[:])
 }
 
+// archivePipe carries the archive from encode to Root.WriteFile: a
+// chunkPipe, or for tar.zst a zstdPipe, which compresses on its way.
+type archivePipe interface {
+	io.Writer
+	io.Reader
+	io.WriterTo
+	CloseWithError(error)
+	Stop()
+}
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
+
 // archiveWriter is what one format needs of a walked entry.
 type archiveWriter interface {
 	dir(name string, e files.Entry) error
@@ -258,13 +277,12 @@ func newArchiveWriter(format Format, w io.Writer) (archiveWriter, error) {
 		}
 		return &tarWriter{tw: tar.NewWriter(gz), inner: gz, buf: buf}, nil
 	case TarZst:
-		zw, err := zstd.NewWriter(w,
-			zstd.WithEncoderLevel(zstd.SpeedDefault),
-			zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)))
-		if err != nil {
-			return nil, err
+		// The compression is in the pipe (zstdPipe): it ends with the
+		// pipe's CloseWithError, not here.
+		if _, ok := w.(*zstdPipe); !ok {
+			return nil, errors.New("archive: tar.zst is written into a zstdPipe")
 		}
-		return &tarWriter{tw: tar.NewWriter(zw), inner: zw, buf: buf}, nil
+		return &tarWriter{tw: tar.NewWriter(w), inner: nopCloser{}, buf: buf}, nil
 	case Zip:
 		bw := bufio.NewWriterSize(w, 1<<20)
 		zw := zip.NewWriter(bw)
@@ -300,7 +318,7 @@ func copyFile(w io.Writer, f *os.File, size int64, buf []byte) error {
 
 type tarWriter struct {
 	tw    *tar.Writer
-	inner io.WriteCloser
+	inner io.Closer
 	buf   []byte
 }
 

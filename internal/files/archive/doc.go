@@ -39,13 +39,18 @@
 //     text-only tree (configs, logs, player data) it is 4.5% larger where 5
 //     is 10% larger; it is still 5-6× faster than `tar czf` (3.8 s against
 //     21.8 s). tar.zst uses SpeedDefault (≈ zstd -3): SpeedFastest was
-//     0.65% larger than `zstd -1` on the world, SpeedDefault 0.2% smaller,
-//     at ~1 s more CPU per GiB (0.65-1.0× the speed of `tar | zstd -1 -T0`
-//     where SpeedFastest is ~0.9-1.0×). zstd's "concurrent blocks" mode and
-//     a separate encoder goroutine were both slower here (2 cores are
-//     already busy: walk and reads, encoder, file writes).
+//     0.65% larger than `zstd -1` on the world, SpeedDefault 0.2% smaller.
+//     Its CPU cost is paid on both cores: the tar stream is cut into
+//     independent 4 MiB frames compressed in parallel (zstdPipe; a zstd
+//     stream is a sequence of frames for every decoder), 0.15% smaller than
+//     `zstd -1` still and 0.8-0.9× the speed of `tar | zstd -1 -T0` — the
+//     library's streaming encoder compresses one block after another on
+//     one core (0.65-0.77×), its "concurrent blocks" mode and a separate
+//     encoder goroutine were no faster.
 //   - Compress writes the archive with Root.WriteFile through a chunkPipe
-//     (a few 1 MiB buffers, WriterTo): the disk limit is WriteFile's, on
+//     (a few 1 MiB buffers, WriterTo), or for tar.zst the zstdPipe, whose
+//     frames are written from the buffers they were compressed into: the
+//     disk limit is WriteFile's, on
 //     the bytes written; a failure or ctx's end removes what was written.
 //     The archive is first a ".kiln-tmp-archive-…" file, then renamed to
 //     its name with Root.Rename, which never replaces a file: two
