@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -25,23 +24,42 @@ import (
 // (docs/benchmarks.md). TestServerListEncoding keeps it byte-for-byte
 // equal to what writeJSON makes of serverJSON.
 
-var listBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// answerBuffers hold the hand-written answers (lists, contents) between
+// requests: a fresh buffer of a few MiB costs more in page faults on a VM
+// than writing the answer into it. A buffer is kept up to
+// maxPooledAnswer bytes (a 10,000-entry file list is 2.4 MB).
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+const maxPooledAnswer = 4 << 20
+
+func getAnswerBuffer(sizeHint int) *[]byte {
+	bp := answerBuffers.Get().(*[]byte)
+	if cap(*bp) < sizeHint {
+		*bp = make([]byte, 0, sizeHint)
+	}
+	return bp
+}
+
+// putAnswerBuffer keeps b, the buffer bp handed out as it grew, for the
+// next answer.
+func putAnswerBuffer(bp *[]byte, b []byte) {
+	if cap(b) <= maxPooledAnswer {
+		*bp = b[:0]
+		answerBuffers.Put(bp)
+	}
+}
 
 // writePooled answers 200 with the JSON that fill appends, built in a
 // pooled buffer (sizeHint bytes reserved) and sent with its length.
 func writePooled(w http.ResponseWriter, sizeHint int, fill func(b []byte) []byte) {
-	buf := listBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	buf.Grow(sizeHint)
-	buf.Write(fill(buf.AvailableBuffer()))
+	bp := getAnswerBuffer(sizeHint)
+	b := fill((*bp)[:0])
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf.Bytes())
-	if buf.Cap() <= 4<<20 { // keep buffers of ordinary answers only
-		listBuffers.Put(buf)
-	}
+	_, _ = w.Write(b)
+	putAnswerBuffer(bp, b)
 }
 
 // listEncoding is a team's server list with everything but the live
@@ -310,7 +328,7 @@ func appendFileEntry(b []byte, e files.Entry) []byte {
 // writeFileList answers {"files":[…],"count":n}; a large directory is the
 // second-hottest answer (a file manager opening world/region).
 func writeFileList(w http.ResponseWriter, list []files.Entry) {
-	writePooled(w, len(list)*200+32, func(b []byte) []byte {
+	writePooled(w, len(list)*256+32, func(b []byte) []byte {
 		b = append(b, `{"files":[`...)
 		for i, e := range list {
 			if i > 0 {
@@ -347,14 +365,9 @@ func writeQuotedFile(w http.ResponseWriter, f io.Reader, size int64) error {
 	inp := quoteChunks.Get().(*[]byte)
 	defer quoteChunks.Put(inp)
 	in := *inp
-	out := listBuffers.Get().(*bytes.Buffer)
-	out.Reset()
-	defer func() {
-		if out.Cap() <= 4<<20 {
-			listBuffers.Put(out)
-		}
-	}()
-	b := append(out.AvailableBuffer(), '"')
+	bp := getAnswerBuffer(quoteFlush + quoteChunk*6/5)
+	b := append((*bp)[:0], '"')
+	defer func() { putAnswerBuffer(bp, b) }()
 	started := false
 	carry := 0 // bytes of an incomplete UTF-8 sequence kept for the next chunk
 	for remaining := size; remaining > 0 || carry > 0; {
@@ -403,7 +416,6 @@ func writeQuotedFile(w http.ResponseWriter, f io.Reader, size int64) error {
 		w.WriteHeader(http.StatusOK)
 	}
 	_, _ = w.Write(b)
-	out = bytes.NewBuffer(b[:0]) // keep the grown buffer for the pool
 	return nil
 }
 
