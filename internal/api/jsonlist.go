@@ -315,7 +315,7 @@ func appendFileEntry(b []byte, e files.Entry) []byte {
 	b = append(b, `,"mime":`...)
 	b = appendJSONString(b, e.MIME)
 	b = append(b, `,"mode":"`...)
-	b = append(b, e.ModeString()...)
+	b = e.AppendModeString(b)
 	b = append(b, `","mode_bits":"`...)
 	b = strconv.AppendUint(b, uint64(e.Mode.Perm()), 8)
 	b = append(b, `","modified_at":"`...)

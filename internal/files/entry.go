@@ -29,7 +29,11 @@ func (e Entry) IsFile() bool    { return e.Mode.IsRegular() }
 func (e Entry) IsSymlink() bool { return e.Mode&fs.ModeSymlink != 0 }
 
 // ModeString is the ls form: "-rw-r--r--", "drwxr-xr-x", "lrwxrwxrwx".
-func (e Entry) ModeString() string {
+func (e Entry) ModeString() string { return string(e.AppendModeString(nil)) }
+
+// AppendModeString appends ModeString to dst (a list answer writes 10,000
+// of them without a string each).
+func (e Entry) AppendModeString(dst []byte) []byte {
 	var b [10]byte
 	switch {
 	case e.Mode.IsDir():
@@ -58,15 +62,24 @@ func (e Entry) ModeString() string {
 	}
 	// setuid/setgid/sticky, as ls shows them.
 	if e.Mode&fs.ModeSetuid != 0 {
-		b[3] = map[bool]byte{true: 's', false: 'S'}[b[3] == 'x']
+		b[3] = special(b[3], 's')
 	}
 	if e.Mode&fs.ModeSetgid != 0 {
-		b[6] = map[bool]byte{true: 's', false: 'S'}[b[6] == 'x']
+		b[6] = special(b[6], 's')
 	}
 	if e.Mode&fs.ModeSticky != 0 {
-		b[9] = map[bool]byte{true: 't', false: 'T'}[b[9] == 'x']
+		b[9] = special(b[9], 't')
 	}
-	return string(b[:])
+	return append(dst, b[:]...)
+}
+
+// special is how ls shows a setuid, setgid or sticky bit (letter, lower
+// case) over the execute position x: upper case when x is not set.
+func special(x, letter byte) byte {
+	if x == 'x' {
+		return letter
+	}
+	return letter - 'a' + 'A'
 }
 
 // ModeBits is the octal permission string: "644", "755".

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -411,5 +413,65 @@ func TestWriteFileTemp(t *testing.T) {
 	}
 	if _, err := r.WriteFileTemp("x", "a/b", strings.NewReader("x"), 10); err == nil {
 		t.Error("a tag with a slash was accepted")
+	}
+}
+
+// TestModeString: ls's letters, setuid/setgid/sticky included.
+func TestModeString(t *testing.T) {
+	for _, c := range []struct {
+		mode fs.FileMode
+		want string
+	}{
+		{0o644, "-rw-r--r--"},
+		{fs.ModeDir | 0o755, "drwxr-xr-x"},
+		{fs.ModeSymlink | 0o777, "lrwxrwxrwx"},
+		{fs.ModeSetuid | 0o755, "-rwsr-xr-x"},
+		{fs.ModeSetuid | 0o644, "-rwSr--r--"},
+		{fs.ModeDir | fs.ModeSetgid | 0o755, "drwxr-sr-x"},
+		{fs.ModeSetgid | 0o744, "-rwxr-Sr--"},
+		{fs.ModeDir | fs.ModeSticky | 0o777, "drwxrwxrwt"},
+		{fs.ModeDir | fs.ModeSticky | 0o776, "drwxrwxrwT"},
+		{fs.ModeNamedPipe | 0o600, "prw-------"},
+		{fs.ModeDevice | fs.ModeCharDevice | 0o666, "crw-rw-rw-"},
+	} {
+		e := Entry{Mode: c.mode}
+		if got := e.ModeString(); got != c.want {
+			t.Errorf("ModeString(%v) = %q, want %q", c.mode, got, c.want)
+		}
+		if got := string(e.AppendModeString([]byte("x"))); got != "x"+c.want {
+			t.Errorf("AppendModeString(%v) = %q", c.mode, got)
+		}
+	}
+}
+
+// TestListOrder: directories first, then everything else, each by name in
+// byte order — on a directory large enough to be statted in parallel.
+func TestListOrder(t *testing.T) {
+	r, dir := newRoot(t)
+	var dirs, others []string
+	for i := range parallelStatMin + 100 {
+		name := fmt.Sprintf("%c%03d", "bAa_"[i%4], (i*7919)%1000)
+		if i%7 == 0 {
+			if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			dirs = append(dirs, name)
+		} else {
+			write(t, dir, name, "x")
+			others = append(others, name)
+		}
+	}
+	slices.Sort(dirs)
+	slices.Sort(others)
+	list, err := r.List(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range list {
+		got = append(got, e.Name)
+	}
+	if want := append(dirs, others...); !slices.Equal(got, want) {
+		t.Fatalf("List order:\n got %v\nwant %v", got, want)
 	}
 }

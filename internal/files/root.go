@@ -9,7 +9,6 @@ import (
 	"path"
 	"runtime"
 	"slices"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sync/errgroup"
@@ -191,22 +190,36 @@ func (r *Root) List(rel string) ([]Entry, error) {
 		if err != nil {
 			return classify(err)
 		}
+		// Sorted as names (16-byte strings), not as entries (~90-byte
+		// structs): entriesAt keeps the order.
+		slices.Sort(names)
 		out, err = entriesAt(fd, names)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b Entry) int {
-		if a.IsDir() != b.IsDir() {
-			if a.IsDir() {
-				return -1
-			}
-			return 1
+	return dirsFirst(out), nil
+}
+
+// dirsFirst moves the directories of list, sorted by name, before its
+// other entries, keeping the order within each group.
+func dirsFirst(list []Entry) []Entry {
+	var dirs []Entry
+	j := 0
+	for _, e := range list {
+		if e.IsDir() {
+			dirs = append(dirs, e)
+		} else {
+			list[j] = e
+			j++
 		}
-		return strings.Compare(a.Name, b.Name)
-	})
-	return out, nil
+	}
+	if len(dirs) > 0 {
+		copy(list[len(dirs):], list[:j])
+		copy(list, dirs)
+	}
+	return list
 }
 
 // OpenRead opens regular file rel for reading (symlinks inside the root are
