@@ -238,3 +238,18 @@ func BenchmarkQuoteText(b *testing.B) {
 		buf = appendJSONText(buf[:0], s)
 	}
 }
+
+// BenchmarkFileList10k: writing the answer of a 10,000-entry list.
+func BenchmarkFileList10k(b *testing.B) {
+	list := make([]files.Entry, 10000)
+	now := time.Now().UTC()
+	for i := range list {
+		list[i] = files.Entry{Name: fmt.Sprintf("file-%05d.txt", i), Size: 11, Mode: 0o644,
+			ModTime: now, CreatedAt: now, MIME: "text/plain; charset=utf-8"}
+	}
+	w := httptest.NewRecorder()
+	for b.Loop() {
+		w.Body.Reset()
+		writeFileList(w, list)
+	}
+}
