@@ -34,7 +34,14 @@
 //     refused (ErrNotFile).
 //   - Writes are atomic (temporary file in the same directory, fsync,
 //     rename): readers see the old or the new file, and a symlink or hard
-//     link at the target is replaced, never written through.
+//     link at the target is replaced, never written through. The fsync is
+//     kept although it is a fifth of a 1 MiB round trip here: a rename
+//     without it can leave an empty file after a crash on file systems
+//     without ext4's rename heuristics. The body is copied through a pooled
+//     256 KiB buffer with writeback started every 256 KiB (the fsync waits
+//     for the tail only); a replaced file of 64 KiB or more is held by an
+//     O_PATH reference across the rename, so freeing its blocks (0.8 ms for
+//     1 MiB on ext4, inside rename(2)) happens in the background.
 //   - Chmod refuses symlinks (Linux cannot change a link's own mode, and
 //     acting on the target is how Wings was made to chmod host files,
 //     GHSA-rhq6-9rgh-v45c) and setuid/setgid/sticky bits.
