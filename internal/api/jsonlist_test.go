@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -252,4 +254,42 @@ func BenchmarkFileList10k(b *testing.B) {
 		w.Body.Reset()
 		writeFileList(w, list)
 	}
+}
+
+// failingReader yields n bytes of 'a', then fails.
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		return 0, errors.New("input/output error")
+	}
+	k := min(len(p), r.n)
+	for i := range k {
+		p[i] = 'a'
+	}
+	r.n -= k
+	return k, nil
+}
+
+// TestQuotedFileReadError: a read error before anything was sent is the
+// handler's error (an error answer follows); after the first piece went
+// out, the connection is aborted, so the client never takes a truncated
+// string for the file.
+func TestQuotedFileReadError(t *testing.T) {
+	rec := httptest.NewRecorder()
+	err := writeQuotedFile(rec, &failingReader{n: 1000}, 1<<20)
+	if err == nil || !strings.Contains(err.Error(), "input/output error") || rec.Body.Len() != 0 {
+		t.Fatalf("error before the first byte: %v, body %d bytes; want the error and nothing written", err, rec.Body.Len())
+	}
+	rec = httptest.NewRecorder()
+	defer func() {
+		if r := recover(); r != http.ErrAbortHandler {
+			t.Fatalf("error after the first piece: recovered %v, want http.ErrAbortHandler", r)
+		}
+		if rec.Code != http.StatusOK || rec.Body.Len() < quoteFlush {
+			t.Fatalf("before the abort: status %d, %d bytes sent", rec.Code, rec.Body.Len())
+		}
+	}()
+	_ = writeQuotedFile(rec, &failingReader{n: 3 * quoteFlush}, 1<<22)
+	t.Fatal("writeQuotedFile returned after a read error mid-answer")
 }
