@@ -93,20 +93,13 @@ func (p *chunkPipe) Stop() { p.stopOnce.Do(func() { close(p.done) }) }
 // WriteTo hands every buffer to w as it is filled.
 func (p *chunkPipe) WriteTo(w io.Writer) (int64, error) {
 	var n int64
-	if len(p.pending) > 0 {
-		k, err := w.Write(p.pending)
-		n += int64(k)
-		p.pending = nil
-		if err != nil {
-			p.Stop()
-			return n, err
-		}
+	err := writeOut(w, p.pending, &n, p.Stop)
+	p.pending = nil
+	if err != nil {
+		return n, err
 	}
 	for buf := range p.full {
-		k, err := w.Write(buf)
-		n += int64(k)
-		if err != nil {
-			p.Stop()
+		if err := writeOut(w, buf, &n, p.Stop); err != nil {
 			return n, err
 		}
 		select {
@@ -115,6 +108,20 @@ func (p *chunkPipe) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return n, p.err
+}
+
+// writeOut is one write of a pipe's WriteTo: b to w, counted in n; a
+// failed write stops the pipe (stop), so its producer fails too.
+func writeOut(w io.Writer, b []byte, n *int64, stop func()) error {
+	if len(b) == 0 {
+		return nil
+	}
+	k, err := w.Write(b)
+	*n += int64(k)
+	if err != nil {
+		stop()
+	}
+	return err
 }
 
 // Read is for consumers that do not use WriteTo.

@@ -171,23 +171,17 @@ func (p *zstdPipe) Stop() { p.stopOnce.Do(func() { close(p.done) }) }
 // WriteTo writes every frame to w as it is ready, in order.
 func (p *zstdPipe) WriteTo(w io.Writer) (int64, error) {
 	var n int64
-	if len(p.pending) > 0 {
-		k, err := w.Write(p.pending)
-		n += int64(k)
-		p.pending = nil
-		if err != nil {
-			p.Stop()
-			return n, err
-		}
+	err := writeOut(w, p.pending, &n, p.Stop)
+	p.pending = nil
+	if err != nil {
+		return n, err
 	}
 	for j := range p.order {
 		<-j.ready
-		k, err := w.Write(j.out)
-		n += int64(k)
+		err := writeOut(w, j.out, &n, p.Stop)
 		p.recycle(j.in)
 		p.recycle(j.out)
 		if err != nil {
-			p.Stop()
 			return n, err
 		}
 	}

@@ -151,7 +151,9 @@ func TestZstdPipeErrors(t *testing.T) {
 	<-res
 
 	p, _ = newZstdPipe(zstd.SpeedDefault)
-	res = produce(p, append(data, data...), nil)
+	// Far more frames than the pipe queues (2×workers+2), so that the
+	// producer must meet the stop in a Write.
+	res = produce(p, bytes.Repeat(data, 6), nil)
 	if _, err := p.WriteTo(failingWriter{}); err == nil || err.Error() != "disk full" {
 		t.Fatalf("WriteTo into a failing writer = %v, want its error", err)
 	}
