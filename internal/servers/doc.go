@@ -26,7 +26,8 @@
 //     kiln serve.
 //   - Recovery (Run, before Recovered is closed, and before kiln serve
 //     answers any request): a live docker container is re-adopted (console
-//     re-attached; output from then on). A process-runtime server died with
+//     re-attached, its last lines replayed from the engine's log first). A
+//     process-runtime server died with
 //     kiln (parent-death signal); a survivor matching the stored
 //     pid:starttime is killed, never adopted twice; a server whose desired
 //     state is running is then started again. Stored statuses are made true

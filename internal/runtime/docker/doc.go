@@ -31,10 +31,13 @@
 //   - Console: Tty is off so stdout and stderr arrive as the engine's
 //     multiplexed stream, split with stdcopy (a TTY would echo input and
 //     rewrite newlines). Start attaches before it starts the container, so
-//     no early line is missed; Adopt attaches to a running one and gets
-//     output from then on (nothing is replayed). Lines are capped at 8 KiB,
-//     as in the process runtime. The json-file log (5 MB, one file) is only
-//     a bounded copy for `docker logs`; Kiln never reads it.
+//     no early line is missed. Adopt (after a restart of kiln) first
+//     replays the container's last 2,000 lines from the engine's json-file
+//     log (5 MB, one file; also what `docker logs` shows), up to the moment
+//     before it attaches, and holds the live lines until that replay is
+//     delivered: the console reads as if kiln had never gone (a line said
+//     during the attach itself may be missing, none is doubled). Lines are
+//     capped at 8 KiB, as in the process runtime.
 //   - Exit: the wait is registered before the start with condition
 //     next-exit (not-running would answer at once for a created container).
 //     The engine reports 128+N when the main process died of signal N; that

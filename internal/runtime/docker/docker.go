@@ -14,6 +14,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
@@ -347,9 +348,12 @@ func (d *Docker) discard(id string) {
 
 // Adopt implements runtime.Runtime: it re-attaches to the server's running
 // container found by ref (its id) or, failing that, by name. The console
-// receives output from now on (earlier lines are not replayed). A container
-// that exists but no longer runs is removed and, like a missing one,
-// reported as runtime.ErrNotAdoptable.
+// first receives the last replayLines lines the container logged before
+// (from the engine's json-file log, so a restart of kiln does not empty a
+// server's console), then its output from now on. A line logged during the
+// few milliseconds the attach takes may be missing; none is delivered
+// twice. A container that exists but no longer runs is removed and, like a
+// missing one, reported as runtime.ErrNotAdoptable.
 func (d *Docker) Adopt(ctx context.Context, spec runtime.Spec, ref string, console func(string)) (runtime.Instance, error) {
 	var c *container.InspectResponse
 	var err error
@@ -372,12 +376,74 @@ func (d *Docker) Adopt(ctx context.Context, spec runtime.Spec, ref string, conso
 		}
 		return nil, runtime.ErrNotAdoptable
 	}
-	inst, err := d.attach(ctx, c.ID, console, container.WaitConditionNotRunning)
+	if console == nil {
+		console = func(string) {}
+	}
+	// Live lines wait behind the gate until the replay is delivered, so
+	// the console stays in order.
+	gate := &replayGate{console: console}
+	until := time.Now()
+	inst, err := d.attach(ctx, c.ID, gate.live, container.WaitConditionNotRunning)
 	if err != nil {
 		return nil, fmt.Errorf("adopt %s: %w", spec.ServerID, err)
 	}
+	if err := d.replay(ctx, c.ID, until, console); err != nil {
+		d.log.WarnContext(ctx, "replay a re-attached container's console", "server_id", spec.ServerID, "err", err)
+	}
+	gate.open()
 	d.log.InfoContext(ctx, "re-attached to a running container", "server_id", spec.ServerID, "container_id", c.ID)
 	return inst, nil
+}
+
+// replayLines is how many earlier lines Adopt replays: the console's size
+// (api.md §3, servers.consoleLines).
+const replayLines = 2000
+
+// replay delivers to console the last replayLines lines container id
+// logged before until.
+func (d *Docker) replay(ctx context.Context, id string, until time.Time, console func(string)) error {
+	rc, err := d.cli.ContainerLogs(ctx, id, client.ContainerLogsOptions{
+		ShowStdout: true, ShowStderr: true,
+		Tail:  strconv.Itoa(replayLines),
+		Until: strconv.FormatFloat(float64(until.UnixNano())/1e9, 'f', 9, 64),
+	})
+	if err != nil {
+		return fmt.Errorf("container logs: %w", err)
+	}
+	defer rc.Close()
+	out, errOut := newLineWriter(console), newLineWriter(console)
+	_, err = stdcopy.StdCopy(out, errOut, rc)
+	out.Flush()
+	errOut.Flush()
+	return err
+}
+
+// replayGate holds live console lines until open, then passes them on.
+type replayGate struct {
+	console func(string)
+	mu      sync.Mutex
+	opened  bool
+	held    []string
+}
+
+func (g *replayGate) live(line string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.opened {
+		g.held = append(g.held, line)
+		return
+	}
+	g.console(line)
+}
+
+// open delivers the held lines, in order, and lets the next ones through.
+func (g *replayGate) open() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, l := range g.held {
+		g.console(l)
+	}
+	g.held, g.opened = nil, true
 }
 
 // Remove implements runtime.Runtime: it force-removes the server's

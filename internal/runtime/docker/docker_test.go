@@ -309,6 +309,11 @@ func TestDocker(t *testing.T) {
 		if con1.has("echo: after restart") {
 			t.Errorf("the detached console still received output")
 		}
+		// What the container said before the restart is replayed first,
+		// once, from the engine's log.
+		if got := con2.count("ready"); got != 1 || con2.index("ready") > con2.index("echo: after restart") {
+			t.Errorf("console after Adopt: %d × \"ready\", want it once, before the live lines:\n%s", got, con2.dump())
+		}
 
 		// A ref that is gone falls back to the container's name.
 		inst2.(*Container).Detach()
@@ -316,6 +321,9 @@ func TestDocker(t *testing.T) {
 		inst3, err := s.d.Adopt(t.Context(), spec, "0123456789ab", con3.add)
 		if err != nil {
 			t.Fatalf("Adopt by name = %v", err)
+		}
+		if con3.index("ready") < 0 || con3.index("ready") > con3.index("echo: after restart") || con3.count("echo: after restart") != 1 {
+			t.Errorf("console after a second Adopt: want \"ready\" then \"echo: after restart\" once, replayed:\n%s", con3.dump())
 		}
 		if err := inst3.WriteLine("exit 3"); err != nil {
 			t.Fatalf("WriteLine = %v", err)
@@ -600,6 +608,25 @@ func (c *console) add(line string) {
 		close(c.changed)
 		c.changed = nil
 	}
+}
+
+func (c *console) count(line string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, l := range c.lines {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
+
+// index is the position of line's first delivery, -1 when none.
+func (c *console) index(line string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Index(c.lines, line)
 }
 
 func (c *console) has(line string) bool {
