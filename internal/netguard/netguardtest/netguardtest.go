@@ -1,7 +1,3 @@
-// Package netguardtest helps tests prove that an outbound connection was
-// refused before it was made: a Recorder listens on a loopback address and
-// can show that nothing connected to it. Tests only; it opens loopback
-// listeners and nothing else.
 package netguardtest
 
 import (
