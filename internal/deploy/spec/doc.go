@@ -1,0 +1,71 @@
+// Package spec reads deployment specs: the YAML of deployment-spec.md §1
+// (version 1), checked against every rule there and against the software
+// catalog, normalized (defaults filled in, sizes in bytes) and hashed
+// (spec_hash). It is the ground the deployments API, the planner and the
+// runs stand on: a configuration's YAML is accepted only when Parse
+// accepts it, and a push creates a version only when Hash differs.
+//
+// It owns the format and nothing else: no I/O, no database, no clock, and
+// it never changes the catalog it reads. Parse is safe for concurrent use
+// and never panics on any input (FuzzParse).
+//
+// Errors. Every broken rule is one validate.Issue at a dotted path
+// ("servers.lobby.memory", "proxies.edge.servers[1]", "" for the whole
+// spec), all of them together in one *validate.Error; the API turns it into
+// 400 VALIDATION_ERROR with its issues. Unknown and repeated keys name
+// their line. A YAML syntax error is the only issue, with its line and
+// column.
+//
+// Decisions where §1 is silent:
+//   - YAML: go.yaml.in/yaml/v4 (v4.0.0-rc.6, the YAML organisation's
+//     maintained fork of go-yaml): it is the only one of the candidates in
+//     research/libraries.md whose syntax errors carry a line and a column
+//     (v3 says "line 3" only), and its yaml.Node keeps the line of every key.
+//     It is a release candidate; the package uses only Unmarshal into a
+//     Node and LoadError's position. The catalog still reads its profiles
+//     with v3.
+//   - Anchors, aliases and merge keys are refused: a spec is small and
+//     explicit, and an alias can make a naive walk of the tree exponential.
+//   - memory is required (there is no sensible size for every software),
+//     disk defaults to 10G, cpu to 100, version to "latest", state to
+//     running, forwarding to modern for Velocity (its recommended mode) and
+//     legacy for BungeeCord and Waterfall (which do not know modern: asking
+//     for it there is an error), try to the first of servers; port is optional
+//     (0: any free port). servers is required on a proxy, engine on a
+//     dbservice; attach may be empty.
+//   - Sizes are a whole number and M, G or T, binary whatever the spelling
+//     (M, Mi, MB, MiB, either case: "2GB" is 2 GiB, as "binary units" says);
+//     a bare number is refused, since "memory: 2048" reads as megabytes to
+//     some and bytes to others.
+//   - A proxy takes a server's fields except properties (proxies read no
+//     server.properties), plus port, servers, try and forwarding. A
+//     dbservice takes engine and attach only.
+//   - env: keys must be variables of the profile and values fit them
+//     (catalog.Profile.Env's checks, at this spec's paths); profile
+//     defaults are not copied into the spec (a catalog update must not
+//     change the hash of an unchanged YAML). properties: keys of letters,
+//     digits, '.', '_' and '-'; values one line. Values are kept as written,
+//     except booleans (true/false) and integers (decimal: 0x14 is 20).
+//   - image: a label or a value of the profile's docker images; the
+//     normalized spec holds the value.
+//   - files: at most 100 per server, content at most 256 KiB, path relative
+//     and clean (no "..", no leading "/", no "//" or "./"), unique; the
+//     normalized list is sorted by path (the order has no meaning).
+//   - Limits: the YAML at most 1 MiB, at most 200 resources.
+//
+// Normalized form and hash. The JSON of Spec (its field tags) is:
+//
+//	{"version":1,
+//	 "servers":{"<name>":{"software","version","memory","disk","cpu","image",
+//	            "env":{},"properties":{},"files":[{"path","content"}],"state"}},
+//	 "proxies":{"<name>":{…the server fields…,"port","servers":[],"try":[],"forwarding"}},
+//	 "dbservices":{"<name>":{"engine","attach":[]}}}
+//
+// with sizes in bytes, empty maps and lists written (never null) and
+// attach sorted. spec_hash is "sha256:" and the hex SHA-256 of its RFC 8785
+// canonical form (github.com/gowebpki/jcs, the Go port of the RFC's
+// reference code: sorted keys, fixed number and string forms); comments,
+// key order, whitespace, quoting and the spelling of sizes do not change
+// it. The hash of §1's example is pinned in the tests: changing this form
+// changes every stored spec_hash and needs a migration.
+package spec
