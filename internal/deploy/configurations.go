@@ -1,0 +1,478 @@
+package deploy
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/kilnhq/kiln/internal/deploy/spec"
+	"github.com/kilnhq/kiln/internal/ids"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// Errors of the configuration calls; the API maps each to one code.
+var (
+	ErrNotFound        = errors.New("configuration not found")
+	ErrVersionNotFound = errors.New("configuration version not found")
+	ErrNameTaken       = errors.New("the team already has a configuration of that name")
+	ErrInUse           = errors.New("the configuration still owns deployed resources; remove them from its spec and apply it first")
+)
+
+// Limits of the configuration fields (api.md §2; doc.go for the ones the
+// contract leaves open).
+const (
+	MaxName        = 100  // characters
+	MaxDescription = 1000 // characters
+	MaxPushMessage = 1000 // characters (seed-api.md §7)
+	MaxList        = 1000 // configurations in one list answer
+	MaxPage        = 200  // versions in one page
+	DefaultPage    = 50
+)
+
+// Configuration is a team's deployment configuration: its current YAML
+// (always a valid spec) and, once pushed, its latest version.
+type Configuration struct {
+	ID            string
+	TeamID        string
+	Name          string
+	Description   string
+	YAML          string
+	SpecHash      string
+	ResourceCount int
+	CreatedAt     int64
+	UpdatedAt     int64
+	Latest        *Version // nil before the first push
+}
+
+// Version is an immutable pushed copy of a configuration's YAML.
+type Version struct {
+	ID              string
+	ConfigurationID string
+	Number          int
+	YAML            string
+	SpecHash        string
+	ResourceCount   int
+	PushedBy        string
+	PushedAt        int64
+	PushMessage     string
+	BaseVersionID   string // "" for the first version
+}
+
+// Service keeps configurations and versions in the database.
+type Service struct {
+	db  *store.DB
+	cat spec.Catalog
+	now func() int64
+}
+
+// New returns a Service on db, checking specs against cat.
+func New(db *store.DB, cat spec.Catalog) *Service {
+	return &Service{db: db, cat: cat, now: store.Now}
+}
+
+// checkText validates a free-text field: at most max characters, no
+// control characters (a newline is allowed when multiline).
+func checkText(c *validate.Collector, field, v string, max int, required, multiline bool) {
+	switch {
+	case required && strings.TrimSpace(v) == "":
+		c.Add(field, "is required")
+	case !utf8.ValidString(v):
+		c.Add(field, "must be UTF-8 text")
+	case utf8.RuneCountInString(v) > max:
+		c.Add(field, "must be at most %d characters", max)
+	case strings.ContainsFunc(v, func(r rune) bool { return unicode.IsControl(r) && !(multiline && (r == '\n' || r == '\t')) }):
+		c.Add(field, "must not contain control characters")
+	}
+}
+
+// parse checks yaml as a spec; its issues are reported under "yaml".
+func (s *Service) parse(c *validate.Collector, yaml string) *spec.Spec {
+	if strings.TrimSpace(yaml) == "" {
+		c.Add("yaml", "is required")
+		return nil
+	}
+	sp, err := spec.Parse([]byte(yaml), s.cat)
+	var ve *validate.Error
+	switch {
+	case errors.As(err, &ve):
+		for _, is := range ve.Issues {
+			c.Add(validate.Join("yaml", is.Path), "%s", is.Message)
+		}
+		return nil
+	case err != nil:
+		c.Add("yaml", "%v", err)
+		return nil
+	}
+	return sp
+}
+
+// Create adds a configuration to the team. Errors: *validate.Error (name,
+// description, yaml — a broken spec rule at "yaml.<path>"), ErrNameTaken.
+func (s *Service) Create(ctx context.Context, teamID, name, description, yaml string) (Configuration, error) {
+	var c validate.Collector
+	checkText(&c, "name", name, MaxName, true, false)
+	checkText(&c, "description", description, MaxDescription, false, true)
+	sp := s.parse(&c, yaml)
+	if err := c.Err(); err != nil {
+		return Configuration{}, err
+	}
+	hash, err := sp.Hash()
+	if err != nil {
+		return Configuration{}, err
+	}
+	now := s.now()
+	cfg := Configuration{
+		ID: ids.New("cfg"), TeamID: teamID, Name: name, Description: description, YAML: yaml,
+		SpecHash: hash, ResourceCount: sp.ResourceCount(), CreatedAt: now, UpdatedAt: now,
+	}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		taken, err := nameTaken(ctx, tx, teamID, name, "")
+		if err != nil {
+			return err
+		}
+		if taken {
+			return ErrNameTaken
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO configurations
+			(id, team_id, name, description, yaml, spec_hash, resource_count, latest_version_id, created_at, updated_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, NULL, $8, $8)`,
+			cfg.ID, teamID, name, description, yaml, hash, cfg.ResourceCount, now)
+		return err
+	})
+	if err != nil {
+		return Configuration{}, s.insertError(ctx, teamID, name, err)
+	}
+	return cfg, nil
+}
+
+// nameTaken tells whether another configuration of the team (not except)
+// has name.
+func nameTaken(ctx context.Context, tx *sql.Tx, teamID, name, except string) (bool, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM configurations WHERE team_id = $1 AND name = $2 AND id <> $3`,
+		teamID, name, except).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("check configuration name: %w", err)
+	}
+	return n > 0, nil
+}
+
+// insertError turns a failed write into ErrNameTaken when the name was
+// taken meanwhile (two replicas creating the same name: the unique index
+// refuses the second), else wraps it.
+func (s *Service) insertError(ctx context.Context, teamID, name string, err error) error {
+	if errors.Is(err, ErrNameTaken) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInUse) {
+		return err
+	}
+	var n int
+	if qerr := s.db.Read().QueryRowContext(ctx, `SELECT count(*) FROM configurations WHERE team_id = $1 AND name = $2`,
+		teamID, name).Scan(&n); qerr == nil && n > 0 {
+		return ErrNameTaken
+	}
+	return fmt.Errorf("save configuration: %w", err)
+}
+
+const configColumns = `c.id, c.team_id, c.name, c.description, c.yaml, c.spec_hash, c.resource_count, c.created_at, c.updated_at,
+	v.id, v.version_number, v.spec_hash, v.pushed_at`
+
+const configFrom = ` FROM configurations c LEFT JOIN configuration_versions v ON v.id = c.latest_version_id`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanConfig(r scanner) (Configuration, error) {
+	var c Configuration
+	var vid, vhash sql.NullString
+	var vnum, vat sql.NullInt64
+	err := r.Scan(&c.ID, &c.TeamID, &c.Name, &c.Description, &c.YAML, &c.SpecHash, &c.ResourceCount,
+		&c.CreatedAt, &c.UpdatedAt, &vid, &vnum, &vhash, &vat)
+	if vid.Valid {
+		c.Latest = &Version{ID: vid.String, ConfigurationID: c.ID, Number: int(vnum.Int64), SpecHash: vhash.String, PushedAt: vat.Int64}
+	}
+	return c, err
+}
+
+// List returns the team's configurations, newest first, at most MaxList.
+func (s *Service) List(ctx context.Context, teamID string) ([]Configuration, error) {
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+configColumns+configFrom+`
+		WHERE c.team_id = $1 ORDER BY c.created_at DESC, c.id DESC LIMIT $2`, teamID, MaxList)
+	if err != nil {
+		return nil, fmt.Errorf("list configurations: %w", err)
+	}
+	defer rows.Close()
+	out := []Configuration{}
+	for rows.Next() {
+		c, err := scanConfig(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list configurations: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// Get returns one of the team's configurations; ErrNotFound for any other
+// (absent, or another team's).
+func (s *Service) Get(ctx context.Context, teamID, id string) (Configuration, error) {
+	return s.get(ctx, s.db.Read(), teamID, id)
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *Service) get(ctx context.Context, q querier, teamID, id string) (Configuration, error) {
+	c, err := scanConfig(q.QueryRowContext(ctx, `SELECT `+configColumns+configFrom+`
+		WHERE c.id = $1 AND c.team_id = $2`, id, teamID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Configuration{}, ErrNotFound
+	}
+	if err != nil {
+		return Configuration{}, fmt.Errorf("get configuration: %w", err)
+	}
+	return c, nil
+}
+
+// Patch is a partial update: nil fields are left as they are.
+type Patch struct {
+	Name, Description, YAML *string
+}
+
+// Update changes a configuration's name, description or YAML (checked
+// as at Create). Errors: ErrNotFound, *validate.Error, ErrNameTaken.
+func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Configuration, error) {
+	var c validate.Collector
+	if p.Name != nil {
+		checkText(&c, "name", *p.Name, MaxName, true, false)
+	}
+	if p.Description != nil {
+		checkText(&c, "description", *p.Description, MaxDescription, false, true)
+	}
+	var sp *spec.Spec
+	if p.YAML != nil {
+		sp = s.parse(&c, *p.YAML)
+	}
+	if err := c.Err(); err != nil {
+		return Configuration{}, err
+	}
+	var out Configuration
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		cfg, err := s.get(ctx, tx, teamID, id)
+		if err != nil {
+			return err
+		}
+		if p.Name != nil && *p.Name != cfg.Name {
+			taken, err := nameTaken(ctx, tx, teamID, *p.Name, id)
+			if err != nil {
+				return err
+			}
+			if taken {
+				return ErrNameTaken
+			}
+			cfg.Name = *p.Name
+		}
+		if p.Description != nil {
+			cfg.Description = *p.Description
+		}
+		if sp != nil {
+			hash, err := sp.Hash()
+			if err != nil {
+				return err
+			}
+			cfg.YAML, cfg.SpecHash, cfg.ResourceCount = *p.YAML, hash, sp.ResourceCount()
+		}
+		cfg.UpdatedAt = s.now()
+		_, err = tx.ExecContext(ctx, `UPDATE configurations
+			SET name = $1, description = $2, yaml = $3, spec_hash = $4, resource_count = $5, updated_at = $6
+			WHERE id = $7 AND team_id = $8`,
+			cfg.Name, cfg.Description, cfg.YAML, cfg.SpecHash, cfg.ResourceCount, cfg.UpdatedAt, id, teamID)
+		out = cfg
+		return err
+	})
+	if err != nil {
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		return Configuration{}, s.insertError(ctx, teamID, name, err)
+	}
+	return out, nil
+}
+
+// Delete removes a configuration and its versions. Errors: ErrNotFound,
+// ErrInUse while a server (or, later, a proxy or database) created by one
+// of its runs still exists.
+func (s *Service) Delete(ctx context.Context, teamID, id string) error {
+	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if _, err := s.get(ctx, tx, teamID, id); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM servers WHERE configuration_id = $1`, id).Scan(&n); err != nil {
+			return fmt.Errorf("count owned servers: %w", err)
+		}
+		if n > 0 {
+			return ErrInUse
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM configuration_versions WHERE configuration_id = $1`, id); err != nil {
+			return fmt.Errorf("delete versions: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM configurations WHERE id = $1 AND team_id = $2`, id, teamID); err != nil {
+			return fmt.Errorf("delete configuration: %w", err)
+		}
+		return nil
+	})
+}
+
+// Push freezes the configuration's current YAML as its next version, by
+// actor (auth.Principal.Actor), unless the latest version already has
+// this spec_hash: then it returns that version and created false. Errors:
+// ErrNotFound, *validate.Error (message).
+func (s *Service) Push(ctx context.Context, teamID, id, actor, message string) (v Version, created bool, err error) {
+	var c validate.Collector
+	checkText(&c, "push_message", message, MaxPushMessage, false, true)
+	if err := c.Err(); err != nil {
+		return Version{}, false, err
+	}
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if s.db.Dialect() == store.Postgres {
+			// Pushes of one configuration wait for each other (SQLite has
+			// one writer anyway); the unique (configuration, number)
+			// index stays the last guard.
+			if _, err := tx.ExecContext(ctx, `SELECT id FROM configurations WHERE id = $1 FOR UPDATE`, id); err != nil {
+				return fmt.Errorf("lock configuration: %w", err)
+			}
+		}
+		cfg, err := s.get(ctx, tx, teamID, id)
+		if err != nil {
+			return err
+		}
+		number, base := 1, ""
+		if cfg.Latest != nil {
+			if cfg.Latest.SpecHash == cfg.SpecHash {
+				v, err = s.version(ctx, tx, teamID, id, cfg.Latest.Number)
+				return err
+			}
+			number, base = cfg.Latest.Number+1, cfg.Latest.ID
+		}
+		v = Version{
+			ID: ids.New("ver"), ConfigurationID: id, Number: number, YAML: cfg.YAML, SpecHash: cfg.SpecHash,
+			ResourceCount: cfg.ResourceCount, PushedBy: actor, PushedAt: s.now(), PushMessage: message, BaseVersionID: base,
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO configuration_versions
+			(id, configuration_id, version_number, yaml, spec_hash, resource_count, pushed_by, pushed_at, push_message, base_version_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+			v.ID, id, number, v.YAML, v.SpecHash, v.ResourceCount, actor, v.PushedAt, message, nullable(base)); err != nil {
+			return fmt.Errorf("insert version: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE configurations SET latest_version_id = $1 WHERE id = $2`, v.ID, id); err != nil {
+			return fmt.Errorf("point at the new version: %w", err)
+		}
+		created = true
+		return nil
+	})
+	if err != nil {
+		return Version{}, false, err
+	}
+	return v, created, nil
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+const versionColumns = `v.id, v.configuration_id, v.version_number, v.yaml, v.spec_hash, v.resource_count,
+	v.pushed_by, v.pushed_at, v.push_message, v.base_version_id`
+
+func scanVersion(r scanner) (Version, error) {
+	var v Version
+	var base sql.NullString
+	err := r.Scan(&v.ID, &v.ConfigurationID, &v.Number, &v.YAML, &v.SpecHash, &v.ResourceCount,
+		&v.PushedBy, &v.PushedAt, &v.PushMessage, &base)
+	v.BaseVersionID = base.String
+	return v, err
+}
+
+// Version returns version number of one of the team's configurations.
+// Errors: ErrNotFound (the configuration), ErrVersionNotFound.
+func (s *Service) Version(ctx context.Context, teamID, id string, number int) (Version, error) {
+	if _, err := s.Get(ctx, teamID, id); err != nil {
+		return Version{}, err
+	}
+	return s.version(ctx, s.db.Read(), teamID, id, number)
+}
+
+func (s *Service) version(ctx context.Context, q querier, teamID, id string, number int) (Version, error) {
+	v, err := scanVersion(q.QueryRowContext(ctx, `SELECT `+versionColumns+`
+		FROM configuration_versions v JOIN configurations c ON c.id = v.configuration_id
+		WHERE v.configuration_id = $1 AND c.team_id = $2 AND v.version_number = $3`, id, teamID, number))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Version{}, ErrVersionNotFound
+	}
+	if err != nil {
+		return Version{}, fmt.Errorf("get version: %w", err)
+	}
+	return v, nil
+}
+
+// Versions returns a page of a configuration's versions, newest first:
+// at most limit (1–MaxPage, 0 for DefaultPage) after cursor ("" for the
+// first page), and the cursor of the next page ("" on the last). A cursor
+// is opaque to clients. Errors: ErrNotFound, *validate.Error (limit,
+// cursor).
+func (s *Service) Versions(ctx context.Context, teamID, id string, limit int, cursor string) ([]Version, string, error) {
+	var c validate.Collector
+	if limit == 0 {
+		limit = DefaultPage
+	}
+	if limit < 1 || limit > MaxPage {
+		c.Add("limit", "must be between 1 and %d", MaxPage)
+	}
+	before := int64(math.MaxInt32) // above every version number
+	if cursor != "" {
+		n, err := strconv.ParseInt(strings.TrimPrefix(cursor, "v"), 10, 32)
+		if !strings.HasPrefix(cursor, "v") || err != nil || n < 1 {
+			c.Add("cursor", "is not a cursor this API gave (use next_cursor as it is)")
+		}
+		before = n
+	}
+	if err := c.Err(); err != nil {
+		return nil, "", err
+	}
+	if _, err := s.Get(ctx, teamID, id); err != nil {
+		return nil, "", err
+	}
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+versionColumns+`
+		FROM configuration_versions v WHERE v.configuration_id = $1 AND v.version_number < $2
+		ORDER BY v.version_number DESC LIMIT $3`, id, before, limit+1)
+	if err != nil {
+		return nil, "", fmt.Errorf("list versions: %w", err)
+	}
+	defer rows.Close()
+	out := []Version{}
+	for rows.Next() {
+		v, err := scanVersion(rows)
+		if err != nil {
+			return nil, "", fmt.Errorf("list versions: %w", err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("list versions: %w", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		next = "v" + strconv.Itoa(out[limit-1].Number)
+	}
+	return out, next, nil
+}

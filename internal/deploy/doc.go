@@ -1,0 +1,28 @@
+// Package deploy owns deployment configurations: a team's YAML network
+// specs (checked by internal/deploy/spec), pushed as numbered immutable
+// versions. The planner and the runs that apply a version (deployment-spec.md
+// §3–§5) will live here too.
+//
+// It owns the configurations and configuration_versions tables and nothing
+// else; it never reads a request, never touches a server's files or
+// process, and scopes every query to the caller's team (another team's
+// configuration is ErrNotFound, never a different error).
+//
+// Decisions where the contract is silent (api.md §2 sets name 1–100
+// characters, unique in the team, and push_message at most 1000):
+//   - description: at most 1000 characters; name and push message one
+//     line, description may span lines; no other control characters.
+//   - A broken spec's issues are reported under "yaml" ("yaml.servers.lobby.memory"),
+//     so they never collide with the request's own fields.
+//   - The YAML is stored as written (comments included); its spec_hash is
+//     that of the normalized spec, so a push after an edit that changes only
+//     comments or layout returns the latest version with created false.
+//   - Pushes of one configuration are serialized (SQLite: its single
+//     writer; PostgreSQL: SELECT … FOR UPDATE on the configuration), and
+//     the unique (configuration_id, version_number) index refuses a
+//     duplicate number whatever happens.
+//   - Version pages: newest first, limit 1–200 (default 50), cursor
+//     "v<number>" (opaque to clients: use next_cursor as given; "" ends).
+//   - Delete removes the versions with the configuration; it is refused
+//     (ErrInUse) while a server created by its runs still exists.
+package deploy
