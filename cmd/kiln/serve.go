@@ -21,6 +21,7 @@ import (
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
@@ -258,7 +259,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
-		Pulls: pulls, Archives: archive.NewService(serverSvc),
+		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploy.New(db, cat),
 		Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
@@ -39,7 +40,9 @@ type Deps struct {
 	// Archives compresses and decompresses server files.
 	Archives *archive.Service
 	Pulls    *pull.Manager
-	Metrics  *metrics.Metrics
+	// Deploy keeps deployment configurations and their versions.
+	Deploy  *deploy.Service
+	Metrics *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/pull"
@@ -30,6 +31,8 @@ const (
 	codeFileTooLarge       = "FILE_TOO_LARGE"
 	codeQuotaExceeded      = "QUOTA_EXCEEDED"
 	codeDownloadNotFound   = "DOWNLOAD_NOT_FOUND"
+	codeConfigNotFound     = "CONFIGURATION_NOT_FOUND"
+	codeConfigInUse        = "CONFIGURATION_IN_USE"
 	codeUnsupportedArchive = "UNSUPPORTED_ARCHIVE"
 	codeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
 	codePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
@@ -110,6 +113,14 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error() + "; wait for one to finish or cancel one", Code: codeConflict}
 	case errors.Is(err, pull.ErrClosed):
 		return http.StatusServiceUnavailable, errorBody{Error: "remote downloads are unavailable while kiln stops; try again", Code: codeUnavailable}
+	case errors.Is(err, deploy.ErrNotFound):
+		return http.StatusNotFound, errorBody{Error: "configuration not found", Code: codeConfigNotFound}
+	case errors.Is(err, deploy.ErrVersionNotFound):
+		return http.StatusNotFound, errorBody{Error: "the configuration has no version of that number", Code: codeNotFound}
+	case errors.Is(err, deploy.ErrNameTaken):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
+	case errors.Is(err, deploy.ErrInUse):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigInUse}
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, errorBody{Error: "the request took too long", Code: codeUnavailable}
 	}

@@ -23,6 +23,7 @@ import (
 	validator "github.com/pb33f/libopenapi-validator"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
@@ -171,7 +172,8 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 		}
 	})
 	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
-		Pulls: pulls, Archives: archive.NewService(env.Service), Metrics: metrics.New(), Ready: db.Ping}
+		Pulls: pulls, Archives: archive.NewService(env.Service), Deploy: deploy.New(db, env.Catalog),
+		Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

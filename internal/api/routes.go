@@ -48,5 +48,13 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: "/servers/{id}/files/pull", op: "startRemoteDownload", limit: limitFilesPull, h: s.startPull},
 		{method: http.MethodGet, path: "/servers/{id}/files/pull", op: "listRemoteDownloads", h: s.listPulls},
 		{method: http.MethodDelete, path: "/servers/{id}/files/pull/{downloadId}", op: "cancelRemoteDownload", h: s.cancelPull},
+		{method: http.MethodGet, path: "/deployments/configurations", op: "listConfigurations", h: s.listConfigurations},
+		{method: http.MethodPost, path: "/deployments/configurations", op: "createConfiguration", h: s.createConfiguration},
+		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}", op: "getConfiguration", h: s.getConfiguration},
+		{method: http.MethodPatch, path: "/deployments/configurations/{configurationId}", op: "updateConfiguration", h: s.updateConfiguration},
+		{method: http.MethodDelete, path: "/deployments/configurations/{configurationId}", op: "deleteConfiguration", h: s.deleteConfiguration},
+		{method: http.MethodPost, path: "/deployments/configurations/{configurationId}/push", op: "pushConfiguration", h: s.pushConfiguration},
+		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}/versions", op: "listConfigurationVersions", h: s.listConfigurationVersions},
+		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}/versions/{versionNumber}", op: "getConfigurationVersion", h: s.getConfigurationVersion},
 	}
 }
