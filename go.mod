@@ -22,6 +22,8 @@ require (
 	modernc.org/sqlite v1.61.1
 )
 
+require github.com/aymanbagabas/go-udiff v0.4.1 // indirect
+
 require (
 	github.com/Microsoft/go-winio v0.6.3 // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect

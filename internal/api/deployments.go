@@ -188,3 +188,37 @@ func (s *Server) getConfigurationVersion(w http.ResponseWriter, r *http.Request)
 	writeJSON(w, http.StatusOK, map[string]any{"version": toVersionJSON(v)})
 	return nil
 }
+
+func (s *Server) diffConfiguration(w http.ResponseWriter, r *http.Request) error {
+	var nums [2]int
+	for i, name := range []string{"from", "to"} {
+		v, err := query(r, name, false, "")
+		if err != nil {
+			return err
+		}
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return validationf(name, "must be a version number (1, 2, …)")
+		}
+		nums[i] = n
+	}
+	d, err := s.deps.Deploy.Diff(r.Context(), principal(r).TeamID, r.PathValue("configurationId"), nums[0], nums[1])
+	if err != nil {
+		return err
+	}
+	var from *int
+	if d.From > 0 {
+		from = &d.From
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"ok": true, "from": from, "to": d.To, "has_changes": d.Added+d.Removed > 0,
+		"diff": map[string]any{
+			"unified": d.Unified, "truncated": d.Truncated,
+			"stats": map[string]int{"added": d.Added, "removed": d.Removed},
+		},
+	})
+	return nil
+}

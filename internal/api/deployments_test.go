@@ -142,6 +142,21 @@ func TestConfigurationsAPI(t *testing.T) {
 		t.Fatalf("version x: %d %v", st, out)
 	}
 
+	// Diff: latest against the one before, by default.
+	st, out = h.sendJSON("GET", "/deployments/configurations/"+id+"/diff", nil)
+	if d, _ := out["diff"].(map[string]any); st != 200 || out["from"] != 1.0 || out["to"] != 2.0 || out["has_changes"] != true ||
+		d["unified"] != "--- v1.yaml\n+++ v2.yaml\n@@ -2,4 +2,4 @@\n servers:\n   lobby:\n     software: paper\n-    memory: 2G\n+    memory: 3G\n" ||
+		d["truncated"] != false || d["stats"].(map[string]any)["added"] != 1.0 || d["stats"].(map[string]any)["removed"] != 1.0 {
+		t.Fatalf("diff: %d %v", st, out)
+	}
+	st, out = h.sendJSON("GET", "/deployments/configurations/"+id+"/diff?to=1", nil)
+	if st != 200 || out["from"] != nil || out["to"] != 1.0 || out["has_changes"] != true {
+		t.Fatalf("diff of the first version: %d %v", st, out)
+	}
+	if st, out := h.sendJSON("GET", "/deployments/configurations/"+id+"/diff?from=0", nil); st != 400 || out["code"] != "VALIDATION_ERROR" {
+		t.Fatalf("diff?from=0: %d %v", st, out)
+	}
+
 	// Another team sees none of it.
 	other, _ := h.auth.CreateTeam(t.Context(), "other")
 	tok, _, err := h.auth.CreateToken(t.Context(), other.Name, auth.KindAgent, "bot")
@@ -154,6 +169,7 @@ func TestConfigurationsAPI(t *testing.T) {
 		{"POST", "/deployments/configurations/" + id + "/push"},
 		{"GET", "/deployments/configurations/" + id + "/versions"},
 		{"GET", "/deployments/configurations/" + id + "/versions/1"},
+		{"GET", "/deployments/configurations/" + id + "/diff"},
 	} {
 		st, _, data := h.do(c.method, Prefix+c.path, string(tok), nil)
 		wantError(t, st, data, 404, "CONFIGURATION_NOT_FOUND", "not found")
@@ -177,6 +193,11 @@ func TestConfigurationsAPI(t *testing.T) {
 	if _, err := h.db.Write().ExecContext(t.Context(), `DELETE FROM servers WHERE id = '00000000-0000-4000-8000-0000000000aa'`); err != nil {
 		t.Fatal(err)
 	}
+	// A configuration never pushed has nothing to diff.
+	_, out = h.sendJSON("POST", "/deployments/configurations", map[string]any{"name": "fresh", "yaml": specLobby})
+	st, _, data = h.do("GET", Prefix+"/deployments/configurations/"+out["configuration"].(map[string]any)["id"].(string)+"/diff", h.token, nil)
+	wantError(t, st, data, 409, "NOT_PUSHED", "push it first")
+
 	st, out = h.sendJSON("DELETE", "/deployments/configurations/"+id, nil)
 	if st != 200 || out["ok"] != true || out["deleted"] != true {
 		t.Fatalf("delete: %d %v", st, out)

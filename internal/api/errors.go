@@ -33,6 +33,7 @@ const (
 	codeDownloadNotFound   = "DOWNLOAD_NOT_FOUND"
 	codeConfigNotFound     = "CONFIGURATION_NOT_FOUND"
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
+	codeNotPushed          = "NOT_PUSHED"
 	codeUnsupportedArchive = "UNSUPPORTED_ARCHIVE"
 	codeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
 	codePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
@@ -119,6 +120,8 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusNotFound, errorBody{Error: "the configuration has no version of that number", Code: codeNotFound}
 	case errors.Is(err, deploy.ErrNameTaken):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
+	case errors.Is(err, deploy.ErrNotPushed):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeNotPushed}
 	case errors.Is(err, deploy.ErrInUse):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigInUse}
 	case errors.Is(err, context.DeadlineExceeded):

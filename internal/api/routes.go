@@ -56,5 +56,6 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: "/deployments/configurations/{configurationId}/push", op: "pushConfiguration", h: s.pushConfiguration},
 		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}/versions", op: "listConfigurationVersions", h: s.listConfigurationVersions},
 		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}/versions/{versionNumber}", op: "getConfigurationVersion", h: s.getConfigurationVersion},
+		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}/diff", op: "diffConfigurationVersions", h: s.diffConfiguration},
 	}
 }

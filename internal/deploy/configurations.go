@@ -92,7 +92,9 @@ func checkText(c *validate.Collector, field, v string, max int, required, multil
 	}
 }
 
-// parse checks yaml as a spec; its issues are reported under "yaml".
+// parse checks yaml as a spec. Its issues keep the spec's own paths
+// ("servers.lobby.memory", as api.md's example shows); one about the
+// whole spec (a syntax error, too many resources) is at "yaml".
 func (s *Service) parse(c *validate.Collector, yaml string) *spec.Spec {
 	if strings.TrimSpace(yaml) == "" {
 		c.Add("yaml", "is required")
@@ -103,7 +105,11 @@ func (s *Service) parse(c *validate.Collector, yaml string) *spec.Spec {
 	switch {
 	case errors.As(err, &ve):
 		for _, is := range ve.Issues {
-			c.Add(validate.Join("yaml", is.Path), "%s", is.Message)
+			at := is.Path
+			if at == "" {
+				at = "yaml"
+			}
+			c.Add(at, "%s", is.Message)
 		}
 		return nil
 	case err != nil:
@@ -114,7 +120,8 @@ func (s *Service) parse(c *validate.Collector, yaml string) *spec.Spec {
 }
 
 // Create adds a configuration to the team. Errors: *validate.Error (name,
-// description, yaml — a broken spec rule at "yaml.<path>"), ErrNameTaken.
+// description, and every broken rule of the spec at its path),
+// ErrNameTaken.
 func (s *Service) Create(ctx context.Context, teamID, name, description, yaml string) (Configuration, error) {
 	var c validate.Collector
 	checkText(&c, "name", name, MaxName, true, false)

@@ -57,10 +57,10 @@ func TestConfigurations(t *testing.T) {
 		// and description are checked too, all together.
 		_, err = s.Create(ctx, "team_a", "", strings.Repeat("d", MaxDescription+1), "version: 1\nservers:\n  x:\n    software: nope\n    memory: 1G\n")
 		if got := issuesOf(err); len(got) != 3 || got[0] != "name: is required" ||
-			!strings.HasPrefix(got[1], "description: must be at most 1000") || !strings.HasPrefix(got[2], `yaml.servers.x.software: unknown software "nope"`) {
+			!strings.HasPrefix(got[1], "description: must be at most 1000") || !strings.HasPrefix(got[2], `servers.x.software: unknown software "nope"`) {
 			t.Fatalf("Create(bad) issues = %q (%v)", got, err)
 		}
-		if _, err := s.Create(ctx, "team_a", "n", "", "version: 1\n x: 2\n"); len(issuesOf(err)) != 1 || !strings.Contains(issuesOf(err)[0], "line 2, column") {
+		if _, err := s.Create(ctx, "team_a", "n", "", "version: 1\n x: 2\n"); len(issuesOf(err)) != 1 || !strings.HasPrefix(issuesOf(err)[0], "yaml: YAML syntax error at line 2, column") {
 			t.Fatalf("Create(syntax error) = %v", err)
 		}
 		if _, err := s.Create(ctx, "team_a", "network", "", yamlA); !errors.Is(err, ErrNameTaken) {
@@ -263,6 +263,54 @@ func TestConcurrentPushes(t *testing.T) {
 		}
 		if n != 1 {
 			t.Fatalf("%d of 8 concurrent pushes of one spec created a version, want 1", n)
+		}
+	})
+}
+
+func TestDiff(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		s := newService(t, db)
+		ctx := t.Context()
+		cfg, err := s.Create(ctx, "team_a", "n", "", yamlA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Diff(ctx, "team_a", cfg.ID, 0, 0); !errors.Is(err, ErrNotPushed) {
+			t.Fatalf("Diff before a push = %v, want ErrNotPushed", err)
+		}
+		if _, _, err := s.Push(ctx, "team_a", cfg.ID, "user:a", ""); err != nil {
+			t.Fatal(err)
+		}
+		d, err := s.Diff(ctx, "team_a", cfg.ID, 0, 0)
+		if err != nil || d.From != 0 || d.To != 1 || d.Added != 5 || d.Removed != 0 || !strings.Contains(d.Unified, "+++ v1.yaml") {
+			t.Fatalf("Diff of the first version = %+v, %v", d, err)
+		}
+		b := yamlB
+		if _, err := s.Update(ctx, "team_a", cfg.ID, Patch{YAML: &b}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Push(ctx, "team_a", cfg.ID, "user:a", ""); err != nil {
+			t.Fatal(err)
+		}
+		d, err = s.Diff(ctx, "team_a", cfg.ID, 0, 0)
+		want := "--- v1.yaml\n+++ v2.yaml\n@@ -2,4 +2,4 @@\n servers:\n   lobby:\n     software: paper\n-    memory: 2G\n+    memory: 4G\n"
+		if err != nil || d.From != 1 || d.To != 2 || d.Added != 1 || d.Removed != 1 || d.Unified != want || d.Truncated {
+			t.Fatalf("Diff(1, 2) = %+v, %v\nwant unified %q", d, err, want)
+		}
+		if d, err := s.Diff(ctx, "team_a", cfg.ID, 2, 2); err != nil || d.Unified != "" || d.Added+d.Removed != 0 {
+			t.Fatalf("Diff(2, 2) = %+v, %v", d, err)
+		}
+		if d, err := s.Diff(ctx, "team_a", cfg.ID, 2, 1); err != nil || d.Added != 1 || !strings.Contains(d.Unified, "+    memory: 2G") {
+			t.Fatalf("Diff(2, 1) = %+v, %v", d, err)
+		}
+		if _, err := s.Diff(ctx, "team_a", cfg.ID, 7, 0); !errors.Is(err, ErrVersionNotFound) {
+			t.Fatalf("Diff(7) = %v", err)
+		}
+		if _, err := s.Diff(ctx, "team_b", cfg.ID, 0, 0); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Diff by another team = %v", err)
+		}
+		if _, err := s.Diff(ctx, "team_a", cfg.ID, -1, 0); len(issuesOf(err)) != 1 {
+			t.Fatalf("Diff(-1) = %v", err)
 		}
 	})
 }

@@ -12,8 +12,10 @@
 // characters, unique in the team, and push_message at most 1000):
 //   - description: at most 1000 characters; name and push message one
 //     line, description may span lines; no other control characters.
-//   - A broken spec's issues are reported under "yaml" ("yaml.servers.lobby.memory"),
-//     so they never collide with the request's own fields.
+//   - A broken spec's issues keep the spec's paths ("servers.lobby.memory",
+//     as api.md §0 shows); one about the whole spec (a YAML syntax error,
+//     too many resources) is at "yaml". The request's own fields are at
+//     "name", "description" and "push_message".
 //   - The YAML is stored as written (comments included); its spec_hash is
 //     that of the normalized spec, so a push after an edit that changes only
 //     comments or layout returns the latest version with created false.
@@ -23,6 +25,12 @@
 //     duplicate number whatever happens.
 //   - Version pages: newest first, limit 1–200 (default 50), cursor
 //     "v<number>" (opaque to clients: use next_cursor as given; "" ends).
+//   - Diff: a unified diff (github.com/aymanbagabas/go-udiff, the Go
+//     team's internal/diff of golang.org/x/tools exported: Myers, 3 lines
+//     of context) of two versions' YAML; "to" defaults to the latest,
+//     "from" to the one before (nothing before the first); the text is cut
+//     after 256 KiB at a line end, the line counts are of the whole diff.
+//     Before any push it is ErrNotPushed (409 NOT_PUSHED).
 //   - Delete removes the versions with the configuration; it is refused
 //     (ErrInUse) while a server created by its runs still exists.
 package deploy
