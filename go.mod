@@ -3,6 +3,7 @@ module github.com/kilnhq/kiln
 go 1.26.8
 
 require (
+	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/BurntSushi/toml v1.6.0
 	github.com/containerd/errdefs v1.0.0
 	github.com/google/uuid v1.6.0
@@ -21,8 +22,6 @@ require (
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.61.1
 )
-
-require github.com/aymanbagabas/go-udiff v0.4.1 // indirect
 
 require (
 	github.com/Microsoft/go-winio v0.6.3 // indirect
