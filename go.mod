@@ -3,8 +3,8 @@ module github.com/kilnhq/kiln
 go 1.26.8
 
 require (
-	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/BurntSushi/toml v1.6.0
+	github.com/aymanbagabas/go-udiff v0.4.1
 	github.com/containerd/errdefs v1.0.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
