@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -203,7 +204,7 @@ func TestVersionsPages(t *testing.T) {
 			}
 			cursor = next
 		}
-		if want := []int{5, 4, 3, 2, 1}; !equalInts(got, want) {
+		if want := []int{5, 4, 3, 2, 1}; !slices.Equal(got, want) {
 			t.Fatalf("versions by pages of 2 = %v, want %v", got, want)
 		}
 		if vs, next, err := s.Versions(ctx, "team_a", cfg.ID, 0, ""); err != nil || len(vs) != 5 || next != "" {
@@ -218,18 +219,6 @@ func TestVersionsPages(t *testing.T) {
 			}
 		}
 	})
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestConcurrentPushes: pushes racing on one configuration make one
