@@ -252,7 +252,8 @@ type Patch struct {
 }
 
 // Update changes a configuration's name, description or YAML (checked
-// as at Create). Errors: ErrNotFound, *validate.Error, ErrNameTaken.
+// as at Create); updated_at moves only when one of them changes. Errors:
+// ErrNotFound, *validate.Error, ErrNameTaken.
 func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Configuration, error) {
 	var c validate.Collector
 	if p.Name != nil {
@@ -274,6 +275,7 @@ func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Confi
 		if err != nil {
 			return err
 		}
+		before := cfg
 		if p.Name != nil && *p.Name != cfg.Name {
 			taken, err := nameTaken(ctx, tx, teamID, *p.Name, id)
 			if err != nil {
@@ -293,6 +295,10 @@ func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Confi
 				return err
 			}
 			cfg.YAML, cfg.SpecHash, cfg.ResourceCount = *p.YAML, hash, sp.ResourceCount()
+		}
+		if cfg.Name == before.Name && cfg.Description == before.Description && cfg.YAML == before.YAML {
+			out = cfg // nothing changes: updated_at stays
+			return nil
 		}
 		cfg.UpdatedAt = s.now()
 		_, err = tx.ExecContext(ctx, `UPDATE configurations

@@ -89,6 +89,12 @@ func TestConfigurations(t *testing.T) {
 		if err != nil || created || again.ID != v1.ID || again.PushMessage != "first" {
 			t.Fatalf("Push of an unchanged spec = %+v, %v, %v; want version 1, not created", again, created, err)
 		}
+		// An update that changes nothing leaves updated_at alone.
+		s.now = func() int64 { return cfg.UpdatedAt + 1000 }
+		desc := "the main one"
+		if same, err := s.Update(ctx, "team_a", cfg.ID, Patch{Description: &desc}); err != nil || same.UpdatedAt != cfg.UpdatedAt {
+			t.Fatalf("Update without a change = %+v, %v; want updated_at %d kept", same, err, cfg.UpdatedAt)
+		}
 		// A comment changes the YAML, not the spec: still nothing new.
 		commented := "# lobby only\n" + yamlA
 		if _, err := s.Update(ctx, "team_a", cfg.ID, Patch{YAML: &commented}); err != nil {
