@@ -169,7 +169,7 @@ func (s *Server) renameFiles(w http.ResponseWriter, r *http.Request) error {
 	}) error {
 		moves := make([]files.Move, len(req.Files))
 		for i, f := range req.Files {
-			moves[i] = files.Move{From: f.From, To: f.To}
+			moves[i] = files.Move(f) // same fields; the tags are the API's
 		}
 		return s.deps.Files.Rename(r.Context(), teamID, id, req.Root, moves)
 	})
@@ -213,7 +213,7 @@ func (s *Server) chmodFiles(w http.ResponseWriter, r *http.Request) error {
 	}) error {
 		cs := make([]files.ModeChange, len(req.Files))
 		for i, f := range req.Files {
-			cs[i] = files.ModeChange{File: f.File, Mode: f.Mode}
+			cs[i] = files.ModeChange(f)
 		}
 		return s.deps.Files.Chmod(r.Context(), teamID, id, req.Root, cs)
 	})
