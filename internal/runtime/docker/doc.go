@@ -36,7 +36,9 @@
 //     log (5 MB, one file; also what `docker logs` shows), up to the moment
 //     before it attaches, and holds the live lines until that replay is
 //     delivered: the console reads as if kiln had never gone (a line said
-//     during the attach itself may be missing, none is doubled). Lines are
+//     during the attach itself may be missing, none is doubled; the cut is
+//     this machine's clock, so a remote engine whose clock is off by more
+//     than the attach takes may drop or repeat a few lines). Lines are
 //     capped at 8 KiB, as in the process runtime.
 //   - Exit: the wait is registered before the start with condition
 //     next-exit (not-running would answer at once for a created container).
