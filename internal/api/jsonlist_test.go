@@ -293,3 +293,22 @@ func TestQuotedFileReadError(t *testing.T) {
 	_ = writeQuotedFile(rec, &failingReader{n: 3 * quoteFlush}, 1<<22)
 	t.Fatal("writeQuotedFile returned after a read error mid-answer")
 }
+
+// FuzzQuote: the hand-written quoter (word-wise fast path included) writes
+// exactly what encoding/json writes for any string, valid UTF-8 or not.
+func FuzzQuote(f *testing.F) {
+	for _, s := range []string{"", "plain", "a\"b\\c\n", strings.Repeat("x", 31) + "\x00" + strings.Repeat("y", 40), "\xff\xfe\u2028é𝄞"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetEscapeHTML(false)
+		if err := enc.Encode(s); err != nil {
+			t.Fatal(err)
+		}
+		if got := append(appendJSONString(nil, s), '\n'); !bytes.Equal(got, want.Bytes()) {
+			t.Fatalf("quote(%q):\ngot  %q\nwant %q", s, got, want.Bytes())
+		}
+	})
+}
