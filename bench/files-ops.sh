@@ -330,9 +330,9 @@ client() {
 times_us() { awk '$1 == "T" {print $2}' "$TMP/client.out"; }
 # section_start / section_end: machine cores busy during a section.
 section_start() { sync; wait_quiet "$QUIET_SECS"; S_B0=$(busy_ticks); S_T0=$(now_us); }
-section_end() { # [EXTRA]: also included in the busy cores
-  awk -v extra="${1:-}" -v b=$(($(busy_ticks) - S_B0)) -v t=$(($(now_us) - S_T0)) -v hz="$CLK_TCK" \
-    'BEGIN {printf "  machine busy during the section: %.2f cores (kiln + client%s included)\n", b / hz / (t / 1e6), extra}'
+section_end() { # [WHO]: what ran during the section (default: kiln + client)
+  awk -v who="${1:-kiln + client}" -v b=$(($(busy_ticks) - S_B0)) -v t=$(($(now_us) - S_T0)) -v hz="$CLK_TCK" \
+    'BEGIN {printf "  machine busy during the section: %.2f cores (%s included)\n", b / hz / (t / 1e6), who}'
 }
 SUMMARY=()
 
@@ -361,7 +361,7 @@ section_search() {
     got=$(awk '$1 == "T" {print $3, $4}' "$TMP/client.out")
     printf '  run %d  find %7.1f ms   kiln %7.1f ms   (%s)\n' "$i" "$(ms "${fnd[-1]}")" "$(ms "${kiln[-1]}")" "$got"
   done
-  section_end ", find"
+  section_end "kiln + client, find"
   local k f r
   k=$(median "${kiln[@]}"); f=$(median "${fnd[@]}"); r=$(ratio "$k" "$f")
   echo "  median: find $(ms "$f") ms, kiln $(ms "$k") ms"
@@ -426,7 +426,7 @@ section_rt() {
   "$TMP/filesclient" -base "http://127.0.0.1:$bport/floor" -token none -warm /servers/x -raw \
     -mode rt -path x -n "$RT_N" -bytes "$RT_BYTES" >"$TMP/client.out" 2>"$TMP/client.err" ||
     { cat "$TMP/client.err" >&2; die "the timing client failed against bench/bare -files"; }
-  section_end ", bare"
+  section_end "bench/bare + client (kiln idle)"
   stop_pid "$BARE_PID" 5
   BARE_PID=''
   mapfile -t F < <(times_us)

@@ -219,7 +219,7 @@ func (s *Service) shutdown() {
 	s.cancel()
 	s.wg.Wait()
 	s.stmtMu.Lock()
-	for _, st := range []**sql.Stmt{&s.listSt, &s.versionSt} {
+	for _, st := range []**sql.Stmt{&s.listSt, &s.versionSt, &s.getSt} {
 		if *st != nil {
 			(*st).Close()
 			*st = nil

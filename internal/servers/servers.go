@@ -119,6 +119,7 @@ type Service struct {
 	stmtMu    sync.Mutex
 	listSt    *sql.Stmt // listQuery, prepared on first use, closed by Run's end
 	versionSt *sql.Stmt // a team's servers_version, idem
+	getSt     *sql.Stmt // one server of a team (every server and file request), idem
 
 	cacheMu sync.Mutex
 	lists   map[string]listCache // by team id
@@ -251,8 +252,14 @@ func (s *Service) listRows(ctx context.Context, teamID string) ([]Server, error)
 
 // Get returns one of the team's servers; ErrNotFound otherwise.
 func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
-	sv, err := s.scan(s.db.Read().QueryRowContext(ctx,
-		`SELECT `+serverColumns+` FROM servers WHERE id = $1 AND team_id = $2`, id, teamID))
+	// Prepared once (parsing the query was half the cost of a GET of a
+	// server, docs/benchmarks.md) and not cancelled with the request, as
+	// listVersion.
+	st, err := s.prepared(ctx, &s.getSt, `SELECT `+serverColumns+` FROM servers WHERE id = $1 AND team_id = $2`)
+	if err != nil {
+		return Server{}, fmt.Errorf("get server %s: %w", id, err)
+	}
+	sv, err := s.scan(st.QueryRowContext(context.WithoutCancel(ctx), id, teamID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Server{}, ErrNotFound
 	}
