@@ -68,7 +68,7 @@ WORLDGEN=${WORLDGEN:-$ROOT/../shared/bench/worldgen.py}
 
 BENCH_NAME=files-archive
 # shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh" # die, kiln_source, wait_quiet, busy_ticks, check, ge
+. "$ROOT/bench/lib.sh" # die, kiln_source, wait_quiet, busy_ticks, check, ge, finish
 
 for s in $SECTIONS; do
   case $s in targz | zst | untargz) ;; *) die "SECTIONS: unknown section $s (want targz, zst, untargz)" ;; esac
@@ -263,13 +263,4 @@ section_untargz() {
 
 for s in $SECTIONS; do "section_$s"; done
 
-echo "== summary (medians of $RUNS runs; input $(mb "$INPUT_BYTES"), $INPUT_FILES files)"
-printf '  %s\n' "${SUMMARY[@]}"
-if [ "${#fails[@]}" -gt 0 ]; then
-  echo "== FAIL: ${fails[*]}"
-  status=1
-else
-  echo "== PASS"
-  status=0
-fi
-exit "$status"
+finish "summary (medians of $RUNS runs; input $(mb "$INPUT_BYTES"), $INPUT_FILES files)"

@@ -86,7 +86,7 @@ API_PREFIX=/api/client/v1
 
 BENCH_NAME=files-ops
 # shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh" # die, stop_pid, unset_kiln_env, kiln_source, wait_port, wait_quiet, busy_ticks, check, lt
+. "$ROOT/bench/lib.sh" # die, stop_pid, unset_kiln_env, kiln_source, wait_port, wait_quiet, busy_ticks, check, lt, finish
 
 for s in $SECTIONS; do
   case $s in search | list | rt) ;; *) die "SECTIONS: unknown section $s (want search, list, rt)" ;; esac
@@ -441,13 +441,4 @@ section_rt() {
 
 for s in $SECTIONS; do "section_$s"; done
 
-echo "== summary"
-printf '  %s\n' "${SUMMARY[@]}"
-if [ "${#fails[@]}" -gt 0 ]; then
-  echo "== FAIL: ${fails[*]}"
-  status=1
-else
-  echo "== PASS"
-  status=0
-fi
-exit "$status"
+finish "summary"

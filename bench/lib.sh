@@ -158,6 +158,21 @@ check() { # NAME OK(0|1) DETAIL
   if [ "$2" = 1 ]; then printf '  PASS  %-34s %s\n' "$1" "$3"
   else printf '  FAIL  %-34s %s\n' "$1" "$3"; fails+=("$1"); fi
 }
+# finish HEADING: prints the SUMMARY lines under HEADING and the verdict of
+# every check, sets status (read by the scripts' cleanup) and exits with it:
+# 0 when every check passed, 1 otherwise.
+finish() {
+  echo "== $1"
+  printf '  %s\n' "${SUMMARY[@]}"
+  if [ "${#fails[@]}" -gt 0 ]; then
+    echo "== FAIL: ${fails[*]}"
+    status=1
+  else
+    echo "== PASS"
+    status=0
+  fi
+  exit "$status"
+}
 ms() { awk -v u="$1" 'BEGIN {printf "%.2f", u/1000}'; }
 lt() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a < b)}' && echo 1 || echo 0; }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN {exit !(a >= b)}' && echo 1 || echo 0; }
