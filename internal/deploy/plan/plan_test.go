@@ -68,6 +68,13 @@ func describe(p Plan) []string {
 	return out
 }
 
+func wantPlan(t *testing.T, p Plan, want []string) {
+	t.Helper()
+	if got := describe(p); !slices.Equal(got, want) {
+		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
 func TestMakeFromNothing(t *testing.T) {
 	p, err := Make(parse(t, network), nil)
 	if err != nil {
@@ -79,9 +86,7 @@ func TestMakeFromNothing(t *testing.T) {
 		"1: server/survival create",
 		"2: proxy/edge create",
 	}
-	if got := describe(p); !slices.Equal(got, want) {
-		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantPlan(t, p, want)
 	if p.Summary != (Summary{Create: 4}) {
 		t.Errorf("Summary = %+v", p.Summary)
 	}
@@ -132,9 +137,7 @@ dbservices:
 		"1: server/survival update cpu,memory",
 		"2: proxy/edge update servers",
 	}
-	if got := describe(p); !slices.Equal(got, want) {
-		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantPlan(t, p, want)
 	if p.Summary != (Summary{Create: 1, Update: 2, Replace: 2}) {
 		t.Errorf("Summary = %+v", p.Summary)
 	}
@@ -151,9 +154,7 @@ dbservices:
 		"2: dbservice/stats delete",
 		"-: server/lobby noop",
 	}
-	if got := describe(p); !slices.Equal(got, want) {
-		t.Fatalf("plan:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
+	wantPlan(t, p, want)
 	for _, st := range p.Steps {
 		if st.Action == Delete && (st.Desired != nil || st.Before == nil) {
 			t.Errorf("delete of %s: desired %s, before %s", st.Key, st.Desired, st.Before)
