@@ -1,0 +1,47 @@
+// Package quota keeps each server's disk ledger: what its root holds, as
+// the last walk measured it plus what Kiln's writers committed since, and
+// what writers in flight have reserved. Every writer into a server's root
+// (the files API, archives, remote downloads, and next SFTP, snapshot
+// restore and mod installs) reserves before it writes, commits what it
+// wrote and releases the rest, so that concurrent writers together never
+// pass the server's disk limit: the sum used + reserved is checked and
+// raised under one lock.
+//
+// What it must never do: trust a size someone claimed (a writer grows its
+// reservation as bytes arrive, by what they will occupy), follow a symlink
+// or build a host path from a user's input while it walks (it walks by
+// descriptor, openat relative to the directory above), or fail because a
+// tree is deeper than PATH_MAX.
+//
+// Decisions:
+//   - What an entry costs (Cost): a regular file its size rounded up to a
+//     4 KiB block, at least one block; a directory, a symlink and any
+//     other entry one block (a large directory its own size). This is
+//     close to what du counts on ext4, and it makes inodes count: a
+//     million empty files or directories cannot fill the host while the
+//     limit reads zero. The block is a constant, not the file system's, so
+//     the same tree costs the same everywhere.
+//   - Names starting with TempPrefix (".kiln-tmp-") are Kiln's writes in
+//     flight (temporary files of atomic writes, downloads, staging trees
+//     of extractions). A writer tracks the ones it holds open
+//     (Reservation.Track): a walk leaves those out, since their bytes are
+//     in the reservation. An untracked one modified before the start of
+//     this process (the collectBefore of Walk) is a leftover of a crash
+//     and is removed; any other is counted like a file of the user's, so
+//     a game server cannot hide bytes behind the prefix.
+//   - A walk and writers run at once. A commit during a walk is added on
+//     top of the walk's result: a file the walk saw and whose commit it
+//     also adds is counted twice until the next walk (the error is on the
+//     safe side), never not at all.
+//   - Writing over a file: the replaced file's cost is a credit the
+//     writer spends before it reserves (rewriting a file at the limit
+//     works, as in every file manager); two copies exist on disk only
+//     until the rename.
+//   - The walk keeps at most 32 directory descriptors open, however deep
+//     the tree: deeper, it closes the highest ones and re-opens a parent
+//     through ".." when it climbs back, checking that it is the directory
+//     it left (device and inode): a tree moved meanwhile fails the walk
+//     rather than being counted elsewhere.
+//   - A full host disk (ENOSPC, EDQUOT) is reported as ErrDiskFull, which
+//     the API answers 507 like the limit.
+package quota

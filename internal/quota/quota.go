@@ -1,0 +1,272 @@
+package quota
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Errors a writer tells apart.
+var (
+	// ErrQuota: the write would pass the server's disk limit.
+	ErrQuota = errors.New("the server's disk limit would be exceeded")
+	// ErrDiskFull: the host's disk (or the file system's own quota) is
+	// full, whatever the server's limit.
+	ErrDiskFull = errors.New("the host's disk is full")
+)
+
+// IsDiskFull reports whether err is the host's disk being full (ENOSPC or
+// EDQUOT anywhere in its chain, or ErrDiskFull).
+func IsDiskFull(err error) bool {
+	return errors.Is(err, ErrDiskFull) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// BlockSize is the unit entries are charged in.
+const BlockSize = 4096
+
+// Cost is what a regular file of size bytes is charged: its size rounded
+// up to a block, at least one block (an inode costs something).
+func Cost(size int64) int64 {
+	if size <= BlockSize {
+		return BlockSize
+	}
+	return (size + BlockSize - 1) / BlockSize * BlockSize
+}
+
+// EntryCost is what a directory, a symlink or any entry other than a
+// regular file is charged.
+const EntryCost = BlockSize
+
+// Account is one server's ledger. Its methods are safe for concurrent use.
+type Account struct {
+	mu       sync.Mutex
+	limit    int64
+	used     int64 // charged bytes in the root: the last walk plus commits since
+	reserved int64 // bytes held by writers in flight
+	walking  bool
+	walkAdd  int64          // commits during the walk in progress
+	walkedAt time.Time      // when the last walk ended; zero: never walked, or stale
+	inflight map[fileID]int // temporary entries of writers in flight (Track)
+	walk     sync.Mutex
+}
+
+// fileID names an inode.
+type fileID struct{ dev, ino uint64 }
+
+// NewAccount returns an account with a limit of limit bytes, never walked.
+func NewAccount(limit int64) *Account { return &Account{limit: limit} }
+
+// SetLimit changes the limit (a server's disk_mb was updated).
+func (a *Account) SetLimit(limit int64) {
+	a.mu.Lock()
+	a.limit = limit
+	a.mu.Unlock()
+}
+
+// Figures is a consistent reading of an account.
+type Figures struct {
+	Limit    int64
+	Used     int64 // committed bytes
+	Reserved int64 // bytes held by writers in flight
+	WalkedAt time.Time
+}
+
+// Free is what may still be reserved; never negative.
+func (f Figures) Free() int64 { return max(0, f.Limit-f.Used-f.Reserved) }
+
+// Figures reads the account.
+func (a *Account) Figures() Figures {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return Figures{Limit: a.limit, Used: a.used, Reserved: a.reserved, WalkedAt: a.walkedAt}
+}
+
+// Stale makes the next Walked report a zero time: the figure should be
+// measured again before it is trusted (after an operation whose effect on
+// the size is not known, such as deleting a directory).
+func (a *Account) Stale() {
+	a.mu.Lock()
+	a.walkedAt = time.Time{}
+	a.mu.Unlock()
+}
+
+// Adjust records a change of delta bytes that was not reserved: a
+// deletion (negative) or a change measured after the fact.
+func (a *Account) Adjust(delta int64) {
+	a.mu.Lock()
+	a.commitLocked(delta)
+	a.mu.Unlock()
+}
+
+func (a *Account) commitLocked(delta int64) {
+	a.used = max(0, a.used+delta)
+	if a.walking {
+		a.walkAdd += delta
+	}
+}
+
+// Reserve starts a reservation holding n bytes (n may be 0: a writer that
+// grows as it writes). Errors: ErrQuota.
+func (a *Account) Reserve(n int64) (*Reservation, error) {
+	r := &Reservation{a: a}
+	if err := r.Grow(n); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Reservation is bytes one operation holds against an account until it
+// commits or releases them. Grow may be called from several goroutines of
+// the operation at once; Commit and Release once, when the writers are
+// done (a second call does nothing).
+type Reservation struct {
+	a       *Account
+	mu      sync.Mutex
+	held    int64
+	done    bool
+	tracked []fileID
+}
+
+// Track tells walks that the temporary entry open as fd (a TempPrefix
+// file or staging directory) is this reservation's: its bytes are held
+// here, so a walk does not count them, until Commit or Release. An
+// untracked temporary entry is counted like any other (a game server
+// cannot hide bytes behind the prefix).
+func (r *Reservation) Track(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("quota: track: %w", err)
+	}
+	id := fileID{st.Dev, st.Ino}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return errors.New("quota: track after commit or release")
+	}
+	r.tracked = append(r.tracked, id)
+	a := r.a
+	a.mu.Lock()
+	if a.inflight == nil {
+		a.inflight = map[fileID]int{}
+	}
+	a.inflight[id]++
+	a.mu.Unlock()
+	return nil
+}
+
+// untrackLocked forgets r's temporary entries; a.mu is held.
+func (r *Reservation) untrackLocked() {
+	for _, id := range r.tracked {
+		if n := r.a.inflight[id]; n <= 1 {
+			delete(r.a.inflight, id)
+		} else {
+			r.a.inflight[id] = n - 1
+		}
+	}
+	r.tracked = nil
+}
+
+// inFlight reports whether a walk should leave the entry out.
+func (a *Account) inFlight(dev, ino uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.inflight[fileID{dev, ino}] > 0
+}
+
+// Grow holds n more bytes, or fails with ErrQuota and holds nothing more
+// when the account cannot give them.
+func (r *Reservation) Grow(n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return errors.New("quota: grow after commit or release")
+	}
+	a := r.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.used+a.reserved+n > a.limit {
+		return ErrQuota
+	}
+	a.reserved += n
+	r.held += n
+	return nil
+}
+
+// Held is what the reservation holds.
+func (r *Reservation) Held() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.held
+}
+
+// Commit ends the reservation: delta (what the operation changed in the
+// root, which may be less than it held, or negative) becomes used, the
+// rest is released.
+func (r *Reservation) Commit(delta int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.done = true
+	a := r.a
+	a.mu.Lock()
+	a.reserved -= r.held
+	a.commitLocked(delta)
+	r.untrackLocked()
+	a.mu.Unlock()
+	r.held = 0
+}
+
+// Release ends the reservation without a change: the operation removed
+// whatever it wrote.
+func (r *Reservation) Release() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.done = true
+	a := r.a
+	a.mu.Lock()
+	a.reserved -= r.held
+	r.untrackLocked()
+	a.mu.Unlock()
+	r.held = 0
+}
+
+// Writer is a reservation spent as bytes are written into one regular
+// file: before a write it holds what the file will cost with those bytes
+// (Cost), less a credit (the cost of a file being replaced).
+type Writer struct {
+	Res    *Reservation
+	Credit int64 // cost of the file being replaced
+	n      int64 // bytes written
+	cost   int64 // held for this file so far
+}
+
+// Reserve holds what the file costs with n more bytes. Errors: ErrQuota.
+func (w *Writer) Reserve(n int64) error {
+	want := Cost(w.n+n) - w.Credit
+	if want <= w.cost {
+		w.n += n
+		return nil
+	}
+	if err := w.Res.Grow(want - w.cost); err != nil {
+		return err
+	}
+	w.cost = want
+	w.n += n
+	return nil
+}
+
+// Delta is what the file changed in the root once written: its cost less
+// the credit.
+func (w *Writer) Delta() int64 { return Cost(w.n) - w.Credit }
