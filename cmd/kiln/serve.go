@@ -24,6 +24,7 @@ import (
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
+	"github.com/kilnhq/kiln/internal/instance"
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/node"
@@ -201,6 +202,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer logBuf.Close() // after everything else has logged its last line
+	lock, err := instance.LockDir(cfg.DataDir, os.Getpid())
+	if err != nil {
+		if inUse, ok := errors.AsType[*instance.InUseError](err); ok {
+			return fmt.Errorf("%w; stop it or pass another --data-dir", inUse)
+		}
+		return err
+	}
+	defer lock.Close() // after the store has closed
 	db, err := cfg.open(ctx)
 	if err != nil {
 		return err
