@@ -61,6 +61,10 @@ func (c storeConfig) open(ctx context.Context) (*store.DB, error) {
 	return store.Open(ctx, store.Options{URL: c.DatabaseURL, DataDir: c.DataDir})
 }
 
+// nodeName names the one node of this process (this machine) in the
+// servers and instances tables.
+const nodeName = "local"
+
 // serveConfig is every setting of kiln serve (api.md §9).
 type serveConfig struct {
 	storeConfig
@@ -216,6 +220,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer db.Close() // last: after the HTTP server has drained
 	log.Info("database ready", "store", store.Options{URL: cfg.DatabaseURL, DataDir: cfg.DataDir})
+	hostname, _ := os.Hostname()
+	reg, err := instance.Register(ctx, db, instance.Options{NodeID: nodeName, Hostname: hostname, PID: os.Getpid(), Log: log})
+	if err != nil {
+		return err
+	}
+	// Unregistered after everything this process owns has stopped, even
+	// when ctx ended with a signal.
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := reg.Close(uctx); err != nil {
+			log.Warn("instance row left behind", "err", err)
+		}
+	}()
+	self := reg.Instance()
+	log.Info("instance registered", "instance_id", self.ID, "node_id", self.NodeID, "hostname", self.Hostname, "pid", self.PID)
 
 	authSvc, err := auth.NewService(ctx, db)
 	if err != nil {
@@ -253,7 +273,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeRT()
 	ports, _ := node.ParsePortRange(cfg.PortRange)
-	localNode, err := node.NewLocal("local", filepath.Join(cfg.DataDir, "servers"), ports, rt)
+	localNode, err := node.NewLocal(nodeName, filepath.Join(cfg.DataDir, "servers"), ports, rt)
 	if err != nil {
 		return err
 	}
@@ -284,7 +304,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("kiln serving", "addr", ln.Addr().String(), "version", version, "dev", cfg.Dev,
+	log.Info("kiln serving", "addr", ln.Addr().String(), "instance_id", self.ID, "version", version, "dev", cfg.Dev,
 		"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String())
 
 	g, gctx := errgroup.WithContext(ctx)
@@ -339,6 +359,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if pgLimiter != nil {
 		g.Go(func() error { sweepLoop(gctx, pgLimiter, log); return nil })
 	}
+	g.Go(func() error { return reg.Run(gctx) })
 	err = g.Wait()
 	if berr := stopBackground(); berr != nil && err == nil {
 		err = berr
