@@ -214,6 +214,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer lock.Close() // after the store has closed
+	// Bind before the database is created or migrated and before the
+	// bootstrap token is made: a taken port must fail before a token that
+	// is shown only once has been printed to nobody.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	defer ln.Close() // when serve fails before it serves; Serve closes it otherwise
 	db, err := cfg.open(ctx)
 	if err != nil {
 		return err
@@ -293,10 +301,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	if err != nil {
 		return err
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	srv := &http.Server{
 		Handler:           handler,
