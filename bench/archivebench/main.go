@@ -20,6 +20,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
+	"github.com/kilnhq/kiln/internal/quota"
 )
 
 func main() {
@@ -81,14 +82,16 @@ func run(ctx context.Context, rootDir, op, format, names, dir, arch string, free
 		if err != nil {
 			return err
 		}
-		e, err := archive.Compress(ctx, r, dir, strings.Split(names, ","), f, free)
+		res, _ := quota.NewAccount(free).Reserve(0)
+		e, err := archive.Compress(ctx, r, dir, strings.Split(names, ","), f, res)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("ARCHIVE_RESULT op=compress format=%s name=%s size=%d seconds=%.3f\n",
 			f, e.Name, e.Size, time.Since(start).Seconds())
 	case "decompress":
-		if err := archive.Decompress(ctx, r, arch, dir, free); err != nil {
+		res, _ := quota.NewAccount(free).Reserve(0)
+		if err := archive.Decompress(ctx, r, arch, dir, res); err != nil {
 			return err
 		}
 		fmt.Printf("ARCHIVE_RESULT op=decompress archive=%s seconds=%.3f\n", arch, time.Since(start).Seconds())

@@ -11,6 +11,7 @@ import (
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/pull"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -102,12 +103,16 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusUnprocessableEntity, errorBody{Error: "not a regular file", Code: codeNotAFile}
 	case errors.Is(err, files.ErrSymlink):
 		return http.StatusUnprocessableEntity, errorBody{Error: "is a symbolic link: its own mode cannot be changed, and Kiln never acts through it", Code: codeNotAFile}
+	case errors.Is(err, files.ErrHardLink):
+		return http.StatusUnprocessableEntity, errorBody{Error: "the file has other hard links (perhaps outside the server's root): Kiln does not read or change it", Code: codeNotAFile}
 	case errors.Is(err, files.ErrExists):
 		return http.StatusConflict, errorBody{Error: "the destination already exists", Code: codeConflict}
 	case errors.Is(err, files.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge, errorBody{Error: fmt.Sprintf("the file is larger than %d bytes; download it instead", files.MaxContents), Code: codeFileTooLarge}
 	case errors.Is(err, files.ErrQuota):
 		return http.StatusInsufficientStorage, errorBody{Error: "the server's disk limit would be exceeded; nothing was written", Code: codeQuotaExceeded}
+	case quota.IsDiskFull(err):
+		return http.StatusInsufficientStorage, errorBody{Error: "the host's disk is full; nothing was written (tell the operator)", Code: codeQuotaExceeded}
 	case errors.Is(err, pull.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "download not found", Code: codeDownloadNotFound}
 	case errors.Is(err, pull.ErrTooMany):

@@ -23,8 +23,11 @@ const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLO
 // max descriptors, not 100,000; descriptors in use when evicted are closed
 // when released. It is safe for concurrent use.
 type dirCache struct {
-	top  cachedDir // the tree's top (rel "."): never evicted, not closed by the cache
-	max  int
+	top cachedDir // the tree's top (rel "."): never evicted, not closed by the cache
+	max int
+	// made, when set, is asked before a directory is made and told after
+	// (ok: it was made by this call); an error from it refuses the mkdir.
+	made func(ok bool) error
 	mu   sync.Mutex
 	dirs map[string]*cachedDir
 	lru  list.List // of *cachedDir, most recently used first
@@ -62,7 +65,7 @@ func (c *dirCache) acquire(rel string, create bool) (*cachedDir, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := openDirAt(parent.fd, path.Base(rel), create)
+	fd, err := openDirAtHook(parent.fd, path.Base(rel), create, c.made)
 	c.release(parent)
 	if err != nil {
 		return nil, fmt.Errorf("open directory %s: %w", rel, err)
@@ -148,6 +151,12 @@ func (c *dirCache) close() {
 // with create, a missing one is made first. A symlink is ErrSymlink, any
 // other non-directory ErrNotDirectory.
 func openDirAt(parent int, name string, create bool) (int, error) {
+	return openDirAtHook(parent, name, create, nil)
+}
+
+// openDirAtHook is openDirAt asking made (if set) before it makes a
+// directory, and telling it whether it did.
+func openDirAtHook(parent int, name string, create bool, made func(ok bool) error) (int, error) {
 	for {
 		fd, err := unix.Openat(parent, name, dirFlags, 0)
 		switch {
@@ -156,8 +165,17 @@ func openDirAt(parent int, name string, create bool) (int, error) {
 		case err == unix.EINTR:
 			continue
 		case errors.Is(err, unix.ENOENT) && create:
-			if err := unix.Mkdirat(parent, name, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			if made != nil {
+				if err := made(false); err != nil {
+					return -1, err
+				}
+			}
+			err := unix.Mkdirat(parent, name, 0o755)
+			if err != nil && !errors.Is(err, unix.EEXIST) {
 				return -1, pathErr("mkdirat", name, err)
+			}
+			if made != nil && err == nil {
+				_ = made(true)
 			}
 			create = false // made (or made meanwhile by someone else): open it
 			continue

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io/fs"
 	"syscall"
+
+	"github.com/kilnhq/kiln/internal/quota"
 )
 
 // Errors callers tell apart. Bad paths are *validate.Error.
@@ -23,9 +25,13 @@ var (
 	ErrTooLarge = errors.New("file too large")
 	// ErrQuota: the operation would pass the server's disk limit; what it
 	// had written was removed.
-	ErrQuota = errors.New("the server's disk limit would be exceeded")
+	ErrQuota = quota.ErrQuota
 	// ErrSymlink: the operation does not act through or on symbolic links.
 	ErrSymlink = errors.New("is a symbolic link")
+	// ErrHardLink: a regular file with other hard links, which may be
+	// outside the root (a game server can plant one): never read, archived
+	// or changed by Kiln.
+	ErrHardLink = errors.New("has other hard links")
 )
 
 // classify turns a file system error into one of the errors above when it

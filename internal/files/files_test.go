@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -124,24 +125,43 @@ func TestListStatAndEntries(t *testing.T) {
 	}
 }
 
+// budget is a reservation of a fresh ledger with free bytes free.
+func budget(free int64) *quota.Reservation {
+	r, _ := quota.NewAccount(free).Reserve(0)
+	return r
+}
+
 func TestWriteFileAtomicAndQuota(t *testing.T) {
 	r, dir := newRoot(t)
-	e, err := r.WriteFile("plugins/a/config.yml", strings.NewReader("a: 1\n"), 100)
+	// A file and two new directories: three blocks.
+	res := budget(3 * quota.BlockSize)
+	e, err := r.WriteFile("plugins/a/config.yml", strings.NewReader("a: 1\n"), res)
 	if err != nil || e.Size != 5 || e.Name != "config.yml" || e.MIME != "application/yaml" {
 		t.Fatalf("WriteFile = %+v, %v", e, err)
+	}
+	if got := res.Change(); got != 3*quota.BlockSize {
+		t.Errorf("recorded change = %d, want 3 blocks", got)
+	}
+	if _, err := r.WriteFile("plugins/b/x", strings.NewReader(""), budget(quota.BlockSize)); !errors.Is(err, ErrQuota) {
+		t.Errorf("WriteFile needing a new directory and a file with one block free = %v, want ErrQuota", err)
 	}
 	if err := os.Chmod(filepath.Join(dir, "plugins/a/config.yml"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Replacing gives back the old size: 5 old bytes + 3 free allow 8.
-	if _, err := r.WriteFile("plugins/a/config.yml", strings.NewReader("a: 1234\n"), 3); err != nil {
+	// Replacing gives back the old cost: a one-block file may be
+	// rewritten within its block with nothing free.
+	res = budget(0)
+	if _, err := r.WriteFile("plugins/a/config.yml", strings.NewReader("a: 1234\n"), res); err != nil {
 		t.Fatalf("replace within the budget: %v", err)
+	}
+	if res.Change() != 0 {
+		t.Errorf("recorded change of a same-cost rewrite = %d, want 0", res.Change())
 	}
 	if e, _ := r.Stat("plugins/a/config.yml"); e.Mode.Perm() != 0o600 {
 		t.Errorf("mode after replace = %v, want the old 0600 kept", e.Mode.Perm())
 	}
 	// Over the budget: nothing changes, no temporary file is left.
-	_, err = r.WriteFile("plugins/a/config.yml", bytes.NewReader(make([]byte, 100)), 10)
+	_, err = r.WriteFile("plugins/a/config.yml", bytes.NewReader(make([]byte, 5000)), budget(10))
 	if !errors.Is(err, ErrQuota) {
 		t.Fatalf("WriteFile over quota = %v, want ErrQuota", err)
 	}
@@ -153,7 +173,7 @@ func TestWriteFileAtomicAndQuota(t *testing.T) {
 		t.Errorf("directory after a refused write holds %d entries, want 1 (no temp file)", len(ents))
 	}
 	// A directory is not replaced.
-	if _, err := r.WriteFile("plugins", strings.NewReader("x"), 100); !errors.Is(err, ErrNotFile) {
+	if _, err := r.WriteFile("plugins", strings.NewReader("x"), budget(1<<20)); !errors.Is(err, ErrNotFile) {
 		t.Errorf("WriteFile over a directory = %v, want ErrNotFile", err)
 	}
 	// A symlink at the target is replaced, never written through.
@@ -162,7 +182,7 @@ func TestWriteFileAtomicAndQuota(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "evil")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.WriteFile("evil", strings.NewReader("pwned"), 100); err != nil {
+	if _, err := r.WriteFile("evil", strings.NewReader("pwned"), budget(100)); err != nil {
 		t.Fatalf("WriteFile over a symlink = %v", err)
 	}
 	if b, _ := os.ReadFile(outside); string(b) != "untouched" {
@@ -180,11 +200,11 @@ func TestWriteFileAtomicAndQuota(t *testing.T) {
 func TestWriteFileEntry(t *testing.T) {
 	r, dir := newRoot(t)
 	big := bytes.Repeat([]byte("x"), 3*holdMin)
-	if _, err := r.WriteFile("noext", bytes.NewReader(big), 1<<30); err != nil {
+	if _, err := r.WriteFile("noext", bytes.NewReader(big), budget(1<<30)); err != nil {
 		t.Fatal(err)
 	}
 	png := append([]byte("\x89PNG\r\n\x1a\n"), make([]byte, 700)...)
-	got, err := r.WriteFile("noext", bytes.NewReader(png), 1<<30)
+	got, err := r.WriteFile("noext", bytes.NewReader(png), budget(1<<30))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +219,7 @@ func TestWriteFileEntry(t *testing.T) {
 		t.Fatalf("content after replacing a large file: %d bytes, want the %d written", len(b), len(png))
 	}
 	// A short text file without extension: typed from its few bytes.
-	got, _ = r.WriteFile("notes", strings.NewReader("hello\n"), 1<<30)
+	got, _ = r.WriteFile("notes", strings.NewReader("hello\n"), budget(1<<30))
 	if want, _ := r.Stat("notes"); got != want {
 		t.Fatalf("WriteFile returned %+v, Stat says %+v", got, want)
 	}
@@ -218,18 +238,18 @@ func TestRenameCopyDeleteChmodMkdir(t *testing.T) {
 	if err := r.Rename("sub", "sub/dir/x"); err == nil {
 		t.Error("Rename into itself succeeded")
 	}
-	c1, err := r.Copy("sub/dir/a.txt", 100)
+	c1, err := r.Copy("sub/dir/a.txt", budget(1<<20))
 	if err != nil || c1.Name != "a copy.txt" {
 		t.Fatalf("Copy = %+v, %v", c1, err)
 	}
-	c2, _ := r.Copy("sub/dir/a.txt", 100)
+	c2, _ := r.Copy("sub/dir/a.txt", budget(1<<20))
 	if c2.Name != "a copy 2.txt" {
 		t.Errorf("second copy = %q, want %q", c2.Name, "a copy 2.txt")
 	}
-	if _, err := r.Copy("sub/dir/a.txt", 4); !errors.Is(err, ErrQuota) {
+	if _, err := r.Copy("sub/dir/a.txt", budget(4)); !errors.Is(err, ErrQuota) {
 		t.Errorf("Copy over quota = %v, want ErrQuota", err)
 	}
-	if _, err := r.Copy("sub", 100); !errors.Is(err, ErrNotFile) {
+	if _, err := r.Copy("sub", budget(1<<20)); !errors.Is(err, ErrNotFile) {
 		t.Errorf("Copy(dir) = %v, want ErrNotFile", err)
 	}
 	if err := r.Chmod("sub/dir/a.txt", 0o600); err != nil {
@@ -244,10 +264,10 @@ func TestRenameCopyDeleteChmodMkdir(t *testing.T) {
 	if m, err := ParseMode("mode", "0750"); err != nil || m != 0o750 {
 		t.Errorf("ParseMode(0750) = %v, %v", m, err)
 	}
-	if err := r.Mkdir("x/y/z"); err != nil {
+	if err := r.Mkdir("x/y/z", budget(1<<20)); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Mkdir("sub/dir/a.txt"); !errors.Is(err, ErrExists) {
+	if err := r.Mkdir("sub/dir/a.txt", budget(1<<20)); !errors.Is(err, ErrExists) {
 		t.Errorf("Mkdir over a file = %v, want ErrExists", err)
 	}
 	if err := r.Delete("sub"); err != nil {
@@ -328,7 +348,7 @@ func TestUncleanPathsRefused(t *testing.T) {
 		if _, err := r.List(p); !errors.Is(err, errUnclean) {
 			t.Errorf("List(%q) = %v, want errUnclean", p, err)
 		}
-		if _, err := r.WriteFile(p, strings.NewReader("x"), 10); !errors.Is(err, errUnclean) {
+		if _, err := r.WriteFile(p, strings.NewReader("x"), budget(10)); !errors.Is(err, errUnclean) {
 			t.Errorf("WriteFile(%q) = %v, want errUnclean", p, err)
 		}
 		if err := r.Delete(p); !errors.Is(err, errUnclean) {
@@ -388,7 +408,7 @@ func TestWriteFileTemp(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.WriteFileTemp("downloads/a.jar", "dl_abc", pr, 1<<20)
+		_, err := r.WriteFileTemp("downloads/a.jar", "dl_abc", pr, budget(1<<20))
 		done <- err
 	}()
 	pw.Write([]byte("partial"))
@@ -411,7 +431,7 @@ func TestWriteFileTemp(t *testing.T) {
 	if err := r.RemoveTemp("downloads", "dl_none"); err != nil {
 		t.Errorf("RemoveTemp of nothing = %v", err)
 	}
-	if _, err := r.WriteFileTemp("x", "a/b", strings.NewReader("x"), 10); err == nil {
+	if _, err := r.WriteFileTemp("x", "a/b", strings.NewReader("x"), budget(10)); err == nil {
 		t.Error("a tag with a slash was accepted")
 	}
 }

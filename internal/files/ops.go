@@ -11,12 +11,14 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
-// Mkdir creates directory rel and its parents. An existing directory is
-// fine; an existing file is ErrExists.
-func (r *Root) Mkdir(rel string) error {
+// Mkdir creates directory rel and its parents, each a block of res (it
+// records the change; the caller commits). An existing directory is fine;
+// an existing file is ErrExists.
+func (r *Root) Mkdir(rel string, res *quota.Reservation) error {
 	if err := checkClean(rel); err != nil {
 		return err
 	}
@@ -26,7 +28,12 @@ func (r *Root) Mkdir(rel string) error {
 		}
 		return ErrExists
 	}
-	return classify(r.r.MkdirAll(rel, 0o755))
+	n, err := r.mkdirAll(rel, res)
+	if err != nil {
+		return err
+	}
+	res.Changed(n * quota.EntryCost)
+	return nil
 }
 
 // Rename moves from to to (also across directories, creating the
@@ -84,7 +91,10 @@ func renameNoReplace(fromfd int, from string, tofd int, to string) error {
 }
 
 // Delete removes rel, directories recursively; a symlink is removed
-// itself, never what it points to. The root itself cannot be deleted.
+// itself, never what it points to. The root itself cannot be deleted. The
+// tree is removed by descriptor, each directory given its owner's rwx
+// first (quota.RemoveAllAt): whatever modes a game server set, and however
+// deep its tree, Kiln can delete it.
 func (r *Root) Delete(rel string) error {
 	if err := checkClean(rel); err != nil {
 		return err
@@ -95,7 +105,12 @@ func (r *Root) Delete(rel string) error {
 	if _, err := r.Stat(rel); err != nil {
 		return err
 	}
-	return classify(r.r.RemoveAll(rel))
+	return r.withDir(path.Dir(rel), func(fd int, _ *os.File) error {
+		if err := quota.RemoveAllAt(fd, path.Base(rel)); err != nil {
+			return fmt.Errorf("delete %s: %w", Display(rel), classify(err))
+		}
+		return nil
+	})
 }
 
 // ParseMode reads an octal permission string ("644", "0755"). Setuid,
@@ -117,28 +132,56 @@ func ParseMode(field, s string) (fs.FileMode, error) {
 
 // Chmod sets the permission bits of rel. A symbolic link is refused
 // (ErrSymlink): Linux cannot change a link's own mode, and acting on its
-// target instead is exactly how panels were made to chmod host files.
+// target instead is exactly how panels were made to chmod host files. A
+// file with other hard links is refused (ErrHardLink: one of them may be
+// outside the root). The root itself is refused, and a directory always
+// keeps its owner's rwx (the bits asked for are added to 0700), so no
+// chmod makes a server's files unreadable or undeletable by Kiln.
 func (r *Root) Chmod(rel string, mode fs.FileMode) error {
 	if err := checkClean(rel); err != nil {
 		return err
 	}
-	e, err := r.Stat(rel)
-	if err != nil {
-		return err
+	if rel == "." {
+		return validate.Errorf("files", "the server's root directory keeps its mode")
 	}
-	if e.IsSymlink() {
-		return ErrSymlink
-	}
-	if !e.IsDir() && !e.IsFile() {
-		return ErrNotFile
-	}
-	return classify(r.r.Chmod(rel, mode))
+	return r.withDir(path.Dir(rel), func(dirfd int, _ *os.File) error {
+		// An O_PATH reference to the entry itself (never through a link):
+		// what is checked is what is changed, even if the name is swapped
+		// for a link meanwhile.
+		fd, err := unix.Openat(dirfd, path.Base(rel), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return classify(pathErr("open", rel, err))
+		}
+		defer unix.Close(fd)
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return classify(pathErr("fstat", rel, err))
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFLNK:
+			return ErrSymlink
+		case unix.S_IFDIR:
+			mode |= 0o700
+		case unix.S_IFREG:
+			if st.Nlink > 1 {
+				return ErrHardLink
+			}
+		default:
+			return ErrNotFile
+		}
+		// fchmod does not take an O_PATH descriptor; its /proc name is
+		// the inode itself (how glibc's fchmodat(AT_SYMLINK_NOFOLLOW) does it).
+		if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), uint32(mode.Perm())); err != nil {
+			return classify(pathErr("chmod", rel, err))
+		}
+		return nil
+	})
 }
 
 // Copy copies regular file rel next to itself as "name copy.ext", then
-// "name copy 2.ext" and so on, and returns the copy. free is what the
-// server may still grow by (ErrQuota beyond, nothing left behind).
-func (r *Root) Copy(rel string, free int64) (Entry, error) {
+// "name copy 2.ext" and so on, and returns the copy, written through res
+// as WriteFile does (ErrQuota beyond the limit, nothing left behind).
+func (r *Root) Copy(rel string, res *quota.Reservation) (Entry, error) {
 	src, e, err := r.OpenRead(rel)
 	if err != nil {
 		return Entry{}, err
@@ -161,10 +204,7 @@ func (r *Root) Copy(rel string, free int64) (Entry, error) {
 		} else if !errors.Is(err, ErrNotFound) {
 			return Entry{}, err
 		}
-		if e.Size > free {
-			return Entry{}, ErrQuota
-		}
-		out, err := r.WriteFile(dst, src, free)
+		out, err := r.WriteFile(dst, src, res)
 		if err != nil {
 			return Entry{}, err
 		}

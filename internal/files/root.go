@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
+
+	"github.com/kilnhq/kiln/internal/panics"
 )
 
 // Root is one server's file tree. It wraps an os.Root: every operation is
@@ -129,7 +131,7 @@ func entriesAt(fd int, names []string) ([]Entry, error) {
 		per := (len(names) + workers - 1) / workers
 		for lo := 0; lo < len(names); lo += per {
 			hi := min(lo+per, len(names))
-			g.Go(func() error { return statRange(lo, hi) })
+			g.Go(func() error { return panics.Catch(func() error { return statRange(lo, hi) }) })
 		}
 		if err := g.Wait(); err != nil {
 			return nil, err
@@ -242,6 +244,10 @@ func (r *Root) OpenRead(rel string) (*os.File, Entry, error) {
 	if !fi.Mode().IsRegular() {
 		f.Close()
 		return nil, Entry{}, ErrNotFile
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		f.Close()
+		return nil, Entry{}, ErrHardLink
 	}
 	// Regular files ignore O_NONBLOCK for reads; clear it anyway so a
 	// streamed download uses ordinary blocking reads.

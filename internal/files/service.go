@@ -8,17 +8,58 @@ import (
 	"os"
 	"time"
 
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
 // Servers is what file operations need of the servers package.
 type Servers interface {
-	// Access returns the server's root and, for a write, its free space.
+	// Access returns the server's root and, for a write, its disk ledger.
 	Access(ctx context.Context, teamID, id string, write bool) (servers.Access, error)
-	// Wrote adjusts the server's disk figure by what a write added.
-	Wrote(id string, delta int64)
 	// DiskChanged makes the next write measure the root again.
 	DiskChanged(id string)
+}
+
+// Writing is how every writer into a server's root writes (the files
+// API, archives, remote downloads; next SFTP, snapshot restore, mod
+// installs): it opens the root of a (an Access for a write) and runs op
+// with a reservation of the server's disk ledger, which op grows before
+// it writes and tells what it changed (the Root and Stager methods do
+// both). The reservation is committed when op succeeds; when op fails it
+// is released, and if op had changed something, the ledger is made stale
+// so the next write measures the root again.
+func Writing(a servers.Access, op func(r *Root, res *quota.Reservation) error) error {
+	if a.Disk == nil {
+		return errors.New("files: a write needs the server's disk ledger (Access with write)")
+	}
+	r, err := Open(a.Root)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	res, err := a.Disk.Reserve(0)
+	if err != nil {
+		return err
+	}
+	if err := op(r, res); err != nil {
+		if res.Change() != 0 {
+			a.Disk.Stale()
+		}
+		res.Release()
+		return err
+	}
+	res.Commit()
+	return nil
+}
+
+// writing checks access to a team's server for a write and runs op as
+// Writing does.
+func (s *Service) writing(ctx context.Context, teamID, id string, op func(r *Root, res *quota.Reservation) error) error {
+	a, err := s.servers.Access(ctx, teamID, id, true)
+	if err != nil {
+		return err
+	}
+	return Writing(a, op)
 }
 
 // Service runs file operations on a team's servers: it finds the root
@@ -93,17 +134,12 @@ func (s *Service) Write(ctx context.Context, teamID, id, file string, body io.Re
 	if rel == "." {
 		return Entry{}, ErrNotFile
 	}
-	r, a, err := s.open(ctx, teamID, id, true)
-	if err != nil {
-		return Entry{}, err
-	}
-	defer r.Close()
-	e, replaced, err := r.write(rel, "", body, a.Free) // WriteFile, with the replaced file's size
-	if err != nil {
-		return Entry{}, err
-	}
-	s.servers.Wrote(id, e.Size-replaced)
-	return e, nil
+	var e Entry
+	err = s.writing(ctx, teamID, id, func(r *Root, res *quota.Reservation) (err error) {
+		e, err = r.write(rel, "", body, res)
+		return err
+	})
+	return e, err
 }
 
 // CreateDirectory creates name under root (and missing parents).
@@ -115,12 +151,9 @@ func (s *Service) CreateDirectory(ctx context.Context, teamID, id, root, name st
 	if err != nil {
 		return err
 	}
-	r, _, err := s.open(ctx, teamID, id, true)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	return r.Mkdir(rel)
+	return s.writing(ctx, teamID, id, func(r *Root, res *quota.Reservation) error {
+		return r.Mkdir(rel, res)
+	})
 }
 
 // Move is one rename of a batch.
@@ -165,17 +198,12 @@ func (s *Service) Copy(ctx context.Context, teamID, id, location string) (Entry,
 	if err != nil {
 		return Entry{}, err
 	}
-	r, a, err := s.open(ctx, teamID, id, true)
-	if err != nil {
-		return Entry{}, err
-	}
-	defer r.Close()
-	e, err := r.Copy(rel, a.Free)
-	if err != nil {
-		return Entry{}, err
-	}
-	s.servers.Wrote(id, e.Size)
-	return e, nil
+	var e Entry
+	err = s.writing(ctx, teamID, id, func(r *Root, res *quota.Reservation) (err error) {
+		e, err = r.Copy(rel, res)
+		return err
+	})
+	return e, err
 }
 
 // Delete removes files (relative to root), directories recursively.

@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kilnhq/kiln/internal/quota"
 )
 
 // stageCacheMax is how many directory descriptors a Stager keeps open per
@@ -49,7 +51,7 @@ type Stager struct {
 	dfd   int    // dest's descriptor
 	sfd   int    // the staging directory's descriptor
 	stage *dirCache
-	free  int64
+	res   *quota.Reservation
 	used  atomic.Int64
 
 	closeOnce sync.Once
@@ -58,14 +60,15 @@ type Stager struct {
 
 // Stage creates a staging directory (TempName("stage-<random>"): invisible
 // to Walk, on the same file system as dest so that Commit moves by
-// renaming) in directory dest and returns a Stager on it. free is what
-// the operation may write in all, counted on the bytes Create writes
-// (ErrQuota beyond). The caller closes the Stager, which removes the
-// staging directory.
+// renaming) in directory dest and returns a Stager on it. Every file,
+// directory and link it creates is reserved from res first, by what it
+// costs (ErrQuota beyond the limit), and recorded as a change of res once
+// made; the caller commits res after Commit, or releases it. The caller
+// closes the Stager, which removes the staging directory.
 //
 // Errors: ErrNotFound (dest missing, or reached through a link out of the
 // root), ErrNotDirectory.
-func (r *Root) Stage(dest string, free int64) (*Stager, error) {
+func (r *Root) Stage(dest string, res *quota.Reservation) (*Stager, error) {
 	dfd, err := r.openDir(dest)
 	if err != nil {
 		return nil, err
@@ -81,13 +84,18 @@ func (r *Root) Stage(dest string, free int64) (*Stager, error) {
 			return nil, fmt.Errorf("stage in %s: %w", Display(dest), pathErr("mkdirat", name, err))
 		}
 		sfd, err := openDirAt(dfd, name, false)
+		if err == nil {
+			err = res.Track(sfd) // a walk leaves the staging tree out
+		}
 		if err != nil {
 			_ = unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
 			_ = unix.Close(dfd)
 			return nil, fmt.Errorf("stage in %s: %w", Display(dest), err)
 		}
-		return &Stager{r: r, dest: dest, name: name, dfd: dfd, sfd: sfd,
-			stage: newDirCache(sfd, stageCacheMax), free: free}, nil
+		st := &Stager{r: r, dest: dest, name: name, dfd: dfd, sfd: sfd,
+			stage: newDirCache(sfd, stageCacheMax), res: res}
+		st.stage.made = st.madeDir
+		return st, nil
 	}
 	_ = unix.Close(dfd)
 	return nil, errors.New("stage: no free staging directory name")
@@ -103,6 +111,19 @@ func (r *Root) openDir(rel string) (int, error) {
 		return pathErr("openat", rel, err)
 	})
 	return fd, err
+}
+
+// madeDir reserves a directory's block before it is made and records it
+// once made.
+func (s *Stager) madeDir(ok bool) error {
+	if ok {
+		s.res.Changed(quota.EntryCost)
+		return nil
+	}
+	if err := s.res.Grow(quota.EntryCost); err != nil {
+		return ErrQuota
+	}
+	return nil
 }
 
 // Dir is the staging directory, root-relative (for messages and tests).
@@ -148,8 +169,8 @@ func (s *Stager) Mkdir(rel string, perm fs.FileMode) error {
 // bits perm (setuid, setgid and sticky dropped) and what src yields, and
 // returns the bytes written. The name must be new (O_CREAT|O_EXCL|
 // O_NOFOLLOW: an existing file, or a symlink, is ErrExists, never written
-// through); a symlink on the way is ErrSymlink. Passing the Stager's
-// budget stops the write before the bytes that would pass it: ErrQuota.
+// through); a symlink on the way is ErrSymlink. Passing the disk limit
+// stops the write before the bytes that would pass it: ErrQuota.
 // On any error the partial file is removed (and its bytes given back).
 func (s *Stager) Create(rel string, src io.Reader, perm fs.FileMode) (int64, error) {
 	if err := s.check(rel); err != nil {
@@ -168,8 +189,12 @@ func (s *Stager) Create(rel string, src io.Reader, perm fs.FileMode) (int64, err
 	// The umask may have narrowed the mode openat was given.
 	err = unix.Fchmod(fd, uint32(perm.Perm()))
 	var n int64
+	qw := &quota.Writer{Res: s.res}
 	if err == nil {
-		n, err = io.Copy(&stageWriter{fd: fd, s: s}, src)
+		err = qw.Reserve(0) // an empty file costs a block too
+	}
+	if err == nil {
+		n, err = io.Copy(&stageWriter{fd: fd, s: s, q: qw}, src)
 	}
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
 		err = cerr
@@ -177,11 +202,13 @@ func (s *Stager) Create(rel string, src io.Reader, perm fs.FileMode) (int64, err
 	if err != nil {
 		_ = unix.Unlinkat(d.fd, name, 0)
 		s.used.Add(-n) // removed: what it wrote is not on the disk any more
+		qw.Abandon()
 		if errors.Is(err, ErrQuota) {
 			return n, ErrQuota
 		}
 		return n, fmt.Errorf("write %s: %w", rel, err)
 	}
+	s.res.Changed(qw.Delta())
 	return n, nil
 }
 
@@ -190,13 +217,14 @@ func (s *Stager) Create(rel string, src io.Reader, perm fs.FileMode) (int64, err
 type stageWriter struct {
 	fd int
 	s  *Stager
+	q  *quota.Writer
 }
 
 func (w *stageWriter) Write(p []byte) (int, error) {
-	if w.s.used.Add(int64(len(p))) > w.s.free {
-		w.s.used.Add(-int64(len(p)))
+	if err := w.q.Reserve(int64(len(p))); err != nil {
 		return 0, ErrQuota
 	}
+	w.s.used.Add(int64(len(p)))
 	n := 0
 	for n < len(p) {
 		k, err := unix.Write(w.fd, p[n:])
@@ -231,9 +259,13 @@ func (s *Stager) Symlink(target, rel string) error {
 		return err
 	}
 	defer s.stage.release(d)
+	if err := s.res.Grow(quota.EntryCost); err != nil {
+		return ErrQuota
+	}
 	if err := unix.Symlinkat(target, d.fd, path.Base(rel)); err != nil {
 		return pathErr("symlink", rel, err)
 	}
+	s.res.Changed(quota.EntryCost)
 	return nil
 }
 

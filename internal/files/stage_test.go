@@ -1,6 +1,7 @@
 package files
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -23,7 +25,7 @@ func newStager(t *testing.T, dest string, free int64) (*Stager, *Root, string) {
 	if err := os.MkdirAll(filepath.Join(dir, dest), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.Stage(dest, free)
+	s, err := r.Stage(dest, budget(free))
 	if err != nil {
 		t.Fatalf("Stage(%q) = %v", dest, err)
 	}
@@ -135,7 +137,7 @@ func TestStageErrors(t *testing.T) {
 		dest string
 		want error
 	}{{"nope", ErrNotFound}, {"file", ErrNotDirectory}, {"out", ErrNotFound}} {
-		if s, err := r.Stage(tc.dest, 1); !errors.Is(err, tc.want) {
+		if s, err := r.Stage(tc.dest, budget(1)); !errors.Is(err, tc.want) {
 			t.Errorf("Stage(%q) = %v, want %v", tc.dest, err, tc.want)
 			if s != nil {
 				s.Close()
@@ -144,36 +146,50 @@ func TestStageErrors(t *testing.T) {
 	}
 }
 
-// TestStagerQuota: the budget is the whole operation's, counted on bytes
-// written; the write that would pass it fails and leaves nothing.
+// TestStagerQuota: the reservation is the whole operation's, counted on
+// what entries cost as they are written; the write that would pass it
+// fails and leaves nothing.
 func TestStagerQuota(t *testing.T) {
-	s, _, dir := newStager(t, ".", 10)
-	if _, err := s.Create("a", strings.NewReader("123456"), 0o644); err != nil {
+	s, _, dir := newStager(t, ".", 5*quota.BlockSize)
+	if _, err := s.Create("a", strings.NewReader("123456"), 0o644); err != nil { // 1 block
 		t.Fatal(err)
 	}
-	if _, err := s.Create("b", strings.NewReader("123456"), 0o644); !errors.Is(err, ErrQuota) {
-		t.Fatalf("Create past the budget = %v, want ErrQuota", err)
+	if _, err := s.Create("b", bytes.NewReader(make([]byte, 5*quota.BlockSize)), 0o644); !errors.Is(err, ErrQuota) {
+		t.Fatalf("Create past the limit = %v, want ErrQuota", err)
 	}
 	if _, err := os.Lstat(filepath.Join(dir, s.Dir(), "b")); !os.IsNotExist(err) {
 		t.Errorf("partial file b left behind: %v", err)
 	}
-	// A stream that passes the budget midway stops there.
+	// A stream that passes the limit midway stops there.
 	pr, pw := io.Pipe()
 	go func() {
-		pw.Write([]byte("12"))
-		pw.Write([]byte("34"))
+		pw.Write(make([]byte, 2*quota.BlockSize))
+		pw.Write(make([]byte, 2*quota.BlockSize))
 		pw.Write([]byte("5"))
 		pw.Close()
 	}()
 	if _, err := s.Create("c", pr, 0o644); !errors.Is(err, ErrQuota) {
-		t.Fatalf("streamed Create past the budget = %v, want ErrQuota", err)
+		t.Fatalf("streamed Create past the limit = %v, want ErrQuota", err)
 	}
 	pr.Close()
 	if got := s.Written(); got != 6 {
 		t.Errorf("Written() = %d, want 6 (only what stayed)", got)
 	}
-	if _, err := s.Create("d", strings.NewReader("1234"), 0o644); err != nil {
+	// Directories and links cost a block each.
+	if err := s.Mkdir("d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Symlink("a", "l"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.res.Change(), int64(3*quota.BlockSize); got != want {
+		t.Errorf("recorded change = %d, want %d (a file, a directory, a link)", got, want)
+	}
+	if _, err := s.Create("e", bytes.NewReader(make([]byte, 5000)), 0o644); err != nil { // 2 blocks: all 5 used
 		t.Errorf("Create within what is left = %v", err)
+	}
+	if err := s.Mkdir("f", 0o755); !errors.Is(err, ErrQuota) {
+		t.Errorf("Mkdir past the limit = %v, want ErrQuota", err)
 	}
 }
 
@@ -400,7 +416,7 @@ func TestStagerCommitMerge(t *testing.T) {
 
 	// A file over a directory: ErrExists, and nothing moved (the other
 	// entry, first in order, included).
-	s2, err := s.r.Stage(".", 1<<20)
+	s2, err := s.r.Stage(".", budget(1<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +436,7 @@ func TestStagerCommitMerge(t *testing.T) {
 		t.Errorf("keep = %v, %v; want the directory untouched", fi, err)
 	}
 	// A cancelled commit moves nothing either.
-	s3, err := s.r.Stage(".", 1<<20)
+	s3, err := s.r.Stage(".", budget(1<<20))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,40 +13,41 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kilnhq/kiln/internal/quota"
 )
 
-// tmpPrefix names the temporary files of atomic writes; a crash may leave
-// one behind (it is then an ordinary file the user can see and delete).
-const tmpPrefix = ".kiln-tmp-"
+// tmpPrefix names the temporary files of atomic writes (quota's: a walk
+// leaves the ones in flight out and collects those a crash left).
+const tmpPrefix = quota.TempPrefix
 
-// quotaWriter passes writes through until more than budget bytes were
-// written, then fails with ErrQuota: the limit is enforced on bytes
-// actually written, never on a size someone claimed.
+// quotaWriter grows the reservation by what the file will cost before
+// each write passes it on: the limit is enforced on bytes actually
+// written, never on a size someone claimed.
 type quotaWriter struct {
-	w      io.Writer
-	budget int64
-	n      int64
+	w io.Writer
+	q *quota.Writer
 }
 
 func (q *quotaWriter) Write(p []byte) (int, error) {
-	if q.n+int64(len(p)) > q.budget {
-		return 0, ErrQuota
+	if err := q.q.Reserve(int64(len(p))); err != nil {
+		return 0, err
 	}
-	n, err := q.w.Write(p)
-	q.n += int64(n)
-	return n, err
+	return q.w.Write(p)
 }
 
 // WriteFile replaces (or creates) regular file rel with what src yields,
 // atomically: the data goes to a temporary file in the same directory,
 // is synced, then renamed over rel, so readers see the old or the new file,
 // never half. Parents are created. A symlink at rel is replaced, never
-// written through; a directory there is ErrNotFile. free is what the
-// server may still grow by: the replaced file's size is given back, and
-// passing the budget stops the write, removes the temporary file and
-// returns ErrQuota. An existing file keeps its permission bits.
-func (r *Root) WriteFile(rel string, src io.Reader, free int64) (Entry, error) {
-	e, _, err := r.write(rel, "", src, free)
+// written through; a directory there is ErrNotFile. res is the server's
+// disk reservation: the write grows it as bytes arrive (the replaced
+// file's cost is spent first) and records its change (Changed); passing
+// the limit stops the write, removes the temporary file and returns
+// ErrQuota. The caller commits or releases res. An existing file keeps
+// its permission bits.
+func (r *Root) WriteFile(rel string, src io.Reader, res *quota.Reservation) (Entry, error) {
+	e, err := r.write(rel, "", src, res)
 	return e, err
 }
 
@@ -58,12 +59,11 @@ func TempName(tag string) string { return tmpPrefix + tag }
 // tag, e.g. a download id) instead of a random one, so that an operation
 // interrupted by a crash can find and remove its partial file later
 // (RemoveTemp). tag must be a plain name without "/".
-func (r *Root) WriteFileTemp(rel, tag string, src io.Reader, free int64) (Entry, error) {
+func (r *Root) WriteFileTemp(rel, tag string, src io.Reader, res *quota.Reservation) (Entry, error) {
 	if tag == "" || strings.ContainsAny(tag, "/\x00") || len(tag) > 64 {
 		return Entry{}, fmt.Errorf("files: bad temporary file tag %q", tag)
 	}
-	e, _, err := r.write(rel, tag, src, free)
-	return e, err
+	return r.write(rel, tag, src, res)
 }
 
 // RemoveTemp removes the temporary file of tag in directory dir, if any.
@@ -124,50 +124,52 @@ func (w *writeBehind) Write(p []byte) (int, error) {
 // after the new file is in place.
 const holdMin = 64 << 10
 
-// write is WriteFile and WriteFileTemp; it also returns the size of the
-// regular file it replaced (0 if none), which it stats anyway, so that
-// Service.Write can keep the disk figure without a second stat.
-func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, int64, error) {
+// write is WriteFile and WriteFileTemp.
+func (r *Root) write(rel, tag string, src io.Reader, res *quota.Reservation) (Entry, error) {
 	if err := checkClean(rel); err != nil {
-		return Entry{}, 0, err
+		return Entry{}, err
 	}
 	if rel == "." {
-		return Entry{}, 0, ErrNotFile
+		return Entry{}, ErrNotFile
 	}
 	perm := fs.FileMode(0o644)
-	var replaced int64
+	var credit int64
 	var hold *os.File
 	if old, err := r.Stat(rel); err == nil {
 		switch {
 		case old.IsDir():
-			return Entry{}, 0, ErrNotFile
+			return Entry{}, ErrNotFile
 		case old.IsFile():
 			perm = old.Mode.Perm()
-			replaced = old.Size
+			credit = quota.Cost(old.Size)
 			if old.Size >= holdMin {
 				// O_PATH: a reference to the inode, nothing opened (no
 				// device's open runs should the path have been swapped).
 				hold, _ = r.r.OpenFile(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
 			}
+		default: // a symlink or another entry: replaced, its block freed
+			credit = quota.EntryCost
 		}
 	} else if !errors.Is(err, ErrNotFound) {
-		return Entry{}, 0, err
+		return Entry{}, err
 	}
 	if hold != nil {
 		defer func() { go hold.Close() }()
 	}
 	dir := path.Dir(rel)
-	tmp, f, err := r.createTemp(dir, tag, perm)
+	tmp, f, err := r.createTemp(dir, tag, perm, res)
+	var dirs int64
 	if errors.Is(err, ErrNotFound) {
 		// A parent is missing: make them (only now: in the common case
-		// they exist, and MkdirAll costs two system calls to find that).
-		if err := r.r.MkdirAll(dir, 0o755); err != nil {
-			return Entry{}, 0, classify(err)
+		// they exist, and MkdirAll costs two system calls to find that),
+		// each a block of the limit.
+		if dirs, err = r.mkdirAll(dir, res); err != nil {
+			return Entry{}, err
 		}
-		tmp, f, err = r.createTemp(dir, tag, perm)
+		tmp, f, err = r.createTemp(dir, tag, perm, res)
 	}
 	if err != nil {
-		return Entry{}, 0, err
+		return Entry{}, err
 	}
 	committed := false
 	defer func() {
@@ -179,30 +181,65 @@ func (r *Root) write(rel, tag string, src io.Reader, free int64) (Entry, int64, 
 	bufp := copyBuffers.Get().(*[]byte)
 	defer copyBuffers.Put(bufp)
 	wb := &writeBehind{f: f}
-	if _, err := io.CopyBuffer(&quotaWriter{w: wb, budget: free + replaced}, src, *bufp); err != nil {
-		if errors.Is(err, ErrQuota) {
-			return Entry{}, 0, ErrQuota
+	qw := &quota.Writer{Res: res, Credit: credit}
+	if err := qw.Reserve(0); err != nil { // an empty file costs a block too
+		return Entry{}, err
+	}
+	if _, err := io.CopyBuffer(&quotaWriter{w: wb, q: qw}, src, *bufp); err != nil {
+		qw.Abandon() // the temporary file goes (deferred above)
+		if errors.Is(err, quota.ErrQuota) {
+			return Entry{}, ErrQuota
 		}
-		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
+		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
 	if err := f.Sync(); err != nil {
-		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
+		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
 	// Described from the open file (the rename changes nothing of it):
 	// no second path lookup.
 	e, err := statFile(f, path.Base(rel))
 	if err != nil {
-		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
+		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
 	e.MIME = typeOf(e, func() []byte { return wb.head[:wb.nhead] })
 	if err := f.Close(); err != nil {
-		return Entry{}, 0, fmt.Errorf("write %s: %w", Display(rel), err)
+		return Entry{}, fmt.Errorf("write %s: %w", Display(rel), err)
 	}
 	if err := r.r.Rename(tmp, rel); err != nil {
-		return Entry{}, 0, classify(err)
+		return Entry{}, classify(err)
 	}
 	committed = true
-	return e, replaced, nil
+	res.Changed(qw.Delta() + dirs*quota.EntryCost)
+	return e, nil
+}
+
+// mkdirAll creates directory rel and its missing parents, reserving a
+// block of res for each one it creates, and returns how many it created.
+func (r *Root) mkdirAll(rel string, res *quota.Reservation) (int64, error) {
+	var missing int64
+	for d := rel; d != "."; d = path.Dir(d) {
+		e, err := r.Stat(d)
+		if err == nil {
+			if !e.IsDir() {
+				return 0, ErrNotDirectory
+			}
+			break
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return 0, err
+		}
+		missing++
+	}
+	if missing == 0 {
+		return 0, nil
+	}
+	if err := res.Grow(missing * quota.EntryCost); err != nil {
+		return 0, ErrQuota
+	}
+	if err := r.r.MkdirAll(rel, 0o755); err != nil {
+		return 0, classify(err)
+	}
+	return missing, nil
 }
 
 // statFile describes the open file f under name.
@@ -227,7 +264,7 @@ func statFile(f *os.File, name string) (Entry, error) {
 // createTemp makes a new, exclusive temporary file in dir: TempName(tag),
 // or a random name when tag is empty. A leftover file of the same tag (a
 // crash) is replaced.
-func (r *Root) createTemp(dir, tag string, perm fs.FileMode) (string, *os.File, error) {
+func (r *Root) createTemp(dir, tag string, perm fs.FileMode, res *quota.Reservation) (string, *os.File, error) {
 	if tag != "" {
 		_ = r.r.Remove(path.Join(dir, TempName(tag)))
 	}
@@ -245,8 +282,13 @@ func (r *Root) createTemp(dir, tag string, perm fs.FileMode) (string, *os.File, 
 		if err != nil {
 			return "", nil, classify(err)
 		}
-		// The umask may have narrowed perm; set it as asked.
-		if err := f.Chmod(perm); err != nil {
+		// The umask may have narrowed perm; set it as asked. Tracked: a
+		// walk leaves it out, its bytes are in res.
+		err = f.Chmod(perm)
+		if err == nil {
+			err = res.Track(int(f.Fd()))
+		}
+		if err != nil {
 			f.Close()
 			_ = r.r.Remove(name)
 			return "", nil, err

@@ -57,11 +57,11 @@
 //     Compression is not negotiated (the bytes are stored as sent). A
 //     Content-Length larger than the free space fails at once; without
 //     Content-Length the body is written until it ends or passes the limit.
-//   - Disk limit: the downloads this process runs into one server share
-//     one budget (a pool filled from Servers.Access when the first starts),
-//     so three concurrent downloads cannot each use the whole free space.
-//     The size of a file being replaced counts as free for its download.
-//     On success Servers.Wrote gets the change in size.
+//   - Disk limit: a download writes through the server's disk ledger
+//     (files.Writing, internal/quota), shared with every other writer into
+//     the root, so concurrent downloads, uploads and extractions cannot
+//     together pass the limit. The cost of a file being replaced counts as
+//     free for its download.
 //   - Timeouts (Options): HeaderTimeout from the request to the response
 //     headers, dialing, TLS and redirects included (30 s; netguard's
 //     dialer also gives up a single address after 30 s); IdleTimeout

@@ -21,6 +21,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/pull"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -39,15 +40,15 @@ const (
 // each server is a directory in t.TempDir() with a disk limit, its free
 // space measured by servers.DiskUsage like the real one does.
 type roots struct {
-	mu    sync.Mutex
-	srv   map[string]*root
-	wrote map[string]int64
+	mu  sync.Mutex
+	srv map[string]*root
 }
 
 type root struct {
 	team  string
 	dir   string
 	limit int64
+	disk  *quota.Account
 }
 
 func (r *roots) Access(_ context.Context, teamID, id string, write bool) (servers.Access, error) {
@@ -59,25 +60,30 @@ func (r *roots) Access(_ context.Context, teamID, id string, write bool) (server
 	}
 	a := servers.Access{Root: s.dir}
 	if write {
-		used, err := servers.DiskUsage(s.dir)
-		if err != nil {
-			return servers.Access{}, err
+		r.mu.Lock()
+		if s.disk == nil {
+			s.disk = quota.NewAccount(s.limit)
+			if _, err := s.disk.Walk(s.dir, time.Time{}); err != nil {
+				r.mu.Unlock()
+				return servers.Access{}, err
+			}
 		}
-		a.Free = max(0, s.limit-used)
+		s.disk.SetLimit(s.limit)
+		a.Disk = s.disk
+		r.mu.Unlock()
 	}
 	return a, nil
 }
 
-func (r *roots) Wrote(id string, delta int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.wrote[id] += delta
-}
-
+// wroteFor is what the server's ledger holds: the roots start empty, so
+// it is what downloads committed.
 func (r *roots) wroteFor(id string) int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.wrote[id]
+	if d := r.srv[id].disk; d != nil {
+		return d.Figures().Used
+	}
+	return 0
 }
 
 func (r *roots) dir(id string) string { return r.srv[id].dir }
@@ -118,7 +124,7 @@ func newEnv(t *testing.T, db *store.DB, opts pull.Options) *env {
 	t.Helper()
 	seed(t, db)
 	base := t.TempDir()
-	r := &roots{srv: map[string]*root{}, wrote: map[string]int64{}}
+	r := &roots{srv: map[string]*root{}}
 	for id, team := range map[string]string{serverA: teamA, server2: teamA, serverB: teamB} {
 		dir := filepath.Join(base, id)
 		if err := os.Mkdir(dir, 0o755); err != nil {

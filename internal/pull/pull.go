@@ -105,11 +105,9 @@ func (d Download) File() string {
 // implements it.
 type Servers interface {
 	// Access checks that one of the team's servers exists and returns its
-	// root and, with write, its free space (servers.ErrNotFound,
+	// root and, with write, its disk ledger (servers.ErrNotFound,
 	// servers.ErrInstalling).
 	Access(ctx context.Context, teamID, id string, write bool) (servers.Access, error)
-	// Wrote adjusts the server's disk figure by what a download added.
-	Wrote(id string, delta int64)
 }
 
 // Options tune the Manager; zero values take the defaults.
@@ -200,7 +198,6 @@ type Manager struct {
 	mu     sync.Mutex
 	closed bool                 // no new transfers: stopping, or recovery failed
 	active map[string]*transfer // by download id, this process's transfers
-	pools  map[string]*pool     // by server id, shared disk budgets
 }
 
 // NewManager returns a Manager that records downloads in db, reaches
@@ -225,7 +222,6 @@ func NewManager(db *store.DB, srv Servers, policy *netguard.Policy, opts Options
 		slots:     make(chan struct{}, opts.MaxRunning),
 		recovered: make(chan struct{}),
 		active:    map[string]*transfer{},
-		pools:     map[string]*pool{},
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/kilnhq/kiln/internal/ids"
 	"github.com/kilnhq/kiln/internal/netguard/netguardtest"
 	"github.com/kilnhq/kiln/internal/pull"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
@@ -41,8 +42,8 @@ func TestDownloadWithContentLength(t *testing.T) {
 		if b := readFile(t, p); string(b) != string(up.data) {
 			t.Errorf("%s holds %d bytes, not the %d bytes served", p, len(b), len(up.data))
 		}
-		if w := e.roots.wroteFor(serverA); w != dataLen {
-			t.Errorf("Wrote(%s) total = %d, want %d", serverA, w, dataLen)
+		if w, want := e.roots.wroteFor(serverA), quota.Cost(dataLen)+2*quota.EntryCost; w != want {
+			t.Errorf("disk ledger of %s = %d, want %d (the file and its two new directories)", serverA, w, want)
 		}
 		if err := os.Remove(p); err != nil {
 			t.Fatal(err)
@@ -212,24 +213,24 @@ func TestDiskLimit(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		e := newEnv(t, db, pull.Options{})
 		up := newUpstream(t)
-		e.roots.setLimit(serverA, 1000)
+		e.roots.setLimit(serverA, 16384) // four blocks
 		for _, tc := range []struct{ name, path, want string }{
-			{"streamed past the limit", "/chunked/5000", "the server's disk limit would be exceeded"},
-			{"Content-Length over the limit", "/sized/5000", "the file (5000 bytes) is larger than the server's free disk space (1000 bytes)"},
+			{"streamed past the limit", "/chunked/50000", "the server's disk limit would be exceeded"},
+			{"Content-Length over the limit", "/sized/50000", "the file (50000 bytes) is larger than the server's free disk space (16384 bytes)"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				d := e.mustStart(t, serverA, up.URL+tc.path, "/", "big.bin")
 				got := e.waitFinished(t, teamA, serverA, d.ID)
 				if got.Status != pull.StatusFailed || !strings.Contains(got.Error, tc.want) {
-					t.Errorf("download of 5000 bytes into 1000 = %q, %q; want failed, %q", got.Status, got.Error, tc.want)
+					t.Errorf("download of 50000 bytes into 16384 = %q, %q; want failed, %q", got.Status, got.Error, tc.want)
 				}
 				assertEmptyTree(t, e.roots.dir(serverA))
 			})
 		}
 		// Exactly the limit fits.
-		d := e.mustStart(t, serverA, up.URL+"/chunked/1000", "/", "fits.bin")
+		d := e.mustStart(t, serverA, up.URL+"/chunked/16384", "/", "fits.bin")
 		if got := e.waitFinished(t, teamA, serverA, d.ID); got.Status != pull.StatusDone {
-			t.Errorf("download of 1000 bytes into 1000 = %+v, want done", got)
+			t.Errorf("download of 16384 bytes into 16384 = %+v, want done", got)
 		}
 	})
 }
@@ -239,22 +240,22 @@ func TestDiskLimitShared(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		e := newEnv(t, db, pull.Options{})
 		up := newUpstream(t)
-		e.roots.setLimit(serverA, 1000)
-		first := e.mustStart(t, serverA, up.URL+"/hang/600", "/", "a.bin")
-		e.waitFor(t, teamA, serverA, first.ID, "600 bytes received", func(d pull.Download) bool { return d.Written == 600 })
-		second := e.mustStart(t, serverA, up.URL+"/chunked/600", "/", "b.bin")
+		e.roots.setLimit(serverA, 16384)
+		first := e.mustStart(t, serverA, up.URL+"/hang/8192", "/", "a.bin")
+		e.waitFor(t, teamA, serverA, first.ID, "8192 bytes received", func(d pull.Download) bool { return d.Written == 8192 })
+		second := e.mustStart(t, serverA, up.URL+"/chunked/12288", "/", "b.bin")
 		got := e.waitFinished(t, teamA, serverA, second.ID)
 		if got.Status != pull.StatusFailed || !strings.Contains(got.Error, "disk limit") {
-			t.Errorf("second download of 600 bytes while 600 of 1000 are in flight = %q, %q; want failed on the disk limit", got.Status, got.Error)
+			t.Errorf("second download of 12288 bytes while 8192 of 16384 are in flight = %q, %q; want failed on the disk limit", got.Status, got.Error)
 		}
 		if _, err := e.m.Cancel(t.Context(), teamA, serverA, first.ID); err != nil {
 			t.Fatal(err)
 		}
 		assertEmptyTree(t, e.roots.dir(serverA))
 		// The canceled download's bytes are free again.
-		third := e.mustStart(t, serverA, up.URL+"/chunked/900", "/", "c.bin")
+		third := e.mustStart(t, serverA, up.URL+"/chunked/16000", "/", "c.bin")
 		if got := e.waitFinished(t, teamA, serverA, third.ID); got.Status != pull.StatusDone {
-			t.Errorf("download of 900 bytes after the others ended = %+v, want done", got)
+			t.Errorf("download of 16000 bytes after the others ended = %+v, want done", got)
 		}
 	})
 }
@@ -264,20 +265,20 @@ func TestReplaceCountsOldSize(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		e := newEnv(t, db, pull.Options{})
 		up := newUpstream(t)
-		e.roots.setLimit(serverA, 1000)
+		e.roots.setLimit(serverA, 16384)
 		dir := e.roots.dir(serverA)
-		if err := os.WriteFile(filepath.Join(dir, "x.bin"), make([]byte, 800), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "x.bin"), make([]byte, 12000), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		d := e.mustStart(t, serverA, up.URL+"/sized/900", "/", "x.bin")
+		d := e.mustStart(t, serverA, up.URL+"/sized/15000", "/", "x.bin")
 		if got := e.waitFinished(t, teamA, serverA, d.ID); got.Status != pull.StatusDone {
-			t.Fatalf("replacing 800 bytes by 900 under a 1000 limit = %+v, want done", got)
+			t.Fatalf("replacing 12000 bytes by 15000 under a 16384 limit = %+v, want done", got)
 		}
-		if b := readFile(t, filepath.Join(dir, "x.bin")); string(b) != string(payload(900)) {
-			t.Errorf("x.bin holds %d bytes, want the 900 served", len(b))
+		if b := readFile(t, filepath.Join(dir, "x.bin")); string(b) != string(payload(15000)) {
+			t.Errorf("x.bin holds %d bytes, want the 15000 served", len(b))
 		}
-		if w := e.roots.wroteFor(serverA); w != 100 {
-			t.Errorf("Wrote total = %d, want 100 (900 replaced 800)", w)
+		if w := e.roots.wroteFor(serverA); w != 16384 {
+			t.Errorf("disk ledger = %d, want 16384 (15000 bytes in 4 blocks replaced 12000 in 3)", w)
 		}
 	})
 }

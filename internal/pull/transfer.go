@@ -14,6 +14,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/netguard"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
@@ -45,22 +46,8 @@ type transfer struct {
 	written atomic.Int64 // bytes received
 
 	// Owned by the transfer's goroutine (the flusher reads only the
-	// atomics above); pool and fromPool under Manager.mu.
-	credit   int64 // bytes of the file being replaced, spent before the pool
-	fromPool int64 // bytes taken from the server's pool
-	pool     *pool
-	readErr  error // the upstream's read error, if any
-}
-
-// pool is a server's free disk space shared by the downloads this process
-// runs into it at once: each transfer's bytes are taken from it as they
-// arrive, so three downloads cannot each use the whole budget. It is
-// filled from Servers.Access when the first transfer of the server starts
-// and dropped when the last one ends; a failed transfer gives its bytes
-// back, a completed one keeps them (and reports them through Wrote).
-type pool struct {
-	free  int64
-	users int
+	// atomics above).
+	readErr error // the upstream's read error, if any
 }
 
 func (m *Manager) newTransfer(d Download, req request) *transfer {
@@ -128,20 +115,18 @@ func (m *Manager) fetch(ctx context.Context, cancel context.CancelCauseFunc, t *
 	if err != nil {
 		return err
 	}
-	root, err := files.Open(acc.Root)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	var old int64
-	if e, err := root.Stat(t.req.rel); err == nil && e.IsFile() {
-		old = e.Size
-	}
-	t.credit = old
-	m.joinPool(t, acc.Free)
-	committed := false
-	defer func() { m.leavePool(t, committed) }()
+	// The body is written through the server's disk ledger, shared with
+	// every other writer into the root (files.Writing).
+	return files.Writing(acc, func(root *files.Root, res *quota.Reservation) error {
+		return m.fetchInto(ctx, cancel, t, root, res)
+	})
+}
 
+func (m *Manager) fetchInto(ctx context.Context, cancel context.CancelCauseFunc, t *transfer, root *files.Root, res *quota.Reservation) error {
+	var credit int64 // the cost of the file being replaced
+	if e, err := root.Stat(t.req.rel); err == nil && e.IsFile() {
+		credit = quota.Cost(e.Size)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.req.url.String(), nil)
 	if err != nil {
 		return failf("the url cannot be requested: %v", err)
@@ -164,8 +149,8 @@ func (m *Manager) fetch(ctx context.Context, cancel context.CancelCauseFunc, t *
 		}
 		// Refusing early on a claimed size is safe; allowing never is:
 		// the limit is enforced on the bytes written below.
-		if avail := m.available(t); n > avail {
-			return failf("the file (%d bytes) is larger than the server's free disk space (%d bytes)", n, avail)
+		if avail := res.Free() + credit; quota.Cost(n) > avail {
+			return failf("the file (%d bytes) is larger than the server's free disk space (%d bytes)", n, max(0, avail))
 		}
 	}
 	stopFlusher := m.flusher(ctx, cancel, t)
@@ -173,7 +158,7 @@ func (m *Manager) fetch(ctx context.Context, cancel context.CancelCauseFunc, t *
 	idle := time.AfterFunc(m.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
 	defer idle.Stop()
 	body := &body{m: m, t: t, r: resp.Body, idle: idle}
-	e, err := root.WriteFileTemp(t.req.rel, t.d.ID, body, m.available(t)-t.credit)
+	e, err := root.WriteFileTemp(t.req.rel, t.d.ID, body, res)
 	if err != nil {
 		// WriteFileTemp removed its temporary file; make sure.
 		if rerr := root.RemoveTemp(t.req.dir, t.d.ID); rerr != nil && !errors.Is(rerr, files.ErrNotFound) && !errors.Is(rerr, files.ErrNotDirectory) {
@@ -181,9 +166,7 @@ func (m *Manager) fetch(ctx context.Context, cancel context.CancelCauseFunc, t *
 		}
 		return err
 	}
-	committed = true
 	t.written.Store(e.Size)
-	m.servers.Wrote(t.d.ServerID, e.Size-old)
 	return nil
 }
 
@@ -197,8 +180,9 @@ func statusLine(resp *http.Response) string {
 	return fmt.Sprint(resp.StatusCode)
 }
 
-// body counts what the upstream sends, takes it from the disk budget and
-// re-arms the idle timer. It never waits on the database.
+// body counts what the upstream sends and re-arms the idle timer (the
+// write it feeds takes the bytes from the disk ledger). It never waits on
+// the database.
 type body struct {
 	m    *Manager
 	t    *transfer
@@ -210,9 +194,6 @@ func (b *body) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if n > 0 {
 		b.idle.Reset(b.m.opts.IdleTimeout)
-		if !b.m.take(b.t, int64(n)) {
-			return 0, files.ErrQuota
-		}
 		b.t.written.Add(int64(n))
 	}
 	if err != nil && err != io.EOF {
@@ -265,58 +246,6 @@ func (m *Manager) flush(ctx context.Context, cancel context.CancelCauseFunc, t *
 		return errCanceled
 	}
 	return nil
-}
-
-func (m *Manager) joinPool(t *transfer, free int64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := m.pools[t.d.ServerID]
-	if p == nil {
-		p = &pool{free: free}
-		m.pools[t.d.ServerID] = p
-	}
-	p.users++
-	t.pool = p
-}
-
-// leavePool gives back what t took unless its file was kept.
-func (m *Manager) leavePool(t *transfer, kept bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	p := t.pool
-	if !kept {
-		p.free += t.fromPool
-	}
-	t.fromPool = 0
-	if p.users--; p.users == 0 && m.pools[t.d.ServerID] == p {
-		delete(m.pools, t.d.ServerID)
-	}
-}
-
-// take reserves n more bytes for t: first from the size of the file it
-// replaces, then from the server's pool; false when they do not fit.
-func (m *Manager) take(t *transfer, n int64) bool {
-	if t.credit >= n {
-		t.credit -= n
-		return true
-	}
-	need := n - t.credit
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if t.pool.free < need {
-		return false
-	}
-	t.pool.free -= need
-	t.fromPool += need
-	t.credit = 0
-	return true
-}
-
-// available is how many more bytes t may write.
-func (m *Manager) available(t *transfer) int64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return t.credit + t.pool.free
 }
 
 // outcome turns how a transfer ended into its final status and, for a

@@ -3,6 +3,7 @@ package quota
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"syscall"
 	"time"
@@ -120,13 +121,16 @@ func (a *Account) Reserve(n int64) (*Reservation, error) {
 }
 
 // Reservation is bytes one operation holds against an account until it
-// commits or releases them. Grow may be called from several goroutines of
-// the operation at once; Commit and Release once, when the writers are
-// done (a second call does nothing).
+// commits or releases them. Grow, Changed and Track may be called from
+// several goroutines of the operation at once; Commit or Release once,
+// when the writers are done (a second call does nothing). A nil
+// *Reservation is no limit at all (Grow always succeeds): for Kiln's own
+// writes outside any server's root.
 type Reservation struct {
 	a       *Account
 	mu      sync.Mutex
 	held    int64
+	change  int64 // what the operation changed in the root so far (Changed)
 	done    bool
 	tracked []fileID
 }
@@ -137,6 +141,9 @@ type Reservation struct {
 // untracked temporary entry is counted like any other (a game server
 // cannot hide bytes behind the prefix).
 func (r *Reservation) Track(fd int) error {
+	if r == nil {
+		return nil
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fmt.Errorf("quota: track: %w", err)
@@ -180,7 +187,7 @@ func (a *Account) inFlight(dev, ino uint64) bool {
 // Grow holds n more bytes, or fails with ErrQuota and holds nothing more
 // when the account cannot give them.
 func (r *Reservation) Grow(n int64) error {
-	if n <= 0 {
+	if n <= 0 || r == nil {
 		return nil
 	}
 	r.mu.Lock()
@@ -199,17 +206,72 @@ func (r *Reservation) Grow(n int64) error {
 	return nil
 }
 
+// Shrink gives back n of the bytes held (a writer removed a partial
+// file; the operation goes on).
+func (r *Reservation) Shrink(n int64) {
+	if r == nil || n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	n = min(n, r.held)
+	r.a.mu.Lock()
+	r.a.reserved -= n
+	r.a.mu.Unlock()
+	r.held -= n
+}
+
+// Free is what the account could still give this reservation now (a
+// first check against a claimed size; the limit is enforced by Grow).
+// A nil reservation has no limit.
+func (r *Reservation) Free() int64 {
+	if r == nil {
+		return math.MaxInt64
+	}
+	return r.a.Figures().Free()
+}
+
 // Held is what the reservation holds.
 func (r *Reservation) Held() int64 {
+	if r == nil {
+		return 0
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.held
 }
 
-// Commit ends the reservation: delta (what the operation changed in the
-// root, which may be less than it held, or negative) becomes used, the
-// rest is released.
-func (r *Reservation) Commit(delta int64) {
+// Changed records that the operation changed the root by delta bytes
+// (a file it put in place: its cost less what it replaced). It may be
+// less than what was held, or negative.
+func (r *Reservation) Changed(delta int64) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.change += delta
+	r.mu.Unlock()
+}
+
+// Change is what Changed recorded so far.
+func (r *Reservation) Change() int64 {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.change
+}
+
+// Commit ends the reservation: what Changed recorded becomes used, the
+// rest of what was held is released.
+func (r *Reservation) Commit() {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done {
@@ -219,15 +281,18 @@ func (r *Reservation) Commit(delta int64) {
 	a := r.a
 	a.mu.Lock()
 	a.reserved -= r.held
-	a.commitLocked(delta)
+	a.commitLocked(r.change)
 	r.untrackLocked()
 	a.mu.Unlock()
 	r.held = 0
 }
 
-// Release ends the reservation without a change: the operation removed
-// whatever it wrote.
+// Release ends the reservation and commits nothing: the operation removed
+// whatever it wrote (what Changed recorded is dropped).
 func (r *Reservation) Release() {
+	if r == nil {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.done {
@@ -250,11 +315,15 @@ type Writer struct {
 	Credit int64 // cost of the file being replaced
 	n      int64 // bytes written
 	cost   int64 // held for this file so far
+	begun  bool  // Reserve was called
 }
 
 // Reserve holds what the file costs with n more bytes. Errors: ErrQuota.
 func (w *Writer) Reserve(n int64) error {
 	want := Cost(w.n+n) - w.Credit
+	if !w.begun && want <= w.cost {
+		w.begun = true
+	}
 	if want <= w.cost {
 		w.n += n
 		return nil
@@ -262,11 +331,22 @@ func (w *Writer) Reserve(n int64) error {
 	if err := w.Res.Grow(want - w.cost); err != nil {
 		return err
 	}
-	w.cost = want
+	w.cost, w.begun = want, true
 	w.n += n
 	return nil
 }
 
+// Abandon gives back what was held for the file (its writer removed it).
+func (w *Writer) Abandon() {
+	w.Res.Shrink(w.cost)
+	w.cost, w.n, w.begun = 0, 0, false
+}
+
 // Delta is what the file changed in the root once written: its cost less
-// the credit.
-func (w *Writer) Delta() int64 { return Cost(w.n) - w.Credit }
+// the credit (0 if nothing was ever reserved for it).
+func (w *Writer) Delta() int64 {
+	if !w.begun {
+		return 0
+	}
+	return Cost(w.n) - w.Credit
+}

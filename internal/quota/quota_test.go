@@ -58,7 +58,8 @@ func TestReserveExactUnderConcurrency(t *testing.T) {
 			}
 			if w.Delta()%2 == 0 {
 				committed.Add(w.Delta())
-				r.Commit(w.Delta())
+				r.Changed(w.Delta())
+				r.Commit()
 			} else {
 				r.Release()
 			}
@@ -89,7 +90,8 @@ func TestWriterCredit(t *testing.T) {
 	if err := w.Reserve(1); !errors.Is(err, ErrQuota) {
 		t.Fatalf("Reserve past it = %v, want ErrQuota", err)
 	}
-	r.Commit(w.Delta())
+	r.Changed(w.Delta())
+	r.Commit()
 	if f := a.Figures(); f.Used != 100<<10 || f.Reserved != 0 {
 		t.Errorf("figures = %+v, want used 100 KiB, nothing reserved", f)
 	}
@@ -97,7 +99,8 @@ func TestWriterCredit(t *testing.T) {
 	r, _ = a.Reserve(0)
 	w = &Writer{Res: r, Credit: Cost(68 << 10)}
 	_ = w.Reserve(10)
-	r.Commit(w.Delta())
+	r.Changed(w.Delta())
+	r.Commit()
 	if f := a.Figures(); f.Used != 100<<10-64<<10 {
 		t.Errorf("used after a shorter rewrite = %d, want %d", f.Used, 100<<10-64<<10)
 	}
@@ -228,7 +231,8 @@ func TestWalkKeepsCommitsMadeMeanwhile(t *testing.T) {
 		defer close(done)
 		for range 200 {
 			r, _ := a.Reserve(4096)
-			r.Commit(4096)
+			r.Changed(4096)
+			r.Commit()
 		}
 	}()
 	_, err := a.Walk(dir, time.Time{})

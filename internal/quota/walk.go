@@ -206,34 +206,64 @@ func (w *walker) entry(f *frame, name string) error {
 	return nil
 }
 
-// removeAt removes name in directory dirfd, a directory with everything
-// in it, by descriptor. What cannot be removed stays (the next walk tries
-// again).
+// removeAt removes a leftover; what cannot be removed stays (the next
+// walk tries again).
 func removeAt(dirfd int, name string, isDir bool) {
 	if !isDir {
 		_ = unix.Unlinkat(dirfd, name, 0)
 		return
 	}
+	_ = RemoveAllAt(dirfd, name)
+}
+
+// RemoveAllAt removes name in directory dirfd, a directory with
+// everything in it, by descriptor (never through a symlink: a link is
+// removed itself), giving each directory its owner's rwx first, so that
+// no mode a game server set can make its files undeletable by Kiln. It
+// is how Kiln removes trees it does not own the shape of: leftovers of a
+// crash, and the files API's delete. A name already gone is not an error.
+func RemoveAllAt(dirfd int, name string) error {
+	err := unix.Unlinkat(dirfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) && !errors.Is(err, unix.EPERM) {
+		return &os.PathError{Op: "unlinkat", Path: name, Err: err}
+	}
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return &os.PathError{Op: "openat", Path: name, Err: err}
 	}
 	// Owner rwx on the directory itself, or its entries cannot go.
 	_ = unix.Fchmod(fd, 0o700)
 	d := os.NewFile(uintptr(fd), name)
+	var first error
 	for {
-		names, err := d.Readdirnames(1024)
+		names, rerr := d.Readdirnames(1024)
 		for _, n := range names {
-			var st unix.Stat_t
-			if unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
-				continue
+			if err := RemoveAllAt(fd, n); err != nil && first == nil {
+				first = err
 			}
-			removeAt(fd, n, st.Mode&unix.S_IFMT == unix.S_IFDIR)
 		}
-		if err != nil || len(names) == 0 {
+		if rerr != nil || len(names) == 0 {
+			if rerr != nil && rerr != io.EOF && first == nil {
+				first = rerr
+			}
+			break
+		}
+		if first != nil {
 			break
 		}
 	}
 	d.Close()
-	_ = unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR)
+	if first != nil {
+		return first
+	}
+	if err := unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "rmdir", Path: name, Err: err}
+	}
+	return nil
 }

@@ -2,10 +2,9 @@ package servers
 
 import (
 	"context"
-	"errors"
-	"io/fs"
-	"path/filepath"
 	"time"
+
+	"github.com/kilnhq/kiln/internal/quota"
 )
 
 // Disk is a server's disk limit and what its root holds, for the
@@ -30,23 +29,26 @@ func (s *Service) Root(ctx context.Context, teamID, id string) (string, error) {
 }
 
 // Access is what an operation on a server's files needs: its root and, for
-// a write, how many bytes it may still add before the disk limit.
+// a write, its disk ledger, from which every writer reserves before it
+// writes (quota.Account).
 type Access struct {
 	Root string
-	Free int64
+	Disk *quota.Account // nil unless the access was for a write
 }
 
 // Access checks that one of the team's servers exists and returns its
-// root; with write, also its free space, and ErrInstalling while the
-// installer writes into the root. Errors: ErrNotFound, ErrInstalling.
+// root; with write, also its disk ledger (limit set from disk_mb), and
+// ErrInstalling while the installer writes into the root. Errors:
+// ErrNotFound, ErrInstalling.
 //
-// The free space is the last walk of the root plus Kiln's own writes since
-// (Wrote). A figure older than Options.DiskFresh is walked again in the
-// background, which also catches what the game server itself wrote; the
-// write that finds it stale does not wait for that walk (a world of 20,000
-// files takes tens of ms to walk, and every save in a file manager would
-// pay it). Only a server never measured, or whose figure an operation of
-// unknown effect invalidated (DiskChanged), is walked before the write.
+// The ledger's figure is the last walk of the root plus Kiln's own
+// commits since. A figure older than Options.DiskFresh is walked again in
+// the background, which also catches what the game server itself wrote;
+// the write that finds it stale does not wait for that walk (a world of
+// 20,000 files takes tens of ms to walk, and every save in a file manager
+// would pay it). Only a server never measured, or whose figure an
+// operation of unknown effect made stale (DiskChanged), is walked before
+// the write.
 func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Access, error) {
 	sv, err := s.Get(ctx, teamID, id)
 	if err != nil {
@@ -59,13 +61,11 @@ func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Ac
 	if sv.Status == StatusInstalling {
 		return Access{}, ErrInstalling
 	}
-	l := s.liveOf(id)
-	l.mu.Lock()
-	used, at := l.res.DiskBytes, l.diskAt
-	l.mu.Unlock()
-	switch {
+	disk := s.liveOf(id).disk
+	disk.SetLimit(int64(sv.DiskMB) << 20)
+	switch at := disk.Figures().WalkedAt; {
 	case at.IsZero():
-		if used, err = s.measure(id); err != nil {
+		if _, err := s.measure(id); err != nil {
 			return Access{}, err
 		}
 	case time.Since(at) > s.opts.DiskFresh:
@@ -74,40 +74,19 @@ func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Ac
 		default: // the sampler is behind; its periodic walk catches up
 		}
 	}
-	a.Free = max(0, int64(sv.DiskMB)<<20-used)
+	a.Disk = disk
 	return a, nil
-}
-
-// Wrote tells the server's disk figure that Kiln added (or, negative,
-// removed) delta bytes in its root.
-func (s *Service) Wrote(id string, delta int64) {
-	l := s.liveOf(id)
-	l.mu.Lock()
-	l.res.DiskBytes = max(0, l.res.DiskBytes+delta)
-	l.mu.Unlock()
 }
 
 // DiskChanged makes the next write measure the root again (after an
 // operation whose effect on the size is not known, such as deleting a
 // directory).
-func (s *Service) DiskChanged(id string) {
-	l := s.liveOf(id)
-	l.mu.Lock()
-	l.diskAt = time.Time{}
-	l.mu.Unlock()
-}
+func (s *Service) DiskChanged(id string) { s.liveOf(id).disk.Stale() }
 
-// measure walks a server's root and records the figure.
+// measure walks a server's root and records the figure; temporary files
+// of writes cut by a crash (older than this service) are removed.
 func (s *Service) measure(id string) (int64, error) {
-	used, err := DiskUsage(s.node.Root(id))
-	if err != nil {
-		return 0, err
-	}
-	l := s.liveOf(id)
-	l.mu.Lock()
-	l.res.DiskBytes, l.diskAt = used, time.Now()
-	l.mu.Unlock()
-	return used, nil
+	return s.liveOf(id).disk.Walk(s.node.Root(id), s.started)
 }
 
 // DiskUsage measures one of the team's servers now (a walk of its root;
@@ -126,23 +105,7 @@ func (s *Service) DiskUsage(ctx context.Context, teamID, id string) (Disk, error
 	return Disk{LimitBytes: int64(sv.DiskMB) << 20, UsedBytes: used}, nil
 }
 
-// DiskUsage adds up the sizes of the regular files under root, without
-// following symlinks. A root that does not exist holds nothing.
-func DiskUsage(root string) (int64, error) {
-	var total int64
-	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				total += fi.Size()
-			}
-		}
-		return nil
-	})
-	return total, err
-}
+// DiskUsage is what the tree at root costs against a disk limit
+// (quota.Usage: files by block, directories and links one block each,
+// symlinks never followed). A root that does not exist holds nothing.
+func DiskUsage(root string) (int64, error) { return quota.Usage(root, time.Time{}) }

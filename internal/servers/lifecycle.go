@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/slp"
 	"github.com/kilnhq/kiln/internal/store"
@@ -32,8 +33,8 @@ type live struct {
 	startedAt     time.Time
 	stopRequested bool
 	restarts      []time.Time
-	res           Resources
-	diskAt        time.Time          // when res.DiskBytes was last measured by a walk
+	res           Resources          // DiskBytes unused: disk has the figure
+	disk          *quota.Account     // the root's disk ledger
 	cancelInstall context.CancelFunc // of the install in flight, if any
 }
 
@@ -58,7 +59,7 @@ func (s *Service) liveOf(id string) *live {
 	defer s.mu.Unlock()
 	l, ok := s.live[id]
 	if !ok {
-		l = &live{console: newConsole()}
+		l = &live{console: newConsole(), disk: quota.NewAccount(0)}
 		s.live[id] = l
 	}
 	return l
@@ -79,6 +80,7 @@ func (l *live) resources() Resources {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.res
+	r.DiskBytes = l.disk.Figures().Used
 	if l.inst != nil && !l.startedAt.IsZero() {
 		r.UptimeMS = time.Since(l.startedAt).Milliseconds()
 	} else {
@@ -251,7 +253,7 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 	l.mu.Lock()
 	l.inst = inst
 	l.startedAt = time.Now()
-	l.res = Resources{DiskBytes: l.res.DiskBytes}
+	l.res = Resources{}
 	l.mu.Unlock()
 	if _, err := s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = $1 WHERE id = $2`, inst.Ref(), sv.ID); err != nil {
 		s.log.Error("record runtime ref", "server_id", sv.ID, "err", err)

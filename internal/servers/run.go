@@ -179,10 +179,7 @@ func (s *Service) measureIfStale(id string) {
 	if !ok {
 		return // deleted meanwhile
 	}
-	l.mu.Lock()
-	at := l.diskAt
-	l.mu.Unlock()
-	if time.Since(at) > s.opts.DiskFresh {
+	if time.Since(l.disk.Figures().WalkedAt) > s.opts.DiskFresh {
 		_, _ = s.measure(id)
 	}
 }

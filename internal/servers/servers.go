@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -126,6 +127,7 @@ type Service struct {
 
 	recovered chan struct{} // closed when Run's recovery is done
 	remeasure chan string   // servers whose disk figure a write found stale (sample walks them)
+	started   time.Time     // temporary files older than this are crash leftovers
 	onDelete  []func(ctx context.Context, id string) error
 
 	ctx    context.Context // of Run; background work stops with it

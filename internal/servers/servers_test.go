@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/slp"
@@ -321,8 +322,10 @@ func TestDiskUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.UsedBytes != before.UsedBytes+100_000 || got.LimitBytes != 1024<<20 || got.Free() != 1024<<20-got.UsedBytes {
-		t.Errorf("DiskUsage = %+v (before %+v), want 100000 more used and a 1 GiB limit", got, before)
+	// The new file costs its blocks, and so do the two new directories;
+	// the link one block, its target nothing.
+	if got.UsedBytes != before.UsedBytes+quota.Cost(100_000)+2*quota.EntryCost+quota.EntryCost || got.LimitBytes != 1024<<20 || got.Free() != 1024<<20-got.UsedBytes {
+		t.Errorf("DiskUsage = %+v (before %+v), want 100000 bytes (and 2 directories and a link) more used and a 1 GiB limit", got, before)
 	}
 	listed, _ := env.Service.Get(t.Context(), teamID, sv.ID)
 	if listed.Resources.DiskBytes != got.UsedBytes {
@@ -529,7 +532,7 @@ func TestDiskFigureRefreshedInBackground(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := limit - a.Free
+	base := limit - a.Disk.Figures().Free()
 	// The game server writes 3 MB behind Kiln's back.
 	if err := os.WriteFile(filepath.Join(root, "world.dat"), make([]byte, 3_000_000), 0o644); err != nil {
 		t.Fatal(err)
@@ -539,7 +542,7 @@ func TestDiskFigureRefreshedInBackground(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := limit - a.Free; got != base {
+	if got := limit - a.Disk.Figures().Free(); got != base {
 		t.Errorf("a stale figure's write was answered with %d used bytes, want the last figure %d (no walk on its path)", got, base)
 	}
 	waitFor(t, svc, teamID, sv.ID, "the background walk to count world.dat", func(s servers.Server) bool {
@@ -553,7 +556,7 @@ func TestDiskFigureRefreshedInBackground(t *testing.T) {
 	if a, err = svc.Access(t.Context(), teamID, sv.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if got := limit - a.Free; got < base+4_000_000 {
+	if got := limit - a.Disk.Figures().Free(); got < base+4_000_000 {
 		t.Errorf("after DiskChanged the write saw %d used bytes, want at least %d (walked first)", got, base+4_000_000)
 	}
 }

@@ -104,6 +104,6 @@ func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options,
 	return &Service{
 		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, installer: inst, opts: opts,
 		live: map[string]*live{}, lists: map[string]listCache{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
-		remeasure: make(chan string, 64),
+		remeasure: make(chan string, 64), started: time.Now(),
 	}
 }
