@@ -218,11 +218,10 @@ func (r *Root) write(rel, tag string, src io.Reader, res *quota.Reservation) (En
 func (r *Root) mkdirAll(rel string, res *quota.Reservation) (int64, error) {
 	var missing int64
 	for d := rel; d != "."; d = path.Dir(d) {
-		e, err := r.Stat(d)
+		_, err := r.Stat(d)
 		if err == nil {
-			if !e.IsDir() {
-				return 0, ErrNotDirectory
-			}
+			// A directory, or a link or file MkdirAll will judge (a link
+			// inside is followed, one leading out is ErrNotFound).
 			break
 		}
 		if !errors.Is(err, ErrNotFound) {
