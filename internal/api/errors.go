@@ -31,6 +31,7 @@ const (
 	codeNotAFile           = "NOT_A_FILE"
 	codeFileTooLarge       = "FILE_TOO_LARGE"
 	codeQuotaExceeded      = "QUOTA_EXCEEDED"
+	codeTeamLimit          = "TEAM_LIMIT_REACHED"
 	codeDownloadNotFound   = "DOWNLOAD_NOT_FOUND"
 	codeConfigNotFound     = "CONFIGURATION_NOT_FOUND"
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
@@ -87,6 +88,8 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: "the server is being installed; try again when it is offline", Code: codeServerInstalling}
 	case errors.Is(err, servers.ErrOffline):
 		return http.StatusBadGateway, errorBody{Error: "the server is not running", Code: codeServerOffline}
+	case errors.As(err, new(*servers.TeamLimitError)):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeTeamLimit}
 	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrNoPort), errors.Is(err, servers.ErrInstallFailed):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	case errors.Is(err, archive.ErrUnsupported):

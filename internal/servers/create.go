@@ -123,33 +123,54 @@ func (s *Service) checkSpec(ns *NewServer) (catalog.Profile, error) {
 
 // Create records a new server, allocates its port and root, and installs its
 // software in the background (status installing → offline). Errors:
-// *validate.Error, ErrNoPort.
+// *validate.Error, *TeamLimitError, ErrNoPort.
 func (s *Service) Create(ctx context.Context, teamID string, ns NewServer) (Server, error) {
 	if _, err := s.checkSpec(&ns); err != nil {
+		return Server{}, err
+	}
+	if err := s.checkNodeDisk(ctx, ns.DiskMB); err != nil {
 		return Server{}, err
 	}
 	env, _ := json.Marshal(ns.Env)
 	id := uuid.NewString()
 	now := store.Now()
-	var port int
-	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		if port, err = s.freePort(ctx, tx); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `
-			INSERT INTO servers (id, team_id, name, software, version, status, node, port, memory_mb, disk_mb,
-			                     cpu_percent, env, desired_state, created_at, updated_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13)`,
-			id, teamID, ns.Name, ns.Software, ns.Version, StatusInstalling, s.node.Name(), port,
-			ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(env), now)
+	// The host is probed for free ports before the transaction, never
+	// inside it (a probe holds the single SQLite writer, or a PostgreSQL
+	// row lock, for nothing). A port taken between the probe and the
+	// insert — by another request or replica — fails the insert on the
+	// unique (node, port) index: the next candidate is tried.
+	var taken map[int]bool
+	for attempt := 0; ; attempt++ {
+		port, err := s.freePort(ctx, taken)
 		if err != nil {
-			return fmt.Errorf("insert server: %w", err)
+			return Server{}, err
 		}
-		return nil
-	})
-	if err != nil {
-		return Server{}, err
+		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+			if err := s.checkTeamLimits(ctx, tx, teamID, ns.MemoryMB, ns.DiskMB); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `
+				INSERT INTO servers (id, team_id, name, software, version, status, node, port, memory_mb, disk_mb,
+				                     cpu_percent, env, desired_state, created_at, updated_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13)`,
+				id, teamID, ns.Name, ns.Software, ns.Version, StatusInstalling, s.node.Name(), port,
+				ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(env), now)
+			if err != nil {
+				return fmt.Errorf("insert server: %w", err)
+			}
+			return nil
+		})
+		if store.IsUniqueViolation(err) && attempt < 20 {
+			if taken == nil {
+				taken = map[int]bool{}
+			}
+			taken[port] = true
+			continue
+		}
+		if err != nil {
+			return Server{}, err
+		}
+		break
 	}
 	if err := os.MkdirAll(s.node.Root(id), 0o750); err != nil {
 		return Server{}, fmt.Errorf("create server root: %w", err)
@@ -162,12 +183,26 @@ func (s *Service) Create(ctx context.Context, teamID string, ns NewServer) (Serv
 	return sv, err
 }
 
-// freePort returns the lowest game port of the node that no server holds
-// and that no other program listens on (probed on every interface, so a
-// port held on any address is skipped). The unique index on (node, port)
-// catches a concurrent replica that chose the same port: its insert fails.
-func (s *Service) freePort(ctx context.Context, tx *sql.Tx) (int, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT port FROM servers WHERE node = $1`, s.node.Name())
+// checkNodeDisk refuses a disk_mb larger than the node's disk: a limit
+// the node could never hold is no limit.
+func (s *Service) checkNodeDisk(ctx context.Context, diskMB int) error {
+	c, err := s.node.Capacity(ctx)
+	if err != nil || c.DiskBytes <= 0 {
+		return nil // unknown: the ledger and ENOSPC still bound writes
+	}
+	if max := c.DiskBytes >> 20; int64(diskMB) > max {
+		return validationf("disk_mb", "must be at most %d: that is all the node's disk holds", max)
+	}
+	return nil
+}
+
+// freePort returns the lowest game port of the node that no server holds,
+// that skip does not name, and that no other program listens on (probed on
+// every interface, so a port held on any address is skipped). It reads
+// the database outside any transaction; the insert's unique (node, port)
+// index settles a race.
+func (s *Service) freePort(ctx context.Context, skip map[int]bool) (int, error) {
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT port FROM servers WHERE node = $1`, s.node.Name())
 	if err != nil {
 		return 0, fmt.Errorf("read used ports: %w", err)
 	}
@@ -185,7 +220,7 @@ func (s *Service) freePort(ctx context.Context, tx *sql.Tx) (int, error) {
 	}
 	r := s.node.Ports()
 	for p := r.First; p <= r.Last; p++ {
-		if !used[p] && portFree(p) {
+		if !used[p] && !skip[p] && portFree(p) {
 			return p, nil
 		}
 	}

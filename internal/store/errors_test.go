@@ -1,0 +1,43 @@
+package store_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// TestIsUniqueViolation: each driver's own code is recognised — a
+// duplicate primary key and a duplicate unique name — and other errors
+// (a missing table, a NOT NULL violation) are not.
+func TestIsUniqueViolation(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		ctx := t.Context()
+		w := db.Write()
+		if _, err := w.ExecContext(ctx, `INSERT INTO teams (id, name, created_at) VALUES ($1, $2, $3)`, "team_u1", "uniq", 1); err != nil {
+			t.Fatal(err)
+		}
+		_, dupName := w.ExecContext(ctx, `INSERT INTO teams (id, name, created_at) VALUES ($1, $2, $3)`, "team_u2", "uniq", 1)
+		_, dupKey := w.ExecContext(ctx, `INSERT INTO teams (id, name, created_at) VALUES ($1, $2, $3)`, "team_u1", "other", 1)
+		_, null := w.ExecContext(ctx, `INSERT INTO teams (id, name, created_at) VALUES ($1, NULL, $2)`, "team_u3", 1)
+		_, missing := w.ExecContext(ctx, `INSERT INTO no_such_table (id) VALUES ($1)`, "x")
+		for _, c := range []struct {
+			name string
+			err  error
+			want bool
+		}{
+			{"duplicate unique name", dupName, true},
+			{"duplicate primary key", dupKey, true},
+			{"wrapped duplicate", fmt.Errorf("insert: %w", dupName), true},
+			{"NOT NULL violation", null, false},
+			{"missing table", missing, false},
+			{"other error", errors.New("duplicate key value violates unique constraint"), false},
+		} {
+			if got := store.IsUniqueViolation(c.err); got != c.want {
+				t.Errorf("IsUniqueViolation(%s: %v) = %v, want %v", c.name, c.err, got, c.want)
+			}
+		}
+	})
+}
