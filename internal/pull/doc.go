@@ -62,6 +62,12 @@
 //     the root, so concurrent downloads, uploads and extractions cannot
 //     together pass the limit. The cost of a file being replaced counts as
 //     free for its download.
+//   - Fairness: a process runs at most MaxRunning (16) transfers, and one
+//     team's downloads at most MaxRunningPerTeam (4) of them; the rest wait
+//     queued (a team's own queue never holds a slot of the node). A
+//     transfer that receives less than MinRate (10 KiB/s) on average over
+//     MinRateWindow (60 s) fails, so a trickling upstream cannot hold a
+//     slot for the whole TotalTimeout.
 //   - Timeouts (Options): HeaderTimeout from the request to the response
 //     headers, dialing, TLS and redirects included (30 s; netguard's
 //     dialer also gives up a single address after 30 s); IdleTimeout

@@ -125,6 +125,15 @@ type Options struct {
 	// MaxRunning is how many transfers one process runs at once; more
 	// wait as queued (default 16).
 	MaxRunning int
+	// MaxRunningPerTeam is how many of them one team's downloads may
+	// take, so that one team cannot starve the others (default 4).
+	MaxRunningPerTeam int
+	// MinRate and MinRateWindow: a transfer that receives fewer than
+	// MinRate bytes a second, on average over any MinRateWindow, fails
+	// (defaults 10 KiB/s over 60 s): a trickling upstream does not hold a
+	// slot for its whole TotalTimeout.
+	MinRate       int64
+	MinRateWindow time.Duration
 	// ProgressInterval is how often a running download's byte count is
 	// written to the database, and so how soon it notices a Cancel made
 	// by another process (default 1 s). List and Get answer live figures
@@ -156,6 +165,15 @@ func (o *Options) defaults() {
 	}
 	if o.MaxRunning <= 0 {
 		o.MaxRunning = 16
+	}
+	if o.MaxRunningPerTeam <= 0 {
+		o.MaxRunningPerTeam = 4
+	}
+	if o.MinRate <= 0 {
+		o.MinRate = 10 << 10
+	}
+	if o.MinRateWindow <= 0 {
+		o.MinRateWindow = time.Minute
 	}
 	if o.ProgressInterval <= 0 {
 		o.ProgressInterval = time.Second
@@ -191,8 +209,9 @@ type Manager struct {
 	// errShutdown when it stops.
 	base       context.Context
 	baseCancel context.CancelCauseFunc
-	slots      chan struct{} // MaxRunning transfer slots
-	recovered  chan struct{} // closed when Run has recovered (or failed to)
+	slots      chan struct{}            // MaxRunning transfer slots
+	teamSlots  map[string]chan struct{} // MaxRunningPerTeam slots by team, under mu
+	recovered  chan struct{}            // closed when Run has recovered (or failed to)
 	wg         sync.WaitGroup
 
 	mu     sync.Mutex
@@ -220,6 +239,7 @@ func NewManager(db *store.DB, srv Servers, policy *netguard.Policy, opts Options
 		db: db, servers: srv, client: policy.Client(base), opts: opts, log: log,
 		base: ctx, baseCancel: cancel,
 		slots:     make(chan struct{}, opts.MaxRunning),
+		teamSlots: map[string]chan struct{}{},
 		recovered: make(chan struct{}),
 		active:    map[string]*transfer{},
 	}

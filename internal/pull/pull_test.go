@@ -711,3 +711,46 @@ func TestCancelServer(t *testing.T) {
 		}
 	})
 }
+
+// TestMinimumRate: an upstream that sends too little for too long fails
+// the download (and gives its slot back) long before the idle timeout.
+func TestMinimumRate(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, pull.Options{MinRate: 1 << 20, MinRateWindow: 300 * time.Millisecond, IdleTimeout: time.Minute})
+		up := newUpstream(t)
+		d := e.mustStart(t, serverA, up.URL+"/hang/100", "/", "x")
+		got := e.waitFinished(t, teamA, serverA, d.ID)
+		if want := "the server sent less than 1048576 bytes a second for 300ms"; got.Status != pull.StatusFailed || got.Error != want {
+			t.Errorf("trickling download = %q, %q; want failed, %q", got.Status, got.Error, want)
+		}
+		assertEmptyTree(t, e.roots.dir(serverA))
+	})
+}
+
+// TestRunningCappedPerTeam: one team's downloads beyond its share wait
+// queued while another team's run through.
+func TestRunningCappedPerTeam(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, pull.Options{MaxRunningPerTeam: 1})
+		up := newUpstream(t)
+		first := e.mustStart(t, serverA, up.URL+"/hang/100", "/", "a")
+		e.waitFor(t, teamA, serverA, first.ID, "running", func(d pull.Download) bool { return d.Status == pull.StatusRunning })
+		second := e.mustStart(t, server2, up.URL+"/sized/100", "/", "b")
+		other, err := e.m.Start(t.Context(), teamB, serverB, up.URL+"/sized/100", "/", "c")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := e.waitFinished(t, teamB, serverB, other.ID); got.Status != pull.StatusDone {
+			t.Fatalf("the other team's download = %+v, want done", got)
+		}
+		if got, err := e.m.Get(t.Context(), teamA, server2, second.ID); err != nil || got.Status != pull.StatusQueued {
+			t.Errorf("team A's second download while its first runs = %+v, %v; want queued", got, err)
+		}
+		if _, err := e.m.Cancel(t.Context(), teamA, serverA, first.ID); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.waitFinished(t, teamA, server2, second.ID); got.Status != pull.StatusDone {
+			t.Errorf("team A's second download after the first ended = %+v, want done", got)
+		}
+	})
+}

@@ -25,6 +25,7 @@ var (
 	errHeaderTimeout = errors.New("response header timeout")
 	errIdleTimeout   = errors.New("idle timeout")
 	errTotalTimeout  = errors.New("total timeout")
+	errTooSlow       = errors.New("below the minimum rate")
 )
 
 // failure is a download failure whose sentence is already written.
@@ -87,6 +88,15 @@ func (m *Manager) run(t *transfer) {
 
 // execute waits for a slot, runs the transfer and says how it ended.
 func (m *Manager) execute(t *transfer, log *slog.Logger) (Status, string) {
+	// The team's slot first: a team's queued downloads wait for the
+	// team's own running ones, never holding a slot of the node.
+	team := m.teamSlot(t.d.TeamID)
+	select {
+	case team <- struct{}{}:
+		defer func() { <-team }()
+	case <-t.ctx.Done():
+		return m.outcome(t.ctx, t, context.Cause(t.ctx), log)
+	}
 	select {
 	case m.slots <- struct{}{}:
 		defer func() { <-m.slots }()
@@ -106,6 +116,61 @@ func (m *Manager) execute(t *transfer, log *slog.Logger) (Status, string) {
 	defer cancel(nil)
 	err = m.fetch(ctx, cancel, t)
 	return m.outcome(ctx, t, err, log)
+}
+
+// teamSlot is the semaphore of a team's running downloads.
+func (m *Manager) teamSlot(teamID string) chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.teamSlots[teamID]
+	if c == nil {
+		c = make(chan struct{}, m.opts.MaxRunningPerTeam)
+		m.teamSlots[teamID] = c
+	}
+	return c
+}
+
+// rateGuard fails t (errTooSlow) when it received fewer than MinRate bytes
+// a second over the last MinRateWindow; it checks every tenth of the
+// window until stop is called.
+func (m *Manager) rateGuard(cancel context.CancelCauseFunc, t *transfer) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	window := m.opts.MinRateWindow
+	need := int64(float64(m.opts.MinRate) * window.Seconds())
+	go func() {
+		defer close(done)
+		type mark struct {
+			at time.Time
+			n  int64
+		}
+		start := time.Now()
+		marks := []mark{{start, t.written.Load()}}
+		tick := time.NewTicker(window / 10)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case now := <-tick.C:
+				n := t.written.Load()
+				marks = append(marks, mark{now, n})
+				// The oldest mark at least a window old is the base.
+				i := 0
+				for i+1 < len(marks) && now.Sub(marks[i+1].at) >= window {
+					i++
+				}
+				marks = marks[i:]
+				if now.Sub(marks[0].at) >= window && n-marks[0].n < need {
+					cancel(errTooSlow)
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
 }
 
 // fetch requests the URL and writes the body into the server's root
@@ -155,6 +220,8 @@ func (m *Manager) fetchInto(ctx context.Context, cancel context.CancelCauseFunc,
 	}
 	stopFlusher := m.flusher(ctx, cancel, t)
 	defer stopFlusher()
+	stopGuard := m.rateGuard(cancel, t)
+	defer stopGuard()
 	idle := time.AfterFunc(m.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
 	defer idle.Stop()
 	body := &body{m: m, t: t, r: resp.Body, idle: idle}
@@ -267,6 +334,8 @@ func (m *Manager) outcome(ctx context.Context, t *transfer, err error, log *slog
 			return StatusFailed, "no data received for " + human(m.opts.IdleTimeout)
 		case errors.Is(cause, errTotalTimeout):
 			return StatusFailed, "the download took longer than " + human(m.opts.TotalTimeout)
+		case errors.Is(cause, errTooSlow):
+			return StatusFailed, fmt.Sprintf("the server sent less than %d bytes a second for %s", m.opts.MinRate, human(m.opts.MinRateWindow))
 		}
 	}
 	if f, ok := errors.AsType[*failure](err); ok {
