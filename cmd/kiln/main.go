@@ -1,6 +1,28 @@
 // Command kiln runs and administers Kiln: `kiln serve` runs the whole
 // service; `kiln admin …` manages teams and tokens in the same database,
 // also while serve runs.
+//
+// kiln serve starts in this order, each step before anything that a
+// failure of it should prevent: flags and config; the data dir's lock
+// (internal/instance: one kiln serve per data dir, PostgreSQL included,
+// since the data dir holds the server roots; a second one is refused at
+// once, naming the holder's pid); the listener (a taken port fails before
+// the database is created or migrated and before the bootstrap token,
+// shown once, is made); the database; this process's instance id (a row
+// in instances, logged); the bootstrap token; the services. Requests wait
+// in the listener's queue until recovery is done.
+//
+// Everything that runs while serving (HTTP, the servers service's
+// recovery and sampler, the downloads, the instance heartbeat, the rate
+// limit sweep) shares one errgroup: the first error, a failed recovery
+// included, stops the rest and is printed as `kiln: …` with exit status
+// 1. SIGINT or SIGTERM stops everything and exits 0: HTTP first
+// (Shutdown, 10 s), with event streams (the console's SSE) ended as
+// shutdown begins (streams.go), since Shutdown would wait for them
+// forever; then downloads (they fail as interrupted); then the servers
+// service, which gives process-runtime game servers their stop command
+// and lets docker containers run on, to be re-adopted at the next start;
+// then the instance row, the runtime, the store and the lock.
 package main
 
 import (

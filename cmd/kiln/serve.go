@@ -302,49 +302,57 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Event streams end when shutdown begins (streams.go); Shutdown would
+	// wait for them forever.
+	strm := newStreams()
 	srv := &http.Server{
-		Handler:           handler,
+		Handler:           strm.wrap(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	log.Info("kiln serving", "addr", ln.Addr().String(), "instance_id", self.ID, "version", version, "dev", cfg.Dev,
-		"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String())
+	srv.RegisterOnShutdown(strm.end)
 
+	// Everything runs in one errgroup: the first error (a failed recovery
+	// included) stops the rest and is what serve returns; a signal stops
+	// everything and serve returns nil.
 	g, gctx := errgroup.WithContext(ctx)
-	// The servers service recovers the node's servers, then samples them
-	// until shutdown; it outlives the HTTP server so that a request in
-	// flight never meets a stopped service.
-	svcCtx, stopSvc := context.WithCancel(context.Background())
-	svcDone := make(chan error, 1)
-	go func() { svcDone <- serverSvc.Run(svcCtx) }()
-	pullCtx, stopPulls := context.WithCancel(context.Background())
-	pullDone := make(chan error, 1)
-	go func() { pullDone <- pulls.Run(pullCtx) }()
-	stopBackground := func() error {
-		stopPulls()
-		perr := <-pullDone
-		stopSvc()
-		serr := <-svcDone
-		if serr != nil {
-			return fmt.Errorf("servers: %w", serr)
-		}
-		if perr != nil {
-			return fmt.Errorf("remote downloads: %w", perr)
+	// The servers service (recovery, then sampling and supervision) and the
+	// downloads outlive the HTTP server, so that a request in flight never
+	// meets a stopped service: their contexts end only once Shutdown has
+	// returned, the downloads' first (they write into servers).
+	svcCtx, stopSvc := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSvc()
+	pullCtx, stopPulls := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopPulls()
+	pullsDone := make(chan struct{})
+	g.Go(func() error {
+		if err := serverSvc.Run(svcCtx); err != nil {
+			return fmt.Errorf("servers: %w", err)
 		}
 		return nil
-	}
-	// No request is answered before recovery has made every stored status
-	// true again (a killed kiln leaves "running" behind, and downloads that
-	// were in flight).
-	for _, ready := range []<-chan struct{}{serverSvc.Recovered(), pulls.Recovered()} {
-		<-ready
-	}
-	if err := ctx.Err(); err != nil {
-		ln.Close()
-		return errors.Join(err, stopBackground())
-	}
+	})
 	g.Go(func() error {
+		defer close(pullsDone)
+		if err := pulls.Run(pullCtx); err != nil {
+			return fmt.Errorf("remote downloads: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		// No request is answered before recovery has made every stored
+		// status true again (a killed kiln leaves "running" behind, and
+		// downloads that were in flight); until then connections wait in
+		// the listener's queue.
+		for _, ready := range []<-chan struct{}{serverSvc.Recovered(), pulls.Recovered()} {
+			select {
+			case <-ready:
+			case <-gctx.Done():
+				return nil
+			}
+		}
+		log.Info("kiln serving", "addr", ln.Addr().String(), "instance_id", self.ID, "version", version, "dev", cfg.Dev,
+			"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String())
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
 		}
@@ -355,7 +363,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		log.Info("shutting down")
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := srv.Shutdown(sctx); err != nil {
+		err := srv.Shutdown(sctx)
+		stopPulls()
+		<-pullsDone
+		stopSvc()
+		if err != nil {
 			return fmt.Errorf("shut down http: %w", err)
 		}
 		return nil
@@ -365,9 +377,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	g.Go(func() error { return reg.Run(gctx) })
 	err = g.Wait()
-	if berr := stopBackground(); berr != nil && err == nil {
-		err = berr
-	}
 	log.Info("stopped")
 	return err
 }

@@ -286,8 +286,9 @@ func (s *Service) supervise(sv Server, l *live, inst runtime.Instance) {
 			s.exited(sv, l, inst)
 			return
 		case <-ctx.Done():
-			<-inst.Done()
-			s.exited(sv, l, inst)
+			if s.ended(inst) {
+				s.exited(sv, l, inst)
+			}
 			return
 		case <-tick.C:
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -306,8 +307,9 @@ func (s *Service) supervise(sv Server, l *live, inst runtime.Instance) {
 			}
 		}
 	}
-	<-inst.Done()
-	s.exited(sv, l, inst)
+	if s.ended(inst) {
+		s.exited(sv, l, inst)
+	}
 }
 
 // exited records the end of an instance and restarts it when it crashed.

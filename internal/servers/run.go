@@ -190,6 +190,29 @@ func (s *Service) sampleDisk() {
 	}
 }
 
+// ended waits for a supervised instance to end and reports whether it
+// did. At shutdown an instance that the runtime keeps without kiln (a
+// docker container) is let go instead, its exit unrecorded: it runs on and
+// the next kiln serve re-adopts it. Process-runtime instances are being
+// stopped by shutdown, so they end.
+func (s *Service) ended(inst runtime.Instance) bool {
+	select {
+	case <-inst.Done():
+		return true
+	case <-s.ctx.Done():
+	}
+	select {
+	case <-inst.Done():
+		return true
+	default:
+	}
+	if s.node.Runtime().Name() != "process" {
+		return false
+	}
+	<-inst.Done()
+	return true
+}
+
 // shutdown stops background work. Servers of a runtime that keeps them
 // without kiln (docker) keep running; process-runtime servers are stopped
 // gracefully and restarted at the next start (their desired state stays
