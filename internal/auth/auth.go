@@ -83,10 +83,13 @@ func (s *Service) Authenticate(ctx context.Context, raw string) (Principal, erro
 	var p Principal
 	var kind string
 	var revoked sql.NullInt64
-	// A point read of microseconds: without the request's cancellation,
-	// database/sql and the driver skip a watcher goroutine per query
-	// (docs/benchmarks.md, servers section); busy_timeout bounds it.
-	err := s.lookup.QueryRowContext(context.WithoutCancel(ctx), digest(raw)).Scan(&p.TokenID, &p.TeamID, &kind, &p.Label, &revoked)
+	// A point read of microseconds: on SQLite without the request's
+	// cancellation (database/sql and the driver skip a watcher goroutine
+	// per query, docs/benchmarks.md, servers section; busy_timeout bounds
+	// it), on PostgreSQL with a deadline (store.PointRead).
+	pctx, cancel := s.db.PointRead(ctx)
+	defer cancel()
+	err := s.lookup.QueryRowContext(pctx, digest(raw)).Scan(&p.TokenID, &p.TeamID, &kind, &p.Label, &revoked)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Principal{}, ErrInvalidToken
 	}

@@ -282,7 +282,7 @@ func TestPostgresLimits(t *testing.T) {
 			// instant would, then ask again elapsed later.
 			start := time.Now()
 			if _, err := db.Write().ExecContext(t.Context(),
-				`UPDATE rate_limits SET tat = `+nowSQL+` + $2 WHERE key = $1`, key, int64(burst)); err != nil {
+				`UPDATE rate_limits SET tat = `+nowSQL+` + $1 WHERE key = $2`, int64(burst), key); err != nil {
 				t.Fatal(err)
 			}
 			res = allow("after filling the bucket")

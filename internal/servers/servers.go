@@ -146,7 +146,9 @@ func (s *Service) prepared(ctx context.Context, slot **sql.Stmt, query string) (
 	s.stmtMu.Lock()
 	defer s.stmtMu.Unlock()
 	if *slot == nil {
-		st, err := s.db.Read().PrepareContext(context.WithoutCancel(ctx), query)
+		pctx, cancel := s.db.PointRead(ctx)
+		st, err := s.db.Read().PrepareContext(pctx, query)
+		cancel()
 		if err != nil {
 			return nil, err
 		}
@@ -219,9 +221,12 @@ func (s *Service) listVersion(ctx context.Context, teamID string) (int64, error)
 		return 0, err
 	}
 	var v int64
-	// Not cancelled with the request: a point read skips database/sql's
-	// watcher goroutine that way (see auth.Authenticate).
-	err = st.QueryRowContext(context.WithoutCancel(ctx), teamID).Scan(&v)
+	// A point read (store.PointRead): on SQLite not cancelled with the
+	// request, which skips database/sql's watcher goroutine; on PostgreSQL
+	// with a deadline.
+	pctx, cancel := s.db.PointRead(ctx)
+	defer cancel()
+	err = st.QueryRowContext(pctx, teamID).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
 		return -1, nil
 	}
@@ -255,13 +260,15 @@ func (s *Service) listRows(ctx context.Context, teamID string) ([]Server, error)
 // Get returns one of the team's servers; ErrNotFound otherwise.
 func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
 	// Prepared once (parsing the query was half the cost of a GET of a
-	// server, docs/benchmarks.md) and not cancelled with the request, as
+	// server, docs/benchmarks.md) and read as a point read, as
 	// listVersion.
 	st, err := s.prepared(ctx, &s.getSt, `SELECT `+serverColumns+` FROM servers WHERE id = $1 AND team_id = $2`)
 	if err != nil {
 		return Server{}, fmt.Errorf("get server %s: %w", id, err)
 	}
-	sv, err := s.scan(st.QueryRowContext(context.WithoutCancel(ctx), id, teamID))
+	pctx, cancel := s.db.PointRead(ctx)
+	defer cancel()
+	sv, err := s.scan(st.QueryRowContext(pctx, id, teamID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Server{}, ErrNotFound
 	}

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -37,6 +38,35 @@ func TestIsUniqueViolation(t *testing.T) {
 		} {
 			if got := store.IsUniqueViolation(c.err); got != c.want {
 				t.Errorf("IsUniqueViolation(%s: %v) = %v, want %v", c.name, c.err, got, c.want)
+			}
+		}
+	})
+}
+
+// TestPointRead: a point read on SQLite skips cancellation (no watcher
+// goroutine; busy_timeout bounds it); on PostgreSQL it has a deadline and
+// ends with the request.
+func TestPointRead(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		req, stop := context.WithCancel(t.Context())
+		ctx, cancel := db.PointRead(req)
+		defer cancel()
+		_, hasDeadline := ctx.Deadline()
+		stop()
+		switch db.Dialect() {
+		case store.SQLite:
+			if ctx.Done() != nil || hasDeadline {
+				t.Errorf("SQLite point read: Done %v, deadline %v; want neither", ctx.Done(), hasDeadline)
+			}
+		case store.Postgres:
+			if !hasDeadline || ctx.Err() == nil {
+				t.Errorf("PostgreSQL point read: deadline %v, err after the request ended %v; want a deadline and the request's end", hasDeadline, ctx.Err())
+			}
+			var one int
+			c2, cancel2 := db.PointRead(t.Context())
+			defer cancel2()
+			if err := db.Read().QueryRowContext(c2, `SELECT 1`).Scan(&one); err != nil || one != 1 {
+				t.Errorf("a point read = %d, %v", one, err)
 			}
 		}
 	})
