@@ -25,6 +25,14 @@
 //   - JSON bodies are decoded strictly: Content-Type must be JSON (415), the
 //     body is capped (413), unknown fields are refused naming their path,
 //     and type errors name the field (400 VALIDATION_ERROR with issues).
+//   - No request can take the process down. A handler's own panic is
+//     recovered by the middleware (500 INTERNAL, logged with its stack);
+//     a goroutine a request starts (the contents stream's reader, List's
+//     stat workers) runs its work through panics.Catch and hands the
+//     *panics.Error to the request, which answers it (or aborts an answer
+//     already started) and logs the stack once in writeError. A panic in
+//     a goroutine nobody recovers ends the process: net/http only
+//     recovers the handler's own goroutine.
 //
 // It must never contain domain logic or SQL, and never log a token, a
 // request body or an Authorization header.

@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
@@ -41,9 +42,10 @@ func getAnswerBuffer(sizeHint int) *[]byte {
 }
 
 // putAnswerBuffer keeps b, the buffer bp handed out as it grew, for the
-// next answer.
+// next answer. A nil bp (a piece that carries an error, no buffer) is
+// nothing to keep.
 func putAnswerBuffer(bp *[]byte, b []byte) {
-	if cap(b) <= maxPooledAnswer {
+	if bp != nil && cap(b) <= maxPooledAnswer {
 		*bp = b[:0]
 		answerBuffers.Put(bp)
 	}
@@ -362,8 +364,9 @@ var quoteChunks = sync.Pool{New: func() any { b := make([]byte, quoteChunk); ret
 // to it. An answer that fits in one piece goes out with its
 // Content-Length; a larger one is chunked. A read error before the first
 // byte is answered as an error; after it, the connection is aborted (the
-// client sees a truncated answer, never a wrong one). f is not used after
-// writeQuotedFile returns.
+// client sees a truncated answer, never a wrong one). A panic in the
+// reading goroutine ends the answer as a read error does (panics.Catch).
+// f is not used after writeQuotedFile returns.
 func writeQuotedFile(w http.ResponseWriter, f io.Reader, size int64) error {
 	pieces := make(chan quotedPiece, 1)
 	stop := make(chan struct{})
@@ -372,7 +375,13 @@ func writeQuotedFile(w http.ResponseWriter, f io.Reader, size int64) error {
 	go func() {
 		defer wg.Done()
 		defer close(pieces)
-		quoteInto(pieces, stop, f, size)
+		err := panics.Catch(func() error { quoteInto(pieces, stop, f, size); return nil })
+		if err != nil { // ends the answer as a read error does
+			select {
+			case pieces <- quotedPiece{err: err}:
+			case <-stop:
+			}
+		}
 	}()
 	defer func() {
 		close(stop)

@@ -12,10 +12,12 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
@@ -311,4 +313,68 @@ func FuzzQuote(f *testing.F) {
 			t.Fatalf("quote(%q):\ngot  %q\nwant %q", s, got, want.Bytes())
 		}
 	})
+}
+
+// stallingReader yields n bytes of 'a', then waits for release and fails,
+// as a read of a file on a failing disk does.
+type stallingReader struct {
+	n       int
+	release <-chan struct{}
+}
+
+func (r *stallingReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		<-r.release
+		return 0, errors.New("input/output error")
+	}
+	k := min(len(p), r.n)
+	for i := range k {
+		p[i] = 'a'
+	}
+	r.n -= k
+	return k, nil
+}
+
+// goneWriter is a client that went away: every Write fails, and the
+// first one closes gone.
+type goneWriter struct {
+	h    http.Header
+	gone chan struct{}
+	once sync.Once
+}
+
+func (w *goneWriter) Header() http.Header { return w.h }
+func (w *goneWriter) WriteHeader(int)     {}
+func (w *goneWriter) Write([]byte) (int, error) {
+	w.once.Do(func() { close(w.gone) })
+	return 0, errors.New("write: broken pipe")
+}
+
+// TestQuotedFileClientGoneThenReadError: the client disconnects after the
+// first piece, then the read of the rest fails. The reader's error piece
+// (no buffer) must not be returned to the pool — that was a nil
+// dereference in the reading goroutine, which took the process down.
+func TestQuotedFileClientGoneThenReadError(t *testing.T) {
+	for i := range 20 { // the reader's send races the writer's stop: try both orders
+		w := &goneWriter{h: http.Header{}, gone: make(chan struct{})}
+		r := &stallingReader{n: 2 * quoteChunk, release: w.gone}
+		if err := writeQuotedFile(w, r, 1<<22); err != nil {
+			t.Fatalf("run %d: writeQuotedFile = %v, want nil (the client went away first)", i, err)
+		}
+	}
+}
+
+// panickingReader panics on its first read.
+type panickingReader struct{}
+
+func (panickingReader) Read([]byte) (int, error) { panic("reader exploded") }
+
+// TestQuotedFileReaderPanics: a panic in the reading goroutine is the
+// handler's error, not the end of the process.
+func TestQuotedFileReaderPanics(t *testing.T) {
+	rec := httptest.NewRecorder()
+	err := writeQuotedFile(rec, panickingReader{}, 100)
+	if _, ok := errors.AsType[*panics.Error](err); !ok || rec.Body.Len() != 0 {
+		t.Fatalf("writeQuotedFile(panicking reader) = %v, body %d bytes; want a *panics.Error and nothing written", err, rec.Body.Len())
+	}
 }

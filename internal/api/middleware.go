@@ -2,16 +2,19 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/ids"
+	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 )
 
@@ -125,7 +128,7 @@ func (s *Server) wrap(rt route) http.Handler {
 				if p == http.ErrAbortHandler {
 					panic(p)
 				}
-				s.log.ErrorContext(ctx, "handler panicked", "panic", fmt.Sprint(p), "route", label)
+				s.log.ErrorContext(ctx, "handler panicked", "panic", fmt.Sprint(p), "route", label, "stack", string(debug.Stack()))
 				if w.status == 0 {
 					s.writeError(w, r, fmt.Errorf("panic: %v", p))
 				}
@@ -178,7 +181,11 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := apiError(err)
 	if status >= 500 {
-		s.log.ErrorContext(r.Context(), "request failed", "err", err)
+		if pe, ok := errors.AsType[*panics.Error](err); ok { // from a goroutine of the request
+			s.log.ErrorContext(r.Context(), "request failed", "err", err, "stack", string(pe.Stack))
+		} else {
+			s.log.ErrorContext(r.Context(), "request failed", "err", err)
+		}
 	}
 	writeJSON(w, status, body)
 }
