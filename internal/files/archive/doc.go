@@ -8,12 +8,15 @@
 //
 // What it must never do: open a user path with os.* or filepath.Join onto
 // a root directory; follow a symlink while archiving (links are stored as
-// links); create anything outside the root, or anything reached through a
-// symlink, a file or a ".." while extracting; create a device, FIFO,
-// socket, hard link, or a setuid/setgid/sticky bit; trust a size an
-// archive declares (it is only a first check; the limit is enforced on the
-// bytes written); leave a half-written archive or a half-extracted tree
-// behind after a failure.
+// links, and only those that stay inside); read a file with other hard
+// links; create anything outside the root, anything reached through a
+// symlink, a file or a ".." while extracting, or a link that leads out,
+// even through other links; create a device, FIFO, socket, hard link, or
+// a setuid/setgid/sticky bit; trust a size an archive declares (it is only
+// a first check; the limit is enforced on the bytes written); allocate
+// what an archive declares (a dictionary, a window, a central directory)
+// beyond the limits below; leave a half-written archive or a
+// half-extracted tree behind after a failure.
 //
 // Decisions:
 //
@@ -22,17 +25,65 @@
 //     output stays within ~1% of one stream) with klauspost's flate, the
 //     fastest maintained deflate in Go; its reader decompresses ahead in a
 //     goroutine. klauspost/compress/zstd for tar.zst (pure Go, fuzzed,
-//     maintained; a window over 128 MiB is refused before anything is
-//     allocated, as the zstd tool does) and klauspost/compress/flate as the
-//     zip deflater and inflater, plugged into the standard archive/zip (the
-//     standard library keeps the zip and tar parsers, which get Go's
-//     security fixes; zstd-in-zip, method 93, is read too).
-//     github.com/ulikunitz/xz for .tar.xz: the maintained pure-Go xz
-//     reader (used by mholt/archives, which Wings and Pelican use). Its
-//     dictionary is whatever the stream declares (LZMA2 allows 1.5 GiB);
-//     Go commits the pages only as the window fills, and the bytes written
-//     stop at the disk limit, but a hostile .xz can still make one request
-//     use memory up to its declared window: the price of reading .xz at all.
+//     maintained) and klauspost/compress/flate as the zip deflater and
+//     inflater, plugged into the standard archive/zip (the standard
+//     library keeps the zip and tar parsers, which get Go's security
+//     fixes; zstd-in-zip, method 93, is read too). For .tar.xz,
+//     github.com/ulikunitz/xz/lzma decodes the LZMA2 data (the maintained
+//     pure-Go implementation, used by mholt/archives, which Wings and
+//     Pelican use) and the .xz container around it (streams, block
+//     headers, checks, index, footers, padding) is parsed here (xz.go):
+//     the library's own xz reader allocates whatever dictionary a block
+//     declares, up to 4 GiB (its DictCap is a floor, raised to the
+//     declared size), before reading a byte of data, and offers no hook
+//     to look at a block header first. The checks, sizes and index are
+//     verified as the xz tool does; filter chains other than LZMA2 alone
+//     (BCJ, delta) are refused, as the library refused them.
+//   - What an archive declares is capped before anything is allocated for
+//     it (limits.go), and a refusal is an *EntryError without a Name
+//     whose message names the figure and the cap ("the archive's xz
+//     dictionary is 1.5 GiB; at most 64 MiB is allowed"; the API adds
+//     "nothing was extracted", 422 UNSUPPORTED_ARCHIVE). The entry count
+//     and the names' total answer the same way.
+//     xz: a block's LZMA2 dictionary at most 64 MiB, what xz -9 and -9e
+//     use (LZMA2 can declare 4 GiB), checked on every block header of
+//     every stream. Each block allocates its own dictionary, so the
+//     dictionaries of all blocks together may be at most 512 MiB plus
+//     twice the bytes decoded: thousands of tiny blocks declaring 64 MiB
+//     each would otherwise make zeroing memory the request's work. Real
+//     files are far inside (xz -T makes blocks of three dictionaries).
+//     zstd: a window of at most 128 MiB, not 64: `zstd --long` (window
+//     log 27) and levels 20-22 write 128 MiB windows, and the zstd tool
+//     itself decodes up to 128 MiB without --memory, so 64 MiB would
+//     refuse archives the tool reads (testdata/long27.tar.zst extracts,
+//     long28.tar.zst is refused, as by the tool). A single-segment frame's
+//     window is its content size. The decoder allocates the window plus
+//     two blocks at a frame's first block, so one decompression can hold
+//     ~128 MiB. A zstdGuard between the file and the decoder follows the
+//     frames (headers, block sizes, checksums, skippable frames) and
+//     refuses a frame before the decoder has its whole header, naming the
+//     window; the decoder's WithDecoderMaxWindow stays as the net under it
+//     (a guard that loses track of the frames only passes bytes on). zstd
+//     zip entries go through a guard too.
+//     zip: archive/zip's NewReader keeps the whole central directory in
+//     memory (a *zip.File of ~200 bytes per 46-byte record, plus names and
+//     extra fields) and reads records until one does not parse, whatever
+//     count the end record declares (it compares only the low 16 bits).
+//     Before it runs, the end record (and the zip64 one) is read as
+//     archive/zip reads it: a declared count over MaxEntries or a
+//     directory over 192 MiB (the 64 MiB of names the extractor accepts
+//     plus 128 bytes of record and extra fields for each of MaxEntries
+//     entries, rounded up) is refused; then the records are walked where
+//     archive/zip will read them, counted and not kept, and refused past
+//     MaxEntries or 192 MiB. NewReader then reads through a ReaderAt that
+//     refuses anything past the bytes walked plus 512 KiB (the end record
+//     search, read-ahead): were the walk and archive/zip ever to disagree,
+//     NewReader fails rather than reads on.
+//     tar: archive/tar already bounds what one header can make it hold
+//     (PAX records and GNU long names at most 1 MiB each, ErrFieldTooLong;
+//     sparse maps bounded; a header repeated replaces the last), and the
+//     names it returns then meet MaxEntryName and the names' total. gzip
+//     has a fixed 32 KiB window; pgzip reads ahead 4 blocks of 1 MiB.
 //   - Levels, measured by bench/files-archive.sh on a 1 GiB worldgen tree on
 //     2 cores: tar.gz uses level 7: on the world it is 0.15% larger than
 //     gzip -6 (level 5, the default, is 1.3% larger; 6 is 1.0%), and on a
@@ -84,8 +135,15 @@
 //     that appears twice (but for directories) is refused rather than
 //     resolved by order.
 //   - Symlinks are created only when files.LinkTarget accepts the target
-//     from the entry's final place (relative, staying in the root); staged
-//     one level deeper, such a target still stays inside.
+//     from the entry's final place (relative, staying in the root) and
+//     the target's ".." segments all come first ("../../a/b", never
+//     "a/../b"); staged one level deeper, such a target still stays
+//     inside. Lexically inside is not enough: with "up" -> ".." in the
+//     archive (or already in the tree), "x" -> "up/../.." stays inside on
+//     paper and leads out of the root on disk. Leading ".." segments
+//     climb the real directories the link lies in (the Stager never
+//     descends a link), and what follows only names things below, so a
+//     link made here reaches nothing that a link already there did not.
 //   - Hard links are extracted as copies of an earlier regular file of the
 //     same archive (same content and mode, counted against the disk
 //     limit). A copy rather than a link: a hard link shares an inode with
@@ -122,5 +180,33 @@
 //     modes are set when the directory is made (owner rwx always kept, so
 //     nothing has to wait for the end).
 //   - Limits: MaxEntries entries, MaxEntryName bytes per stored name, 64 MiB
-//     of names in all (what the checks keep in memory).
+//     of names in all (what the checks keep in memory), and what the
+//     decoders may allocate (above).
+//   - Compress stores a symlink only when it stays inside, and what it
+//     stores Decompress restores: the target must pass the extractor's
+//     rule from the link's place in the archive (relative, inside the
+//     archived directory, ".." only first), so it is created wherever the
+//     archive is extracted, and, followed on disk from the link's
+//     directory as the kernel would (a link on the way is replaced by its
+//     target, ".." leaves the directory actually reached), it must not
+//     leave the root. A dangling link counts as inside (it leads nowhere
+//     now). Absolute targets are outside even when they read like the
+//     root's ("/plugins/x" names a host path); so is a link reaching
+//     outside the archived directory but inside the root ("../world" when
+//     archiving plugins: extracted at the root it would lead out, and the
+//     archive would be refused), and a loop (more than 40 links followed,
+//     as Linux gives up). Such links are left out, not refused: one stray
+//     link (a log link to /var/log) should not make a world unarchivable,
+//     and devices and FIFOs are left out the same way. How many were left
+//     out is not reported: Compress returns the archive's entry only, and
+//     the API answer has no field for it yet.
+//   - Compress leaves out, unread, every regular file with more than one
+//     hard link (st_nlink, read on the open descriptor): a hard link
+//     planted in the root (`ln /etc/shadow plugins/x`, which a game server
+//     running as a process can make on the same file system) shares its
+//     inode, so its content, with the file outside, and nothing tells
+//     where a file's other names are. Two names of one file inside the
+//     root are left out too (files.ErrHardLink: Kiln never reads such a
+//     file); reading them only when every name was met in the archived
+//     tree would keep them, at the price of a second pass.
 package archive

@@ -22,12 +22,24 @@ var ErrUnsupported = errors.New("unsupported or corrupt archive")
 // ErrUnsupported. Its message names the entry (quoted, cut at 200 bytes)
 // and says why; it holds nothing from outside the archive and may be shown
 // to the user.
+//
+// An EntryError may also refuse the archive as a whole for passing a
+// limit on what it declares or holds (an xz dictionary, a zstd window, a
+// zip central directory, the number of entries), before the memory it
+// asks for is allocated. It then has no Name, and Reason is the whole
+// message, naming the limit: "the archive's xz dictionary is 1.5 GiB; at
+// most 64 MiB is allowed".
 type EntryError struct {
-	Name   string // the entry's name as the archive spells it
+	Name   string // the entry's name as the archive spells it; "" for a limit
 	Reason string // "contains a \"..\" segment", "is a device file"…
+
+	limit bool // a limit on the whole archive: Reason is the message
 }
 
 func (e *EntryError) Error() string {
+	if e.limit {
+		return e.Reason
+	}
 	name := e.Name
 	if len(name) > 200 {
 		name = name[:200] + "…"

@@ -15,19 +15,12 @@ import (
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zstd"
 	"github.com/klauspost/pgzip"
-	"github.com/ulikunitz/xz"
 
 	"github.com/kilnhq/kiln/internal/files"
 )
 
-// Decoder limits.
-const (
-	// zstdMaxWindow is the largest zstd window accepted: 128 MiB, what the
-	// zstd tool itself accepts by default (--long archives included); a
-	// frame asking for more is refused before anything is allocated.
-	zstdMaxWindow = 1 << 27
-	readBuffer    = 1 << 20
-)
+// readBuffer is how much of the archive file is read at once.
+const readBuffer = 1 << 20
 
 type entryType int
 
@@ -92,12 +85,13 @@ func (s srcFile) ReadAt(p []byte, off int64) (int, error) {
 }
 
 // openSource opens archive f (size bytes) of kind k; stem is the name a
-// single .gz file extracts to.
-func openSource(k kind, f *os.File, size int64, stem string) (source, error) {
+// single .gz file extracts to. A zip whose central directory holds more
+// than maxEntries records is refused here, before it is read into memory.
+func openSource(k kind, f *os.File, size int64, stem string, maxEntries int) (source, error) {
 	in := bufio.NewReaderSize(srcFile{f}, readBuffer)
 	switch k {
 	case kindZip:
-		return newZipSource(srcFile{f}, size)
+		return newZipSource(srcFile{f}, size, maxEntries)
 	case kindTar:
 		return &tarSource{tr: tar.NewReader(in)}, nil
 	case kindTarGz, kindGz:
@@ -110,15 +104,18 @@ func openSource(k kind, f *os.File, size int64, stem string) (source, error) {
 		}
 		return &tarSource{tr: tar.NewReader(gz), c: gz}, nil
 	case kindTarZst:
-		zr, err := zstd.NewReader(in,
+		// The guard refuses a window over the limit, naming it, before the
+		// decoder has the frame's header; WithDecoderMaxWindow is the net.
+		g := newZstdGuard(in, zstdMaxWindow)
+		zr, err := zstd.NewReader(g,
 			zstd.WithDecoderMaxWindow(zstdMaxWindow),
 			zstd.WithDecoderConcurrency(0))
 		if err != nil {
 			return nil, err
 		}
-		return &tarSource{tr: tar.NewReader(zr), c: closerFunc(func() error { zr.Close(); return nil })}, nil
+		return &tarSource{tr: tar.NewReader(zstdGuarded{zr, g}), c: closerFunc(func() error { zr.Close(); return nil })}, nil
 	case kindTarXz:
-		xr, err := xz.NewReader(in)
+		xr, err := newXZReader(in) // each block's dictionary checked before it is allocated
 		if err != nil {
 			return nil, err
 		}
@@ -181,14 +178,35 @@ type zipSource struct {
 	i  int
 }
 
-func newZipSource(ra io.ReaderAt, size int64) (*zipSource, error) {
-	zr, err := zip.NewReader(ra, size)
+// newZipSource reads a zip's central directory, after checkZipDirectory
+// counted it without keeping it (see zipdir.go).
+func newZipSource(ra io.ReaderAt, size int64, maxEntries int) (*zipSource, error) {
+	dir, err := checkZipDirectory(ra, size, maxEntries)
+	if err != nil {
+		return nil, err
+	}
+	budget := &zipBudget{ra: ra, left: dir + zipBudgetSlack}
+	zr, err := zip.NewReader(budget, size)
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
 		return nil, err
 	}
+	budget.open = true
 	zr.RegisterDecompressor(zip.Deflate, func(r io.Reader) io.ReadCloser { return flate.NewReader(r) })
-	zr.RegisterDecompressor(zstd.ZipMethodWinZip, zstd.ZipDecompressor(zstd.WithDecoderMaxWindow(zstdMaxWindow)))
+	zr.RegisterDecompressor(zstd.ZipMethodWinZip, zipZstd())
 	return &zipSource{zr: zr}, nil
+}
+
+// zipZstd decompresses zstd zip entries (method 93) behind a zstdGuard.
+func zipZstd() zip.Decompressor {
+	dec := zstd.ZipDecompressor(zstd.WithDecoderMaxWindow(zstdMaxWindow))
+	return func(r io.Reader) io.ReadCloser {
+		g := newZstdGuard(r, zstdMaxWindow)
+		rc := dec(g)
+		return struct {
+			io.Reader
+			io.Closer
+		}{zstdGuarded{rc, g}, rc}
+	}
 }
 
 // Zip "version made by" hosts whose external attributes hold Unix modes.

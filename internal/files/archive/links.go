@@ -1,0 +1,143 @@
+package archive
+
+import (
+	"errors"
+	"os"
+	"path"
+	"strings"
+	"syscall"
+
+	"github.com/kilnhq/kiln/internal/files"
+)
+
+// Links, both ways (see doc.go). A link target is stored in an archive,
+// or created from one, only when it is relative, stays inside lexically
+// (files.LinkTarget) and has all its ".." segments first: "../../a/b",
+// never "a/../b". Leading ".." segments climb the real directories the
+// link lies in; a ".." after a name could climb out of whatever that name
+// is, and the name may be another link ("up" -> "..", then "x" ->
+// "up/../.." stays inside on paper and leads out of the root on disk).
+
+// linkRefusal says why a symlink at rel (root-relative, its final place)
+// to target may not be created, or "".
+func linkRefusal(rel, target string) string {
+	if err := files.LinkTarget("entry", rel, target); err != nil {
+		return issue(err, "has an invalid link target")
+	}
+	if !dotDotsFirst(target) {
+		return "links to " + quoteCut(target) + `, with a ".." after a name: it could lead out of the server's root through another link`
+	}
+	return ""
+}
+
+// quoteCut quotes s, cut at 200 bytes, for a message.
+func quoteCut(s string) string {
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
+}
+
+// dotDotsFirst reports whether every ".." segment of target comes before
+// its first name.
+func dotDotsFirst(target string) bool {
+	named := false
+	for seg := range strings.SplitSeq(target, "/") {
+		switch seg {
+		case "", ".":
+		case "..":
+			if named {
+				return false
+			}
+		default:
+			named = true
+		}
+	}
+	return true
+}
+
+// keepLink tells whether Compress stores symlink rel (root-relative),
+// archived as name (relative to the archive's top), to target: the
+// target must pass linkRefusal from name, so that it is created wherever
+// the archive is extracted, and must not lead out of the root on disk,
+// following the links on its way (resolvesInside).
+func keepLink(r *files.Root, rel, name, target string) bool {
+	return linkRefusal(name, target) == "" && resolvesInside(r, rel, target)
+}
+
+// Bounds on following a target: Linux gives up (ELOOP) after 40 links;
+// 4096 segments is a path as long as Linux takes.
+const (
+	maxLinkHops  = 40
+	maxLinkSteps = files.MaxPathLen
+)
+
+// resolvesInside follows target from the directory of link rel as the
+// kernel would, through the root: a link met on the way is replaced by
+// its own target, ".." leaves the directory actually reached. It reports
+// whether that stays in the root. A name that is missing ends the walk
+// (the link dangles: it leads nowhere, inside); an absolute target on the
+// way, a ".." above the root, more than maxLinkHops links or maxLinkSteps
+// segments, or a path the root cannot name do not count as inside.
+func resolvesInside(r *files.Root, rel, target string) bool {
+	var at []string // the directory reached, as segments from the root
+	if d := path.Dir(rel); d != "." {
+		at = strings.Split(d, "/")
+	}
+	todo := strings.Split(target, "/")
+	hops := 0
+	for steps := 0; len(todo) > 0; steps++ {
+		if steps > maxLinkSteps {
+			return false
+		}
+		seg := todo[0]
+		todo = todo[1:]
+		switch seg {
+		case "", ".":
+			continue
+		case "..":
+			if len(at) == 0 {
+				return false
+			}
+			at = at[:len(at)-1]
+			continue
+		}
+		p := strings.Join(append(at[:len(at):len(at)], seg), "/")
+		e, err := r.Stat(p)
+		switch {
+		case errors.Is(err, files.ErrNotFound), errors.Is(err, files.ErrNotDirectory):
+			return true // the kernel stops here too: nothing further is reached
+		case err != nil:
+			return false
+		case !e.IsSymlink():
+			at = append(at, seg)
+			continue
+		}
+		if hops++; hops > maxLinkHops {
+			return false
+		}
+		t, err := r.Readlink(p)
+		if err != nil || strings.HasPrefix(t, "/") {
+			return false
+		}
+		todo = append(strings.Split(t, "/"), todo...)
+	}
+	return true
+}
+
+// hardLinked reports whether open regular file f has more than one hard
+// link. Compress leaves such a file out, unread: a hard link planted in
+// the root (`ln /etc/shadow plugins/x`, on the same file system) shares
+// its inode, and so its content, with a file outside, and nothing tells
+// where its other names are (files.ErrHardLink: Kiln never reads one).
+func hardLinked(f *os.File) (bool, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return false, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return false, errors.New("archive: no stat_t")
+	}
+	return st.Nlink > 1, nil
+}
