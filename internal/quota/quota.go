@@ -50,6 +50,7 @@ type Account struct {
 	reserved int64 // bytes held by writers in flight
 	walking  bool
 	walkAdd  int64          // commits during the walk in progress
+	staled   bool           // Stale was called during the walk in progress
 	walkedAt time.Time      // when the last walk ended; zero: never walked, or stale
 	inflight map[fileID]int // temporary entries of writers in flight (Track)
 	walk     sync.Mutex
@@ -92,6 +93,9 @@ func (a *Account) Figures() Figures {
 func (a *Account) Stale() {
 	a.mu.Lock()
 	a.walkedAt = time.Time{}
+	if a.walking {
+		a.staled = true // the walk may have seen the tree before the change
+	}
 	a.mu.Unlock()
 }
 

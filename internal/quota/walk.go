@@ -24,7 +24,7 @@ func (a *Account) Walk(dir string, collectBefore time.Time) (int64, error) {
 	a.walk.Lock()
 	defer a.walk.Unlock()
 	a.mu.Lock()
-	a.walking, a.walkAdd = true, 0
+	a.walking, a.walkAdd, a.staled = true, 0, false
 	a.mu.Unlock()
 	used, err := usage(dir, collectBefore, a.inFlight)
 	a.mu.Lock()
@@ -34,7 +34,9 @@ func (a *Account) Walk(dir string, collectBefore time.Time) (int64, error) {
 		return a.used, err
 	}
 	a.used = max(0, used+a.walkAdd)
-	a.walkedAt = time.Now()
+	if !a.staled {
+		a.walkedAt = time.Now()
+	}
 	return a.used, nil
 }
 
