@@ -80,9 +80,10 @@
 //     search, read-ahead): were the walk and archive/zip ever to disagree,
 //     NewReader fails rather than reads on.
 //     tar: archive/tar already bounds what one header can make it hold
-//     (PAX records and GNU long names at most 1 MiB each, ErrFieldTooLong;
-//     sparse maps bounded; a header repeated replaces the last), and the
-//     names it returns then meet MaxEntryName and the names' total. gzip
+//     (PAX records and GNU long names at most 1 MiB each, refused with
+//     ErrFieldTooLong, which is answered as a limit here; sparse maps
+//     bounded; a header repeated replaces the last), and the names it
+//     returns then meet MaxEntryName and the names' total. gzip
 //     has a fixed 32 KiB window; pgzip reads ahead 4 blocks of 1 MiB.
 //   - Levels, measured by bench/files-archive.sh on a 1 GiB worldgen tree on
 //     2 cores: tar.gz uses level 7: on the world it is 0.15% larger than

@@ -138,6 +138,11 @@ func (s *tarSource) next() (entry, error) {
 	if errors.Is(err, tar.ErrInsecurePath) {
 		err = nil // the extractor checks every name itself, and names the entry
 	}
+	if errors.Is(err, tar.ErrFieldTooLong) {
+		// archive/tar reads a PAX header or GNU long name into memory up
+		// to 1 MiB, and refuses a longer one with this error.
+		return entry{}, limitError("the archive has a tar extended header (PAX records or a long name) over 1 MiB; at most 1 MiB is allowed")
+	}
 	if err != nil {
 		return entry{}, err
 	}

@@ -270,8 +270,8 @@ func (x *xzReader) block(b byte) error {
 			sizeString(uint64(dict)), sizeString(uint64(x.maxDict)))
 	}
 	if x.allocated+dict > x.slack+2*x.decoded {
-		return limitError("the archive's xz blocks ask for more than %s of dictionaries to decode %s; at most %s plus twice the size decoded is allowed",
-			sizeString(uint64(x.allocated)), sizeString(uint64(x.decoded)), sizeString(uint64(x.slack)))
+		return limitError("the archive's xz blocks ask for %s of dictionaries to decode %s; at most %s plus twice the size decoded is allowed",
+			sizeString(uint64(x.allocated+dict)), sizeString(uint64(x.decoded)), sizeString(uint64(x.slack)))
 	}
 	x.allocated += dict
 

@@ -232,7 +232,7 @@ func TestXZDictionarySlack(t *testing.T) {
 	}
 	x.maxDict, x.slack = 64<<20, 256<<20 // lowered from 512 MiB: four blocks pass, the fifth is refused
 	got, err := io.ReadAll(x)
-	const want = "the archive's xz blocks ask for more than 256 MiB of dictionaries to decode 16 bytes; at most 256 MiB plus twice the size decoded is allowed"
+	const want = "the archive's xz blocks ask for 320 MiB of dictionaries to decode 16 bytes; at most 256 MiB plus twice the size decoded is allowed"
 	if err == nil || err.Error() != want {
 		t.Fatalf("read = %v, want %q", err, want)
 	}
