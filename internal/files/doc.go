@@ -44,7 +44,36 @@
 //     1 MiB on ext4, inside rename(2)) happens in the background.
 //   - Chmod refuses symlinks (Linux cannot change a link's own mode, and
 //     acting on the target is how Wings was made to chmod host files,
-//     GHSA-rhq6-9rgh-v45c) and setuid/setgid/sticky bits.
+//     GHSA-rhq6-9rgh-v45c) and setuid/setgid/sticky bits. It acts on an
+//     O_PATH descriptor of the entry (checked, then changed through
+//     /proc/self/fd), so a name swapped for a link meanwhile is not
+//     followed. The root keeps its mode, and a directory always keeps its
+//     owner's rwx: no chmod makes a server's files unreadable or
+//     undeletable by Kiln. Delete removes by descriptor, giving each
+//     directory its owner's rwx first, and is not stopped by PATH_MAX.
+//   - Hard links: a regular file with more than one link may share its
+//     inode with a file outside the root (a process-runtime game server can
+//     `ln /etc/shadow x` on the same file system). Kiln never reads
+//     (contents, download, copy, archive) or chmods one: ErrHardLink. It
+//     may be deleted (that removes only the name) or replaced by a write
+//     (a new inode takes the name).
+//   - Symlinks are judged through the tree, not lexically (links.go): a
+//     link may be created only if its target, followed from the link's
+//     real directory through every link on the way, stays inside ("up" ->
+//     "." then "x" -> "up/.." is refused). A missing segment ends the
+//     look-ups but not the check: what follows is taken as plain
+//     directories, so a link that dangles today cannot lead out once the
+//     missing part is created. Rename re-checks the links it moves (the
+//     link itself, or every link inside a moved directory, at their new
+//     places); a link that already points outside can be deleted, not
+//     moved. Staged links (extraction) are judged from the destination's
+//     real place.
+//   - The disk limit: every writer goes through Writing, which reserves
+//     from the server's ledger (internal/quota) before each write and
+//     commits what it put in place; directories and links cost a block.
+//     Temporary files are tracked by their reservation, so the ledger's
+//     walks leave them out while they are written and remove them when a
+//     crash left them.
 //   - Rename never overwrites (ErrExists): renameat2(RENAME_NOREPLACE)
 //     relative to the two parent directories' descriptors, so an entry
 //     created at the destination between a check and the rename is not

@@ -38,7 +38,8 @@ func (r *Root) Mkdir(rel string, res *quota.Reservation) error {
 
 // Rename moves from to to (also across directories, creating the
 // destination's parents). It acts on a symlink itself, never on its
-// target; an existing destination is ErrExists (nothing is overwritten by
+// target, and refuses a move after which a moved link would point outside
+// the root (checkMovedLinks); an existing destination is ErrExists (nothing is overwritten by
 // a rename: renameat2(RENAME_NOREPLACE), so an entry created at to
 // meanwhile is not replaced either); the root itself cannot be moved.
 func (r *Root) Rename(from, to string) error {
@@ -53,6 +54,11 @@ func (r *Root) Rename(from, to string) error {
 	}
 	if strings.HasPrefix(to+"/", from+"/") {
 		return validate.Errorf("files", "cannot move %s into itself", Display(from))
+	}
+	// A link's relative target changes meaning with its place: the moved
+	// link, or every link in a moved directory, must still lead inside.
+	if err := r.checkMovedLinks(from, to); err != nil {
+		return err
 	}
 	return r.withDir(path.Dir(from), func(ffd int, _ *os.File) error {
 		if _, err := statAt(ffd, path.Base(from)); err != nil {

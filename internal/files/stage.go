@@ -251,7 +251,13 @@ func (s *Stager) Symlink(target, rel string) error {
 	if err := s.check(rel); err != nil {
 		return err
 	}
-	if err := LinkTarget("target", join(s.dest, rel), target); err != nil {
+	// From where the destination really is: dest may be reached through
+	// a link inside, and ".." climbs the real directories.
+	pdest, ok := s.r.Physical(s.dest)
+	if !ok {
+		return ErrNotFound
+	}
+	if err := LinkTarget("target", join(pdest, rel), target); err != nil {
 		return err
 	}
 	d, err := s.stage.acquire(path.Dir(rel), true)

@@ -154,13 +154,19 @@ func LinkTarget(field, rel, target string) error {
 }
 
 // Symlink creates a symbolic link at rel pointing to target, which must
-// pass LinkTarget. An existing entry at rel is ErrExists.
+// pass LinkTarget and lead inside the root as the tree is, following the
+// links on its way and its directory's (LinkInside: "up" -> ".." and then
+// "x" -> "up/y" each look fine alone). An existing entry at rel is
+// ErrExists.
 func (r *Root) Symlink(target, rel string) error {
 	if err := checkClean(rel); err != nil {
 		return err
 	}
 	if err := LinkTarget("target", rel, target); err != nil {
 		return err
+	}
+	if !r.LinkInside(rel, target) {
+		return validate.Errorf("target", "leads outside the server's root through the links on its way")
 	}
 	if err := r.r.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return classify(err)
