@@ -315,7 +315,8 @@ func TestCompressCancelled(t *testing.T) {
 }
 
 // TestCompressDoesNotFollowLinks archives a link to a directory outside
-// the root: the link is stored, nothing of what it points to.
+// the root: nothing of what it points to is stored, nor the link itself
+// (links that stay inside: links_test.go).
 func TestCompressDoesNotFollowLinks(t *testing.T) {
 	w := newWorld(t)
 	if err := os.Symlink(filepath.Join(w.base, "outside"), filepath.Join(w.root, "escape")); err != nil {
@@ -330,8 +331,8 @@ func TestCompressDoesNotFollowLinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	entries := tarEntries(t, data)
-	if len(entries) != 1 || entries[0].Typeflag != tar.TypeSymlink || entries[0].Linkname != filepath.Join(w.base, "outside") {
-		t.Errorf("entries = %+v, want one symlink", entries)
+	if len(entries) != 0 {
+		t.Errorf("entries = %+v, want none", entries)
 	}
 }
 

@@ -46,8 +46,11 @@ var errConsumerGone = errors.New("archive: writer stopped")
 // are root-relative, cleaned paths (files.Clean, files.Join); every name
 // must be dir itself (then everything in it is archived) or lie under dir,
 // else a *validate.Error at "files[i]". Entry names in the archive are
-// relative to dir. Symlinks are stored as links, never followed; devices,
-// FIFOs, sockets and temporary ".kiln-tmp-*" files are left out.
+// relative to dir. Symlinks are stored as links, never followed, when
+// they stay inside (relative, inside dir once extracted, not out of the
+// root through the links on their way: see doc.go); the others are left
+// out, as are regular files with other hard links (never read), devices,
+// FIFOs, sockets and temporary ".kiln-tmp-*" files.
 //
 // The archive is named "archive-<UTC time>.<format>" (time like
 // 2026-11-22T10-15-03Z), with "-2", "-3"… added when taken; it never
@@ -242,6 +245,9 @@ func encode(ctx context.Context, r *files.Root, dir string, roots []string, form
 				if err != nil {
 					return err
 				}
+				if !keepLink(r, rel, name, target) {
+					return nil // leads outside the root, or could once extracted: left out
+				}
 				return aw.symlink(name, target, e)
 			case e.IsFile() && open != nil:
 				f, err := open()
@@ -252,6 +258,9 @@ func encode(ctx context.Context, r *files.Root, dir string, roots []string, form
 					return err
 				}
 				defer f.Close()
+				if linked, err := hardLinked(f); linked || err != nil {
+					return err // other hard links, maybe outside the root: left out, unread
+				}
 				return aw.file(name, e, f)
 			}
 			return nil // a device, FIFO or socket: not archived

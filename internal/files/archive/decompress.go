@@ -102,7 +102,7 @@ func decompress(ctx context.Context, r *files.Root, archive, dir string, free in
 		return err
 	}
 	defer f.Close()
-	src, err := openSource(k, f, fe.Size, stem)
+	src, err := openSource(k, f, fe.Size, stem, maxEntries)
 	if err != nil {
 		return readError(archive, err)
 	}
@@ -283,14 +283,15 @@ func (x *extractor) submit(j job) error {
 func (x *extractor) add(e entry) error {
 	x.count++
 	if x.count > x.maxEntries {
-		return fmt.Errorf("read %s: %w: more than %d entries", files.Display(x.archive), ErrUnsupported, x.maxEntries)
+		return limitError("the archive holds more than %d entries; at most %d are allowed", x.maxEntries, x.maxEntries)
 	}
 	if len(e.name) > MaxEntryName {
 		return refuse(e.name, "has a name longer than %d bytes", MaxEntryName)
 	}
 	x.nameBytes += len(e.name) + len(e.link)
 	if x.nameBytes > maxNameTotal {
-		return fmt.Errorf("read %s: %w: more than %d bytes of names", files.Display(x.archive), ErrUnsupported, maxNameTotal)
+		return limitError("the archive's names and link targets add up to more than %s; at most %s is allowed",
+			sizeString(maxNameTotal), sizeString(maxNameTotal))
 	}
 	name, err := entryName(e.name)
 	if err != nil {
@@ -337,10 +338,16 @@ func (x *extractor) add(e entry) error {
 		// its entries and the move can take them out of it.
 		return x.stage.Mkdir(name, e.perm)
 	case typeSymlink:
-		if err := files.LinkTarget("entry", join(x.dir, name), e.link); err != nil {
+		if reason := linkRefusal(join(x.dir, name), e.link); reason != "" {
+			return refuse(e.name, "%s", reason)
+		}
+		err := x.stage.Symlink(e.link, name)
+		if _, ok := errors.AsType[*validate.Error](err); ok {
+			// Judged again from where dir really is (it may be reached
+			// through a link): the archive's fault all the same.
 			return refuse(e.name, "%s", issue(err, "has an invalid link target"))
 		}
-		return x.stage.Symlink(e.link, name)
+		return err
 	}
 	return x.file(name, e)
 }

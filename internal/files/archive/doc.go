@@ -145,6 +145,9 @@
 //     climb the real directories the link lies in (the Stager never
 //     descends a link), and what follows only names things below, so a
 //     link made here reaches nothing that a link already there did not.
+//     The Stager judges the target again from where the destination
+//     really is (it may be reached through a link); its refusal is
+//     answered as the entry's.
 //   - Hard links are extracted as copies of an earlier regular file of the
 //     same archive (same content and mode, counted against the disk
 //     limit). A copy rather than a link: a hard link shares an inode with
@@ -187,20 +190,21 @@
 //     stores Decompress restores: the target must pass the extractor's
 //     rule from the link's place in the archive (relative, inside the
 //     archived directory, ".." only first), so it is created wherever the
-//     archive is extracted, and, followed on disk from the link's
-//     directory as the kernel would (a link on the way is replaced by its
-//     target, ".." leaves the directory actually reached), it must not
-//     leave the root. A dangling link counts as inside (it leads nowhere
-//     now). Absolute targets are outside even when they read like the
-//     root's ("/plugins/x" names a host path); so is a link reaching
-//     outside the archived directory but inside the root ("../world" when
-//     archiving plugins: extracted at the root it would lead out, and the
-//     archive would be refused), and a loop (more than 40 links followed,
-//     as Linux gives up). Such links are left out, not refused: one stray
-//     link (a log link to /var/log) should not make a world unarchivable,
-//     and devices and FIFOs are left out the same way. How many were left
-//     out is not reported: Compress returns the archive's entry only, and
-//     the API answer has no field for it yet.
+//     archive is extracted, and, followed on disk from the link's real
+//     directory through every link on its way (files.Root.LinkInside, as
+//     the kernel would: a ".." leaves the directory actually reached), it
+//     must not leave the root; a missing part is taken as plain
+//     directories, so a dangling link is kept unless what follows the
+//     missing part climbs out. Absolute targets are outside even when
+//     they read like the root's ("/plugins/x" names a host path); so is a
+//     link reaching outside the archived directory but inside the root
+//     ("../world" when archiving plugins: extracted at the root it would
+//     lead out, and the archive would be refused), and a loop (more than
+//     40 links followed, as Linux gives up). Such links are left out, not
+//     refused: one stray link (a log link to /var/log) should not make a
+//     world unarchivable, and devices and FIFOs are left out the same
+//     way. How many were left out is not reported: Compress returns the
+//     archive's entry only, and the API answer has no field for it yet.
 //   - Compress leaves out, unread, every regular file with more than one
 //     hard link (st_nlink, read on the open descriptor): a hard link
 //     planted in the root (`ln /etc/shadow plugins/x`, which a game server

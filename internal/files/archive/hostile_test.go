@@ -449,7 +449,7 @@ func hostileCases() []hostileCase {
 // the modification time), and that a refused archive left the root as it
 // was.
 func TestHostileArchives(t *testing.T) {
-	for _, tc := range hostileCases() {
+	for _, tc := range append(hostileCases(), limitCases()...) {
 		t.Run(tc.name, func(t *testing.T) {
 			var data []byte
 			switch {

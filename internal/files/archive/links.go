@@ -3,7 +3,6 @@ package archive
 import (
 	"errors"
 	"os"
-	"path"
 	"strings"
 	"syscall"
 
@@ -60,69 +59,10 @@ func dotDotsFirst(target string) bool {
 // archived as name (relative to the archive's top), to target: the
 // target must pass linkRefusal from name, so that it is created wherever
 // the archive is extracted, and must not lead out of the root on disk,
-// following the links on its way (resolvesInside).
+// following the links on its way and its directory's
+// (files.Root.LinkInside).
 func keepLink(r *files.Root, rel, name, target string) bool {
-	return linkRefusal(name, target) == "" && resolvesInside(r, rel, target)
-}
-
-// Bounds on following a target: Linux gives up (ELOOP) after 40 links;
-// 4096 segments is a path as long as Linux takes.
-const (
-	maxLinkHops  = 40
-	maxLinkSteps = files.MaxPathLen
-)
-
-// resolvesInside follows target from the directory of link rel as the
-// kernel would, through the root: a link met on the way is replaced by
-// its own target, ".." leaves the directory actually reached. It reports
-// whether that stays in the root. A name that is missing ends the walk
-// (the link dangles: it leads nowhere, inside); an absolute target on the
-// way, a ".." above the root, more than maxLinkHops links or maxLinkSteps
-// segments, or a path the root cannot name do not count as inside.
-func resolvesInside(r *files.Root, rel, target string) bool {
-	var at []string // the directory reached, as segments from the root
-	if d := path.Dir(rel); d != "." {
-		at = strings.Split(d, "/")
-	}
-	todo := strings.Split(target, "/")
-	hops := 0
-	for steps := 0; len(todo) > 0; steps++ {
-		if steps > maxLinkSteps {
-			return false
-		}
-		seg := todo[0]
-		todo = todo[1:]
-		switch seg {
-		case "", ".":
-			continue
-		case "..":
-			if len(at) == 0 {
-				return false
-			}
-			at = at[:len(at)-1]
-			continue
-		}
-		p := strings.Join(append(at[:len(at):len(at)], seg), "/")
-		e, err := r.Stat(p)
-		switch {
-		case errors.Is(err, files.ErrNotFound), errors.Is(err, files.ErrNotDirectory):
-			return true // the kernel stops here too: nothing further is reached
-		case err != nil:
-			return false
-		case !e.IsSymlink():
-			at = append(at, seg)
-			continue
-		}
-		if hops++; hops > maxLinkHops {
-			return false
-		}
-		t, err := r.Readlink(p)
-		if err != nil || strings.HasPrefix(t, "/") {
-			return false
-		}
-		todo = append(strings.Split(t, "/"), todo...)
-	}
-	return true
+	return linkRefusal(name, target) == "" && r.LinkInside(rel, target)
 }
 
 // hardLinked reports whether open regular file f has more than one hard
