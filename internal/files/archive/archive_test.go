@@ -182,7 +182,7 @@ func TestRoundTrip(t *testing.T) {
 			delete(want, ".")
 			outside := w.outside(t)
 
-			e, err := Compress(t.Context(), w.r, "src", []string{"src"}, format, 1<<30)
+			e, err := Compress(t.Context(), w.r, "src", []string{"src"}, format, budget(1<<30))
 			if err != nil {
 				t.Fatalf("Compress = %v", err)
 			}
@@ -192,7 +192,7 @@ func TestRoundTrip(t *testing.T) {
 			if err := os.Mkdir(filepath.Join(w.root, "dst"), 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := Decompress(t.Context(), w.r, "src/"+e.Name, "dst", 1<<30); err != nil {
+			if err := Decompress(t.Context(), w.r, "src/"+e.Name, "dst", budget(1<<30)); err != nil {
 				t.Fatalf("Decompress = %v", err)
 			}
 			got := snapshot(t, filepath.Join(w.root, "dst"), false)
@@ -212,7 +212,7 @@ func TestRoundTrip(t *testing.T) {
 func TestTarGzIsPlainGzip(t *testing.T) {
 	w := newWorld(t)
 	sampleTree(t, w.root)
-	e, err := Compress(t.Context(), w.r, ".", []string{"world", "server.properties"}, TarGz, 1<<30)
+	e, err := Compress(t.Context(), w.r, ".", []string{"world", "server.properties"}, TarGz, budget(1<<30))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestCompressNames(t *testing.T) {
 	now := time.Date(2026, 11, 22, 10, 15, 3, 0, time.UTC)
 	var got []string
 	for range 3 {
-		e, err := compress(t.Context(), w.r, "world", []string{"world/level.dat"}, TarGz, 1<<30, now)
+		e, err := compress(t.Context(), w.r, "world", []string{"world/level.dat"}, TarGz, budget(1<<30), now)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -285,7 +285,7 @@ func TestCompressErrors(t *testing.T) {
 			sampleTree(t, w.root)
 			before := snapshot(t, w.root, false)
 			outside := w.outside(t)
-			_, err := Compress(t.Context(), w.r, tc.dir, tc.names, tc.format, tc.free)
+			_, err := Compress(t.Context(), w.r, tc.dir, tc.names, tc.format, budget(tc.free))
 			if !tc.check(err) {
 				t.Fatalf("Compress(%q, %q) = %v, wrong error", tc.dir, tc.names, err)
 			}
@@ -305,7 +305,7 @@ func TestCompressCancelled(t *testing.T) {
 	before := snapshot(t, w.root, false)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	_, err := Compress(ctx, w.r, ".", []string{"world"}, TarGz, 1<<30)
+	_, err := Compress(ctx, w.r, ".", []string{"world"}, TarGz, budget(1<<30))
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Compress = %v, want context.Canceled", err)
 	}
@@ -322,7 +322,7 @@ func TestCompressDoesNotFollowLinks(t *testing.T) {
 	if err := os.Symlink(filepath.Join(w.base, "outside"), filepath.Join(w.root, "escape")); err != nil {
 		t.Fatal(err)
 	}
-	e, err := Compress(t.Context(), w.r, ".", []string{"escape"}, TarGz, 1<<30)
+	e, err := Compress(t.Context(), w.r, ".", []string{"escape"}, TarGz, budget(1<<30))
 	if err != nil {
 		t.Fatal(err)
 	}

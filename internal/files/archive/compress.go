@@ -24,6 +24,7 @@ import (
 	"github.com/klauspost/pgzip"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -61,11 +62,11 @@ var errConsumerGone = errors.New("archive: writer stopped")
 //
 // Errors: *validate.Error, files.ErrNotFound (a name or dir is missing),
 // files.ErrNotDirectory (dir), files.ErrQuota, ctx.Err().
-func Compress(ctx context.Context, r *files.Root, dir string, names []string, format Format, free int64) (files.Entry, error) {
-	return compress(ctx, r, dir, names, format, free, time.Now())
+func Compress(ctx context.Context, r *files.Root, dir string, names []string, format Format, res *quota.Reservation) (files.Entry, error) {
+	return compress(ctx, r, dir, names, format, res, time.Now())
 }
 
-func compress(ctx context.Context, r *files.Root, dir string, names []string, format Format, free int64, now time.Time) (files.Entry, error) {
+func compress(ctx context.Context, r *files.Root, dir string, names []string, format Format, res *quota.Reservation, now time.Time) (files.Entry, error) {
 	if _, err := ParseFormat("format", string(format)); err != nil || format == "" {
 		return files.Entry{}, validate.Errorf("format", "must be one of tar.gz, zip, tar.zst")
 	}
@@ -100,7 +101,7 @@ func compress(ctx context.Context, r *files.Root, dir string, names []string, fo
 		pipe.CloseWithError(err) // nil: the reader sees EOF
 		done <- err
 	}()
-	_, werr := r.WriteFile(tmp, pipe, free)
+	_, werr := r.WriteFile(tmp, pipe, res)
 	pipe.Stop() // unblocks the producer if WriteFile stopped early
 	perr := <-done
 	if werr != nil || perr != nil {

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -67,21 +68,23 @@ var errStopped = errors.New("archive: extraction stopped")
 // symlink in an entry's place is replaced, in one rename (a directory
 // entry replaces a symlink, as GNU tar does).
 //
-// free is what the server may still grow by. It is checked up front
-// against the sizes a zip declares, and enforced on the bytes actually
-// written (files, and hard links' copies): a lying header or a bomb stops
-// there. Both return files.ErrQuota. Files being replaced are not counted
-// back: during the move both copies exist.
+// res is the server's disk reservation. Its free space is checked up
+// front against the sizes a zip declares and bounds the bytes read; the
+// limit is enforced on what is actually created (files by their cost,
+// hard links' copies, directories and links a block each, through the
+// Stager): a lying header or a bomb stops there. Both return
+// files.ErrQuota. Files being replaced are not counted back: during the
+// move both copies exist (the caller has the root measured again after).
 //
 // Errors: *validate.Error, files.ErrNotFound, files.ErrNotFile (archive),
 // files.ErrNotDirectory (dir), ErrUnsupported (unknown extension, corrupt
 // data), *EntryError, files.ErrExists, files.ErrQuota, ctx.Err().
-func Decompress(ctx context.Context, r *files.Root, archive, dir string, free int64) error {
-	return decompress(ctx, r, archive, dir, free, MaxEntries)
+func Decompress(ctx context.Context, r *files.Root, archive, dir string, res *quota.Reservation) error {
+	return decompress(ctx, r, archive, dir, res, MaxEntries)
 }
 
 // decompress is Decompress with a limit on entries that tests can lower.
-func decompress(ctx context.Context, r *files.Root, archive, dir string, free int64, maxEntries int) error {
+func decompress(ctx context.Context, r *files.Root, archive, dir string, res *quota.Reservation, maxEntries int) error {
 	if err := mustClean("file", archive); err != nil {
 		return err
 	}
@@ -107,11 +110,12 @@ func decompress(ctx context.Context, r *files.Root, archive, dir string, free in
 		return readError(archive, err)
 	}
 	defer src.close()
+	free := res.Free()
 	if n, ok := src.declared(); ok && n > free {
 		return files.ErrQuota
 	}
 
-	st, err := r.Stage(dir, free)
+	st, err := r.Stage(dir, res)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func TestDecompressFormats(t *testing.T) {
 		t.Run(tc.archive, func(t *testing.T) {
 			w := newWorld(t)
 			writeFile(t, w.root, tc.archive, string(tc.data), 0o644)
-			if err := Decompress(t.Context(), w.r, tc.archive, ".", 1<<30); err != nil {
+			if err := Decompress(t.Context(), w.r, tc.archive, ".", budget(1<<30)); err != nil {
 				t.Fatalf("Decompress = %v", err)
 			}
 			if got := readString(t, filepath.Join(w.root, "cfg/link")); got != "a: 1\n" {
@@ -62,7 +62,7 @@ func TestDecompressFormats(t *testing.T) {
 func TestDecompressSingleGz(t *testing.T) {
 	w := newWorld(t)
 	writeFile(t, w.root, "logs/latest.log.gz", string(gz(t, []byte("line 1\nline 2\n"))), 0o644)
-	if err := Decompress(t.Context(), w.r, "logs/latest.log.gz", "logs", 1<<30); err != nil {
+	if err := Decompress(t.Context(), w.r, "logs/latest.log.gz", "logs", budget(1<<30)); err != nil {
 		t.Fatal(err)
 	}
 	if got := readString(t, filepath.Join(w.root, "logs/latest.log")); got != "line 1\nline 2\n" {
@@ -77,7 +77,7 @@ func TestDecompressHardLink(t *testing.T) {
 	exe := file("bin/tool", strings.Repeat("x", 3<<20)) // streamed, not buffered
 	exe.h.Mode = 0o755
 	writeFile(t, w.root, "a.tar", string(tarOf(t, exe, file("small", "s"), hardlink("bin/tool2", "bin/tool"), hardlink("small2", "small"))), 0o644)
-	if err := Decompress(t.Context(), w.r, "a.tar", ".", 1<<30); err != nil {
+	if err := Decompress(t.Context(), w.r, "a.tar", ".", budget(1<<30)); err != nil {
 		t.Fatal(err)
 	}
 	for _, pair := range [][2]string{{"bin/tool", "bin/tool2"}, {"small", "small2"}} {
@@ -90,7 +90,7 @@ func TestDecompressHardLink(t *testing.T) {
 	// The copy counts against the disk limit.
 	w2 := newWorld(t)
 	writeFile(t, w2.root, "a.tar", string(tarOf(t, exe, hardlink("bin/tool2", "bin/tool"))), 0o644)
-	if err := Decompress(t.Context(), w2.r, "a.tar", ".", 5<<20); !errors.Is(err, files.ErrQuota) {
+	if err := Decompress(t.Context(), w2.r, "a.tar", ".", budget(5<<20)); !errors.Is(err, files.ErrQuota) {
 		t.Errorf("Decompress with room for one copy = %v, want ErrQuota", err)
 	}
 }
@@ -111,7 +111,7 @@ func TestDecompressMerge(t *testing.T) {
 	writeFile(t, w.root, "a.tar.gz", string(gz(t, tarOf(t,
 		file("plugins/replace.yml", "new"), file("plugins/added.yml", "added"),
 		file("was-a-link/x", "x"), file("escape/passwd", "not outside")))), 0o644)
-	if err := Decompress(t.Context(), w.r, "a.tar.gz", ".", 1<<30); err != nil {
+	if err := Decompress(t.Context(), w.r, "a.tar.gz", ".", budget(1<<30)); err != nil {
 		t.Fatal(err)
 	}
 	for rel, want := range map[string]string{
@@ -141,7 +141,7 @@ func TestDecompressFileOverDirectory(t *testing.T) {
 	writeFile(t, w.root, "world/level.dat", "level", 0o644)
 	writeFile(t, w.root, "a.tar", string(tarOf(t, file("aaa-first.txt", "1"), file("world", "a file"))), 0o644)
 	before := snapshot(t, w.root, false)
-	if err := Decompress(t.Context(), w.r, "a.tar", ".", 1<<30); !errors.Is(err, files.ErrExists) {
+	if err := Decompress(t.Context(), w.r, "a.tar", ".", budget(1<<30)); !errors.Is(err, files.ErrExists) {
 		t.Fatalf("Decompress = %v, want ErrExists", err)
 	}
 	if d := diffSnapshots(before, snapshot(t, w.root, false)); d != "" {
@@ -156,7 +156,7 @@ func TestDecompressDirectoryModes(t *testing.T) {
 	none := dir("none/")
 	none.h.Mode = 0
 	writeFile(t, w.root, "a.tar", string(tarOf(t, ro, file("ro/f", "f"), none, file("none/g", "g"))), 0o644)
-	if err := Decompress(t.Context(), w.r, "a.tar", ".", 1<<30); err != nil {
+	if err := Decompress(t.Context(), w.r, "a.tar", ".", budget(1<<30)); err != nil {
 		t.Fatal(err)
 	}
 	for rel, want := range map[string]fs.FileMode{"ro": 0o755, "none": 0o700} {
@@ -189,7 +189,7 @@ func TestDecompressErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := snapshot(t, w.root, false)
-			if err := Decompress(tc.ctx, w.r, tc.archive, tc.dir, 1<<30); !tc.check(err) {
+			if err := Decompress(tc.ctx, w.r, tc.archive, tc.dir, budget(1<<30)); !tc.check(err) {
 				t.Fatalf("Decompress(%q, %q) = %v, wrong error", tc.archive, tc.dir, err)
 			}
 			if d := diffSnapshots(before, snapshot(t, w.root, false)); d != "" {

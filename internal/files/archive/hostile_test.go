@@ -480,7 +480,7 @@ func TestHostileArchives(t *testing.T) {
 				free = 1 << 30
 			}
 
-			err := Decompress(t.Context(), w.r, tc.archive, ".", free)
+			err := Decompress(t.Context(), w.r, tc.archive, ".", budget(free))
 			if !tc.check(err) {
 				t.Fatalf("Decompress(%s) = %v (%T), wrong error", tc.name, err, err)
 			}
@@ -508,14 +508,14 @@ func TestDecompressIntoSubdirectory(t *testing.T) {
 	writeFile(t, w.root, "plugins/old.yml", "old", 0o644)
 	writeFile(t, w.root, "a.tar", string(tarOf(t, file("../server.properties", "replaced"))), 0o644)
 	before := snapshot(t, w.root, false)
-	if err := Decompress(t.Context(), w.r, "a.tar", "plugins", 1<<30); !isEntry(err) {
+	if err := Decompress(t.Context(), w.r, "a.tar", "plugins", budget(1<<30)); !isEntry(err) {
 		t.Fatalf("Decompress = %v, want an *EntryError", err)
 	}
 	if d := diffSnapshots(before, snapshot(t, w.root, false)); d != "" {
 		t.Errorf("root changed:\n%s", d)
 	}
 	writeFile(t, w.root, "b.tar", string(tarOf(t, file("cfg/new.yml", "new"))), 0o644)
-	if err := Decompress(t.Context(), w.r, "b.tar", "plugins", 1<<30); err != nil {
+	if err := Decompress(t.Context(), w.r, "b.tar", "plugins", budget(1<<30)); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := os.ReadFile(filepath.Join(w.root, "plugins/cfg/new.yml")); err != nil || string(b) != "new" {
@@ -531,7 +531,7 @@ func TestDecompressTooManyEntries(t *testing.T) {
 	}
 	writeFile(t, w.root, "a.tar", string(tarOf(t, items...)), 0o644)
 	before := snapshot(t, w.root, false)
-	err := decompress(t.Context(), w.r, "a.tar", ".", 1<<30, 10)
+	err := decompress(t.Context(), w.r, "a.tar", ".", budget(1<<30), 10)
 	if !errors.Is(err, ErrUnsupported) {
 		t.Fatalf("decompress = %v, want ErrUnsupported", err)
 	}

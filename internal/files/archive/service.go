@@ -5,13 +5,15 @@ import (
 	"strconv"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
 // Service runs compress and decompress on a team's servers: it finds the
 // root (404 for another team's server, 409 while installing), opens it
 // with the resolver, cleans the user's paths (naming the request fields in
-// validation errors) and keeps the server's disk figure current.
+// validation errors) and writes through the server's disk ledger
+// (files.Writing).
 type Service struct {
 	servers files.Servers
 }
@@ -46,17 +48,12 @@ func (s *Service) Compress(ctx context.Context, teamID, id, root string, names [
 	if err != nil {
 		return files.Entry{}, err
 	}
-	r, err := files.Open(a.Root)
-	if err != nil {
-		return files.Entry{}, err
-	}
-	defer r.Close()
-	e, err := Compress(ctx, r, dir, rels, f, a.Free)
-	if err != nil {
-		return files.Entry{}, err
-	}
-	s.servers.Wrote(id, e.Size)
-	return e, nil
+	var e files.Entry
+	err = files.Writing(a, func(r *files.Root, res *quota.Reservation) (err error) {
+		e, err = Compress(ctx, r, dir, rels, f, res)
+		return err
+	})
+	return e, err
 }
 
 // Decompress extracts archive file (relative to root) into root.
@@ -76,13 +73,12 @@ func (s *Service) Decompress(ctx context.Context, teamID, id, root, file string)
 	if err != nil {
 		return err
 	}
-	r, err := files.Open(a.Root)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
+	// Replaced files are not counted back while both copies exist: the
+	// root is measured again before the next write.
 	defer s.servers.DiskChanged(id)
-	return Decompress(ctx, r, rel, dir, a.Free)
+	return files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
+		return Decompress(ctx, r, rel, dir, res)
+	})
 }
 
 func validateErr(path, format string, args ...any) error {
