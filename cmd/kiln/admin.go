@@ -3,36 +3,102 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/store"
 )
 
+// adminCommand is one `kiln admin SUBJECT VERB`.
+type adminCommand struct {
+	subject, verb string
+	args          []string // names of the positional arguments
+	flags         string   // the command's own flags, as shown in the list
+	about         string
+}
+
+var adminCommands = []adminCommand{
+	{"team", "create", []string{"NAME"}, "", "create a team, print its id"},
+	{"token", "create", nil, "--team NAME --kind user|agent --name LABEL", "issue a token, print only the token (shown once)"},
+	{"token", "list", nil, "--team NAME", "list a team's tokens (never the tokens themselves)"},
+	{"token", "revoke", []string{"ID"}, "", "revoke a token (it fails from its next request)"},
+}
+
+func (c adminCommand) line() string {
+	return strings.Join(append([]string{"kiln admin", c.subject, c.verb}, c.args...), " ")
+}
+
+// writeAdminCommands lists the admin commands of subject ("" for all).
+func writeAdminCommands(w io.Writer, subject string) {
+	for _, c := range adminCommands {
+		if subject != "" && c.subject != subject {
+			continue
+		}
+		l := c.line()
+		if c.flags != "" {
+			l += " " + c.flags
+		}
+		if len(l) > 41 {
+			fmt.Fprintf(w, "  %s\n  %-41s  %s\n", l, "", c.about)
+		} else {
+			fmt.Fprintf(w, "  %-41s  %s\n", l, c.about)
+		}
+	}
+}
+
+func adminUsage(w io.Writer, subject string) {
+	fmt.Fprint(w, "Usage:\n")
+	writeAdminCommands(w, subject)
+	fmt.Fprint(w, "\nThey work on the database of kiln serve (--data-dir or --database-url), also\nwhile it runs. Every command takes -h.\n")
+}
+
 func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && isHelp(args[0]) {
+		adminUsage(stdout, "")
+		return flag.ErrHelp
+	}
 	if len(args) < 2 {
-		fmt.Fprint(stderr, usage)
+		adminUsage(stderr, "")
 		return usageError{"admin needs a subject and a verb, e.g. `kiln admin token list --team default`"}
 	}
 	subject, verb, rest := args[0], args[1], args[2:]
+	known := false
+	for _, c := range adminCommands {
+		known = known || c.subject == subject
+	}
+	if known && isHelp(verb) {
+		adminUsage(stdout, subject)
+		return flag.ErrHelp
+	}
+	var cmd adminCommand
+	for _, c := range adminCommands {
+		if c.subject == subject && c.verb == verb {
+			cmd = c
+		}
+	}
+	if cmd.verb == "" {
+		adminUsage(stderr, "")
+		return usageError{fmt.Sprintf("unknown admin command %q", subject+" "+verb)}
+	}
 	var sc storeConfig
-	s := newSettings("kiln admin " + subject + " " + verb)
-	s.fs.SetOutput(stderr)
+	s := newSettings(command{
+		synopsis: cmd.line() + " [flags]",
+		about:    strings.ToUpper(cmd.about[:1]) + cmd.about[1:] + ".",
+	}, stdout, stderr)
 	sc.register(s)
 	var team, kind, name string
 	switch subject + " " + verb {
-	case "team create", "token revoke":
 	case "token create":
-		s.fs.StringVar(&team, "team", "", "team name")
+		s.fs.StringVar(&team, "team", "", "team name (required)")
 		s.fs.StringVar(&kind, "kind", "user", "user or agent")
-		s.fs.StringVar(&name, "name", "", "label of the token (a-z, 0-9, _ and -)")
+		s.fs.StringVar(&name, "name", "", "label of the token (a-z, 0-9, _ and -; required)")
 	case "token list":
-		s.fs.StringVar(&team, "team", "", "team name")
-	default:
-		fmt.Fprint(stderr, usage)
-		return usageError{fmt.Sprintf("unknown admin command %q", subject+" "+verb)}
+		s.fs.StringVar(&team, "team", "", "team name (required)")
 	}
 	pos, err := s.parse(rest)
 	if err != nil {
@@ -41,18 +107,14 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := sc.validate(); err != nil {
 		return err
 	}
-	wantArgs := 0
-	if subject+" "+verb == "team create" || subject+" "+verb == "token revoke" {
-		wantArgs = 1
-	}
-	if len(pos) != wantArgs {
-		return usageError{fmt.Sprintf("kiln admin %s %s takes %d argument(s), got %d", subject, verb, wantArgs, len(pos))}
+	if len(pos) != len(cmd.args) {
+		return usageError{fmt.Sprintf("%s takes %d argument(s), got %d", cmd.line(), len(cmd.args), len(pos))}
 	}
 	if (subject == "token") && verb != "revoke" && team == "" {
 		return usageError{"--team is required"}
 	}
 
-	db, err := sc.open(ctx)
+	db, err := sc.openExisting(ctx, stderr)
 	if err != nil {
 		return err
 	}
@@ -111,3 +173,22 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func stamp(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339) }
+
+// openExisting opens the database kiln serve set up, and says on stderr
+// which one: run in the wrong directory, kiln admin would otherwise look
+// at (and used to create) an empty database and report "team not found".
+func (c storeConfig) openExisting(ctx context.Context, stderr io.Writer) (*store.DB, error) {
+	opts := store.Options{URL: c.DatabaseURL, DataDir: c.DataDir}
+	db, err := store.OpenExisting(ctx, opts)
+	if errors.Is(err, store.ErrNoSchema) {
+		return nil, fmt.Errorf("no Kiln database at %s; run kiln serve first or pass --data-dir/--database-url", opts.Location())
+	}
+	if behind, ok := errors.AsType[*store.SchemaBehindError](err); ok {
+		return nil, fmt.Errorf("the database at %s is older than this kiln (%w); run this version's kiln serve once to migrate it", opts.Location(), behind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stderr, "kiln: database %s\n", opts.Location())
+	return db, nil
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,15 +17,46 @@ import (
 // variables (--data-dir = KILN_DATA_DIR), the --config file (YAML or TOML,
 // keys named like the flags), and the defaults.
 type settings struct {
-	fs      *flag.FlagSet
-	config  string
-	envPref string
+	cmd            command
+	fs             *flag.FlagSet
+	config         string
+	stdout, stderr io.Writer
 }
 
-func newSettings(name string) *settings {
-	s := &settings{fs: flag.NewFlagSet(name, flag.ContinueOnError), envPref: "KILN_"}
+// command describes a command for its help.
+type command struct {
+	synopsis string // "kiln admin token revoke ID [flags]": positional arguments named
+	about    string // what it does, one short paragraph
+}
+
+// newSettings makes the flag set of cmd. Help goes to stdout when asked
+// for (-h), to stderr with a mistake.
+func newSettings(cmd command, stdout, stderr io.Writer) *settings {
+	s := &settings{cmd: cmd, fs: flag.NewFlagSet(cmd.synopsis, flag.ContinueOnError), stdout: stdout, stderr: stderr}
+	// The flag package's own messages are replaced by help (below) and
+	// the error, which main prints once.
+	s.fs.SetOutput(io.Discard)
+	s.fs.Usage = func() {}
 	s.fs.StringVar(&s.config, "config", "", "optional YAML or TOML file of settings (keys named like the flags)")
 	return s
+}
+
+// printHelp writes a command's synopsis, what it does and its flags.
+func printHelp(w io.Writer, cmd command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n", cmd.synopsis, cmd.about)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nFlags:\n")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+func printEnvNote(w io.Writer) {
+	fmt.Fprint(w, "\nEvery flag may also be set as a KILN_* environment variable (--data-dir =\nKILN_DATA_DIR) or as a key of the --config file.\n")
 }
 
 func envName(flagName string) string {
@@ -39,7 +71,13 @@ func (s *settings) parse(args []string) ([]string, error) {
 	var positional []string
 	for {
 		if err := s.fs.Parse(args); err != nil {
-			return nil, err
+			if errors.Is(err, flag.ErrHelp) {
+				printHelp(s.stdout, s.cmd, s.fs)
+				printEnvNote(s.stdout)
+				return nil, err
+			}
+			printHelp(s.stderr, s.cmd, s.fs)
+			return nil, usageError{err.Error()}
 		}
 		if s.fs.NArg() == 0 {
 			break

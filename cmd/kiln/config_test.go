@@ -20,16 +20,16 @@ func TestSettingsPrecedence(t *testing.T) {
 	os.WriteFile(tomlFile, []byte("addr = \"127.0.0.1:9001\"\nrate-limit = 8\n"), 0o600)
 
 	// Defaults.
-	c, err := parseServe(nil, io.Discard)
+	c, err := parseServe(nil, io.Discard, io.Discard)
 	if err != nil || c.Addr != "127.0.0.1:8080" || c.DataDir != "./kiln-data" || c.RateLimit != 100 || c.Dev || c.DatabaseURL != "" {
 		t.Fatalf("defaults = %+v, %v", c, err)
 	}
 	// File fills what flags and env leave.
-	c, err = parseServe([]string{"--config", yamlFile}, io.Discard)
+	c, err = parseServe([]string{"--config", yamlFile}, io.Discard, io.Discard)
 	if err != nil || c.Addr != "127.0.0.1:9000" || c.DataDir != "/from/file" || c.RateLimit != 7 || !c.Dev || c.LogLevel != "warn" {
 		t.Fatalf("yaml file = %+v, %v", c, err)
 	}
-	c, err = parseServe([]string{"--config", tomlFile}, io.Discard)
+	c, err = parseServe([]string{"--config", tomlFile}, io.Discard, io.Discard)
 	if err != nil || c.Addr != "127.0.0.1:9001" || c.RateLimit != 8 {
 		t.Fatalf("toml file = %+v, %v", c, err)
 	}
@@ -37,22 +37,22 @@ func TestSettingsPrecedence(t *testing.T) {
 	t.Setenv("KILN_RATE_LIMIT", "9")
 	t.Setenv("KILN_DATA_DIR", "/from/env")
 	t.Setenv("KILN_CONFIG", yamlFile)
-	c, err = parseServe([]string{"--data-dir", "/from/flag"}, io.Discard)
+	c, err = parseServe([]string{"--data-dir", "/from/flag"}, io.Discard, io.Discard)
 	if err != nil || c.RateLimit != 9 || c.DataDir != "/from/flag" || c.Addr != "127.0.0.1:9000" {
 		t.Fatalf("precedence = %+v, %v; want rate 9 (env), dir /from/flag (flag), addr from file", c, err)
 	}
 	// Bad values and unknown keys are refused with the source named.
 	t.Setenv("KILN_RATE_LIMIT", "lots")
-	if _, err := parseServe(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "KILN_RATE_LIMIT") {
+	if _, err := parseServe(nil, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "KILN_RATE_LIMIT") {
 		t.Errorf("bad env value: %v", err)
 	}
 	os.Unsetenv("KILN_RATE_LIMIT")
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(bad, []byte("adress: x\n"), 0o600)
-	if _, err := parseServe([]string{"--config", bad}, io.Discard); err == nil || !strings.Contains(err.Error(), `unknown setting "adress"`) {
+	if _, err := parseServe([]string{"--config", bad}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), `unknown setting "adress"`) {
 		t.Errorf("unknown key: %v", err)
 	}
-	if _, err := parseServe([]string{"--config", filepath.Join(dir, "x.ini")}, io.Discard); err == nil {
+	if _, err := parseServe([]string{"--config", filepath.Join(dir, "x.ini")}, io.Discard, io.Discard); err == nil {
 		t.Error("a .ini config was accepted")
 	}
 }

@@ -23,6 +23,16 @@
 // service, which gives process-runtime game servers their stop command
 // and lets docker containers run on, to be re-adopted at the next start;
 // then the instance row, the runtime, the store and the lock.
+//
+// Command line: every command and subcommand answers -h/--help with its
+// synopsis (positional arguments named: `kiln admin token revoke ID`),
+// what it does and its flags, on stdout, exit status 0. A mistake prints
+// the same help on stderr, then `kiln: <what is wrong>`, exit status 2;
+// any other failure exits 1. kiln version and kiln --version print the
+// version (resolveVersion: the -ldflags value, else the module version go
+// install recorded, else "dev"). kiln admin never creates or migrates a
+// database (store.OpenExisting): it names on stderr the database it
+// opened, and refuses, naming where it looked, when there is none.
 package main
 
 import (
@@ -33,25 +43,53 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
-const usage = `kiln — run Minecraft networks behind one API
+// usage is the text of kiln -h.
+func usage() string {
+	var b strings.Builder
+	b.WriteString(`kiln — run Minecraft networks behind one API
 
 Usage:
-  kiln serve [flags]                         run the service (kiln serve -h for flags)
-  kiln admin team create NAME                create a team, print its id
-  kiln admin token create --team NAME --kind user|agent --name LABEL
-                                             issue a token, print only the token
-  kiln admin token list --team NAME          list a team's tokens
-  kiln admin token revoke ID                 revoke a token
-  kiln version                               print the version
+  kiln serve [flags]                         run the service
+`)
+	writeAdminCommands(&b, "")
+	b.WriteString(`  kiln version                               print the version (also kiln --version)
 
-Every setting is a flag, a KILN_* environment variable or a key of --config.
-`
+Every command takes -h. Every setting is a flag, a KILN_* environment
+variable or a key of --config.
+`)
+	return b.String()
+}
 
-// version is set at build time with -ldflags "-X main.version=…".
+// version is set at build time with -ldflags "-X main.version=…"; kiln
+// reports buildVersion.
 var version = "dev"
+
+// buildVersion is the version kiln reports (see resolveVersion).
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	return resolveVersion(version, bi, ok)
+}
+
+// resolveVersion picks, in order: the -ldflags value when one was given
+// (whoever built chose it; since Go 1.24 go build also stamps a VCS
+// pseudo-version, which must not override an explicit release number);
+// else the main module's version as the go command recorded it (`go
+// install github.com/kilnhq/kiln/cmd/kiln@v1.2.3` records v1.2.3); else
+// "dev".
+func resolveVersion(ldflags string, bi *debug.BuildInfo, ok bool) string {
+	if ldflags != "" && ldflags != "dev" {
+		return ldflags
+	}
+	if ok && bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -70,16 +108,31 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
+// exitCode: 0 after help that was asked for (flag.ErrHelp), 2 for a
+// mistake on the command line, 1 for anything else.
 func exitCode(err error) int {
-	if _, ok := errors.AsType[usageError](err); ok || errors.Is(err, flag.ErrHelp) {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	}
+	if _, ok := errors.AsType[usageError](err); ok {
 		return 2
 	}
 	return 1
 }
 
+// isHelp reports whether a command-line word asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usage())
 		return usageError{"no command given"}
 	}
 	switch args[0] {
@@ -89,13 +142,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return admin(ctx, args[1:], stdout, stderr)
 	case "testserver":
 		return testServer(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, version)
-		return nil
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+	case "version", "--version", "-version":
+		if len(args) > 1 {
+			if isHelp(args[1]) {
+				fmt.Fprint(stdout, "Usage: kiln version\n\nPrint kiln's version: the module version of this build, or \"dev\".\n")
+				return flag.ErrHelp
+			}
+			return usageError{fmt.Sprintf("kiln version takes no arguments, got %q", args[1:])}
+		}
+		fmt.Fprintln(stdout, buildVersion())
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
+	if isHelp(args[0]) {
+		fmt.Fprint(stdout, usage())
+		return flag.ErrHelp
+	}
+	fmt.Fprint(stderr, usage())
 	return usageError{fmt.Sprintf("unknown command %q", args[0])}
 }

@@ -84,10 +84,17 @@ type serveConfig struct {
 	pullAllow          []netip.Prefix
 }
 
-func parseServe(args []string, stderr io.Writer) (serveConfig, error) {
+var serveCommand = command{
+	synopsis: "kiln serve [flags]",
+	about: `Run the service: the HTTP API, the game servers of this machine, remote
+downloads. One kiln serve per data dir; SIGINT or SIGTERM stops it.
+On the very first start it creates team "default" and prints its first
+token once (also written to <data-dir>/bootstrap-token).`,
+}
+
+func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	var c serveConfig
-	s := newSettings("kiln serve")
-	s.fs.SetOutput(stderr)
+	s := newSettings(serveCommand, stdout, stderr)
 	c.storeConfig.register(s)
 	s.fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "API listener")
 	s.fs.BoolVar(&c.Dev, "dev", false, "development mode: adds the kiln-test software profile to the catalog")
@@ -197,10 +204,11 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, *bufferedLog, e
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseServe(args, stderr)
+	cfg, err := parseServe(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
+	ver := buildVersion()
 	log, logBuf, err := newLogger(cfg.LogLevel, cfg.LogFormat, stderr)
 	if err != nil {
 		return err
@@ -270,7 +278,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	inst, err := install.New(install.Options{
 		MirrorURL: cfg.InstallerMirrorURL, CacheDir: filepath.Join(cfg.DataDir, "cache", "artifacts"),
-		UserAgent: install.UserAgent(version), Log: log,
+		UserAgent: install.UserAgent(ver), Log: log,
 	})
 	if err != nil {
 		return usageError{"--installer-mirror-url: " + err.Error()}
@@ -289,7 +297,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 	}, log)
 	pulls := pull.NewManager(db, serverSvc, netguard.NewPolicy(cfg.pullAllow, nil),
-		pull.Options{UserAgent: install.UserAgent(version)}, log)
+		pull.Options{UserAgent: install.UserAgent(ver)}, log)
 	// A deleted server's downloads end first (and their partial files go
 	// with the root).
 	serverSvc.OnDelete(pulls.CancelServer)
@@ -351,7 +359,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				return nil
 			}
 		}
-		log.Info("kiln serving", "addr", ln.Addr().String(), "instance_id", self.ID, "version", version, "dev", cfg.Dev,
+		log.Info("kiln serving", "addr", ln.Addr().String(), "instance_id", self.ID, "version", ver, "dev", cfg.Dev,
 			"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String())
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)

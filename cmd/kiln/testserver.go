@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -15,8 +16,13 @@ import (
 // status ping, vanilla-like log lines, console commands, a world folder.
 // Hidden from the usage text: it is what servers run, not what operators do.
 func testServer(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("kiln testserver", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	cmd := command{
+		synopsis: "kiln testserver [flags]",
+		about:    "Run the fake Minecraft server of the kiln-test profile (what kiln serve --dev\nstarts; commands on stdin, log on stdout).",
+	}
+	fs := flag.NewFlagSet(cmd.synopsis, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	var o testserver.Options
 	fs.IntVar(&o.Port, "port", 0, "game port (0 = server.properties server-port, else any free port)")
 	fs.StringVar(&o.Host, "host", "", "address to listen on (empty = all interfaces)")
@@ -26,7 +32,12 @@ func testServer(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&o.Version, "version", "", "game version to report (default "+testserver.DefaultVersion+")")
 	fs.DurationVar(&o.StartupDelay, "startup-delay", 0, "simulated boot time (default "+testserver.DefaultStartupDelay.String()+")")
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			printHelp(stdout, cmd, fs)
+			return err
+		}
+		printHelp(stderr, cmd, fs)
+		return usageError{err.Error()}
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Sprintf("kiln testserver takes no arguments, got %q", fs.Args())}

@@ -21,6 +21,13 @@
 //   - Migrations are plain SQL files embedded per engine and applied at open
 //     with pressly/goose v3's Provider (no global state); on PostgreSQL a
 //     session advisory lock keeps two starting replicas from racing.
+//   - Only kiln serve creates and migrates (Open). kiln admin uses
+//     OpenExisting, which creates nothing (no data directory, no SQLite
+//     file, not even goose's version table) and refuses a database without
+//     Kiln's schema (ErrNoSchema) or with migrations pending
+//     (*SchemaBehindError): run in the wrong directory, admin used to
+//     create an empty database and answer "team not found". A schema newer
+//     than the binary is accepted, since migrations only add.
 //
 // It must never hold domain logic, and it never logs DSNs (they carry
 // passwords): Options implements LogValue to redact them.

@@ -62,7 +62,7 @@ func Open(ctx context.Context, opts Options) (*DB, error) {
 	var db *DB
 	var err error
 	if opts.URL == "" {
-		db, err = openSQLite(ctx, opts.DataDir)
+		db, err = openSQLite(ctx, opts.DataDir, true)
 	} else {
 		db, err = openPostgres(ctx, opts.URL)
 	}
@@ -81,17 +81,24 @@ func IsPostgresURL(s string) bool {
 	return strings.HasPrefix(s, "postgres://") || strings.HasPrefix(s, "postgresql://")
 }
 
-func openSQLite(ctx context.Context, dataDir string) (*DB, error) {
+// openSQLite opens dataDir/kiln.db. With create, it makes the directory
+// and the file as needed and switches the file to WAL (which persists in
+// the file); without, it changes nothing about an existing file, so that
+// looking at a file that is no Kiln database leaves it as it was.
+func openSQLite(ctx context.Context, dataDir string, create bool) (*DB, error) {
 	if dataDir == "" {
 		return nil, errors.New("open sqlite: no data directory")
 	}
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("open sqlite: create data directory: %w", err)
-	}
 	path := filepath.Join(dataDir, "kiln.db")
 	// busy_timeout first so that switching to WAL can wait for another process.
-	base := "file:" + (&url.URL{Path: path}).EscapedPath() +
-		"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
+	base := "file:" + (&url.URL{Path: path}).EscapedPath() + "?_pragma=busy_timeout(5000)"
+	if create {
+		if err := os.MkdirAll(dataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("open sqlite: create data directory: %w", err)
+		}
+		base += "&_pragma=journal_mode(WAL)"
+	}
+	base += "&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
 	w, err := sql.Open("sqlite", base+"&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("open sqlite writer: %w", err)
@@ -133,21 +140,7 @@ func openPostgres(ctx context.Context, dsn string) (*DB, error) {
 }
 
 func (db *DB) migrate(ctx context.Context) error {
-	dir, dialect := "migrations/sqlite", goose.DialectSQLite3
-	var opts []goose.ProviderOption
-	if db.dialect == Postgres {
-		dir, dialect = "migrations/postgres", goose.DialectPostgres
-		locker, err := lock.NewPostgresSessionLocker()
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrMigrate, err)
-		}
-		opts = append(opts, goose.WithSessionLocker(locker))
-	}
-	fsys, err := fs.Sub(migrations, dir)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrMigrate, err)
-	}
-	p, err := goose.NewProvider(dialect, db.write, fsys, opts...)
+	p, err := db.provider(true)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrMigrate, err)
 	}
@@ -155,6 +148,28 @@ func (db *DB) migrate(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrMigrate, err)
 	}
 	return nil
+}
+
+// provider is goose's view of this engine's embedded migrations; locked
+// adds PostgreSQL's session lock (for Up).
+func (db *DB) provider(locked bool) (*goose.Provider, error) {
+	dir, dialect := "migrations/sqlite", goose.DialectSQLite3
+	var opts []goose.ProviderOption
+	if db.dialect == Postgres {
+		dir, dialect = "migrations/postgres", goose.DialectPostgres
+		if locked {
+			locker, err := lock.NewPostgresSessionLocker()
+			if err != nil {
+				return nil, err
+			}
+			opts = append(opts, goose.WithSessionLocker(locker))
+		}
+	}
+	fsys, err := fs.Sub(migrations, dir)
+	if err != nil {
+		return nil, err
+	}
+	return goose.NewProvider(dialect, db.write, fsys, opts...)
 }
 
 // Dialect tells which engine this is.
