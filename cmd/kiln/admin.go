@@ -6,11 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/deploy/spec"
+	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -24,6 +27,7 @@ type adminCommand struct {
 
 var adminCommands = []adminCommand{
 	{"team", "create", []string{"NAME"}, "", "create a team, print its id"},
+	{"team", "limits", []string{"NAME"}, "[--servers N] [--memory SIZE] [--disk SIZE]", "show or set a team's limits (0 or none: no limit)"},
 	{"token", "create", nil, "--team NAME --kind user|agent --name LABEL", "issue a token, print only the token (shown once)"},
 	{"token", "list", nil, "--team NAME", "list a team's tokens (never the tokens themselves)"},
 	{"token", "revoke", []string{"ID"}, "", "revoke a token (it fails from its next request)"},
@@ -92,7 +96,12 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}, stdout, stderr)
 	sc.register(s)
 	var team, kind, name string
+	var maxServers, maxMemory, maxDisk optionalFlag
 	switch subject + " " + verb {
+	case "team limits":
+		s.fs.Var(&maxServers, "servers", "how many servers the team may have (0 or none: no limit)")
+		s.fs.Var(&maxMemory, "memory", "total memory of the team's servers, e.g. 32G or 8192M (0 or none: no limit)")
+		s.fs.Var(&maxDisk, "disk", "total disk of the team's servers, e.g. 500G (0 or none: no limit)")
 	case "token create":
 		s.fs.StringVar(&team, "team", "", "team name (required)")
 		s.fs.StringVar(&kind, "kind", "user", "user or agent")
@@ -132,6 +141,8 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintln(stdout, t.ID)
+	case "team limits":
+		return teamLimits(ctx, db, a, pos[0], maxServers, maxMemory, maxDisk, stdout)
 	case "token create":
 		k, err := auth.ParseKind(kind)
 		if err != nil {
@@ -169,6 +180,81 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "revoked %s\n", pos[0])
 	}
+	return nil
+}
+
+// optionalFlag is a flag that remembers whether it was given.
+type optionalFlag struct {
+	set bool
+	val string
+}
+
+func (f *optionalFlag) String() string     { return f.val }
+func (f *optionalFlag) Set(v string) error { f.set, f.val = true, v; return nil }
+
+// limitMB reads a size flag of team limits in MB: "none" or "0" is no
+// limit (0), else a size with a unit (spec.ParseSize: 512M, 32G, 1T).
+func limitMB(name string, f optionalFlag) (int, error) {
+	v := strings.TrimSpace(f.val)
+	if v == "0" || strings.EqualFold(v, "none") {
+		return 0, nil
+	}
+	b, err := spec.ParseSize(v)
+	if err != nil {
+		return 0, usageError{fmt.Sprintf("--%s %s", name, err)}
+	}
+	return int(b >> 20), nil
+}
+
+// teamLimits shows a team's limits, after setting those given.
+func teamLimits(ctx context.Context, db *store.DB, a *auth.Service, name string, maxServers, maxMemory, maxDisk optionalFlag, stdout io.Writer) error {
+	t, err := a.TeamByName(ctx, name)
+	if errors.Is(err, auth.ErrTeamNotFound) {
+		return fmt.Errorf("team %q not found", name)
+	}
+	if err != nil {
+		return err
+	}
+	l, err := servers.GetTeamLimits(ctx, db, t.ID)
+	if err != nil {
+		return err
+	}
+	if maxServers.set || maxMemory.set || maxDisk.set {
+		if maxServers.set {
+			v := strings.TrimSpace(maxServers.val)
+			if strings.EqualFold(v, "none") {
+				v = "0"
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return usageError{fmt.Sprintf("--servers %q: want a whole number (0 or none: no limit)", maxServers.val)}
+			}
+			l.Servers = n
+		}
+		if maxMemory.set {
+			if l.MemoryMB, err = limitMB("memory", maxMemory); err != nil {
+				return err
+			}
+		}
+		if maxDisk.set {
+			if l.DiskMB, err = limitMB("disk", maxDisk); err != nil {
+				return err
+			}
+		}
+		if err := servers.SetTeamLimits(ctx, db, t.ID, l); err != nil {
+			return err
+		}
+	}
+	show := func(n int, unit string) string {
+		if n == 0 {
+			return "none"
+		}
+		if unit == "" {
+			return strconv.Itoa(n)
+		}
+		return spec.FormatSize(int64(n) << 20)
+	}
+	fmt.Fprintf(stdout, "team %s: servers %s, memory %s, disk %s\n", name, show(l.Servers, ""), show(l.MemoryMB, "M"), show(l.DiskMB, "M"))
 	return nil
 }
 
