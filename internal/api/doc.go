@@ -33,6 +33,14 @@
 //     already started) and logs the stack once in writeError. A panic in
 //     a goroutine nobody recovers ends the process: net/http only
 //     recovers the handler's own goroutine.
+//   - Answers are bounded. GET /files/list pages (limit 1-10,000, default
+//     10,000, and an opaque cursor; next_cursor is always present, "" on
+//     the last page): a client that never sends a limit gets the same
+//     answer as before for a directory of up to 10,000 entries, and the
+//     rest on later pages instead of a multi-megabyte answer. GET
+//     /files/search takes limit (1-1000, default 1000) and says truncated.
+//     Integer query values out of range, not integers or given twice are
+//     400 VALIDATION_ERROR naming the parameter (intQuery).
 //
 // It must never contain domain logic or SQL, and never log a token, a
 // request body or an Authorization header.

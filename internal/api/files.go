@@ -60,11 +60,19 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	list, err := s.deps.Files.List(r.Context(), principal(r).TeamID, id, dir)
+	limit, err := intQuery(r, "limit", files.MaxListLimit, 1, files.MaxListLimit)
 	if err != nil {
 		return err
 	}
-	writeFileList(w, list)
+	cursor, err := query(r, "cursor", false, "")
+	if err != nil {
+		return err
+	}
+	page, err := s.deps.Files.List(r.Context(), principal(r).TeamID, id, dir, cursor, limit)
+	if err != nil {
+		return err
+	}
+	writeFileList(w, page.Entries, page.Next.String())
 	return nil
 }
 
@@ -239,7 +247,11 @@ func (s *Server) searchFiles(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	res, truncated, err := s.deps.Files.Search(r.Context(), principal(r).TeamID, id, dir, pattern)
+	limit, err := intQuery(r, "limit", files.MaxResults, 1, files.MaxResults)
+	if err != nil {
+		return err
+	}
+	res, truncated, err := s.deps.Files.Search(r.Context(), principal(r).TeamID, id, dir, pattern, limit)
 	if err != nil {
 		return err
 	}

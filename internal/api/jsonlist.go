@@ -327,9 +327,10 @@ func appendFileEntry(b []byte, e files.Entry) []byte {
 	return append(b, `"}`...)
 }
 
-// writeFileList answers {"files":[…],"count":n}; a large directory is the
-// second-hottest answer (a file manager opening world/region).
-func writeFileList(w http.ResponseWriter, list []files.Entry) {
+// writeFileList answers {"files":[…],"count":n,"next_cursor":next}; a
+// large directory is the second-hottest answer (a file manager opening
+// world/region).
+func writeFileList(w http.ResponseWriter, list []files.Entry, next string) {
 	writePooled(w, len(list)*256+32, func(b []byte) []byte {
 		b = append(b, `{"files":[`...)
 		for i, e := range list {
@@ -340,6 +341,8 @@ func writeFileList(w http.ResponseWriter, list []files.Entry) {
 		}
 		b = append(b, `],"count":`...)
 		b = strconv.AppendInt(b, int64(len(list)), 10)
+		b = append(b, `,"next_cursor":`...)
+		b = appendJSONString(b, next)
 		return append(b, "}\n"...)
 	})
 }

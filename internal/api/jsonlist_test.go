@@ -121,18 +121,20 @@ func TestFileListEncoding(t *testing.T) {
 			ModTime: time.Date(2026, 11, 22, 10, 15, i, i*1000, time.FixedZone("x", 3600*(i%3))), CreatedAt: time.Unix(int64(i)*1e8, 0),
 		})
 	}
-	for _, n := range []int{0, 1, len(list)} {
+	for i, n := range []int{0, 1, len(list)} {
+		next := []string{"", "AWZ3b3JsZA", names[i]}[i] // the last: any string is quoted right
 		var want bytes.Buffer
 		enc := json.NewEncoder(&want)
 		enc.SetEscapeHTML(false)
 		if err := enc.Encode(struct {
-			Files []fileEntryJSON `json:"files"`
-			Count int             `json:"count"`
-		}{Files: toFileEntries(list[:n]), Count: n}); err != nil {
+			Files      []fileEntryJSON `json:"files"`
+			Count      int             `json:"count"`
+			NextCursor string          `json:"next_cursor"`
+		}{Files: toFileEntries(list[:n]), Count: n, NextCursor: next}); err != nil {
 			t.Fatal(err)
 		}
 		rec := httptest.NewRecorder()
-		writeFileList(rec, list[:n])
+		writeFileList(rec, list[:n], next)
 		if got := rec.Body.String(); got != want.String() {
 			t.Fatalf("list of %d differs:\ngot  %s\nwant %s", n, got, want.String())
 		}
@@ -254,7 +256,7 @@ func BenchmarkFileList10k(b *testing.B) {
 	w := httptest.NewRecorder()
 	for b.Loop() {
 		w.Body.Reset()
-		writeFileList(w, list)
+		writeFileList(w, list, "")
 	}
 }
 

@@ -174,9 +174,13 @@ func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request) error {
 	})
 }
 
-// intQuery reads an optional integer query parameter within [lo, hi].
+// intQuery reads an optional integer query parameter within [lo, hi]
+// (def when absent or empty; given twice is refused, as by query).
 func intQuery(r *http.Request, name string, def, lo, hi int) (int, error) {
-	raw := r.URL.Query().Get(name)
+	raw, err := query(r, name, false, "")
+	if err != nil {
+		return 0, err
+	}
 	if raw == "" {
 		return def, nil
 	}

@@ -118,6 +118,25 @@
 //     needs an unlink first (rename cannot do that). A file over a
 //     directory is looked for before the first move (ErrExists, nothing
 //     moved).
+//   - Listings are paged (list.go): ListPage answers at most limit
+//     (1 to MaxListLimit = 10,000) entries after a cursor, so the memory of
+//     one request is bounded by limit whatever the directory holds. Names
+//     come from getdents64 in 32 KiB batches; only the limit smallest keys
+//     after the cursor are kept (appended while fewer, then a max-heap), and
+//     only those are stat'ed. The order (directories first, then names in
+//     byte order) takes "is a directory" from the directory entry's d_type
+//     (an fstatat only where a file system reports DT_UNKNOWN), so ordering
+//     needs no stat of every entry; a symlink to a directory sorts with
+//     the files, as it is listed as a link.
+//   - A cursor is the last key of a page, opaque to clients (URL-safe
+//     base64 of a version byte, 'd'/'f' and the name's bytes), not an
+//     offset or a getdents position: those move when entries come and go,
+//     a key keeps its place even after its entry is gone. It is a place
+//     in the order, never a path: it is compared with names, never opened,
+//     and one that does not decode to a valid name is a validation error.
+//   - Search answers at most limit (1 to MaxResults = 1000) matches;
+//     truncated is set only when a match past limit was found (the walk
+//     stops there, unstat'ed), or the depth or time bound was hit.
 //   - MIME types: by kind (inode/directory, inode/symlink…), then by name
 //     (a table of Minecraft server files, then the system's), then by the
 //     first 512 bytes (only when the name says nothing).

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"runtime"
-	"slices"
 	"syscall"
 
 	"golang.org/x/sync/errgroup"
@@ -181,47 +180,6 @@ func (r *Root) Stat(rel string) (Entry, error) {
 		return nil
 	})
 	return e, err
-}
-
-// List returns the entries of directory rel, directories first, then by
-// name (byte order). Symlinks are listed as links, never followed.
-func (r *Root) List(rel string) ([]Entry, error) {
-	var out []Entry
-	err := r.withDir(rel, func(fd int, f *os.File) error {
-		names, err := f.Readdirnames(-1)
-		if err != nil {
-			return classify(err)
-		}
-		// Sorted as names (16-byte strings), not as entries (~90-byte
-		// structs): entriesAt keeps the order.
-		slices.Sort(names)
-		out, err = entriesAt(fd, names)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return dirsFirst(out), nil
-}
-
-// dirsFirst moves the directories of list, sorted by name, before its
-// other entries, keeping the order within each group.
-func dirsFirst(list []Entry) []Entry {
-	var dirs []Entry
-	j := 0
-	for _, e := range list {
-		if e.IsDir() {
-			dirs = append(dirs, e)
-		} else {
-			list[j] = e
-			j++
-		}
-	}
-	if len(dirs) > 0 {
-		copy(list[len(dirs):], list[:j])
-		copy(list, dirs)
-	}
-	return list
 }
 
 // OpenRead opens regular file rel for reading (symlinks inside the root are

@@ -46,19 +46,25 @@ func NewMatcher(field, pattern string) (Matcher, error) {
 	}, nil
 }
 
-// Search walks directory rel (at most MaxSearchDepth levels below it)
-// and returns the entries whose name matches, at most MaxResults, stopping
+// Search is SearchLimit with the most results an answer may hold.
+func (r *Root) Search(ctx context.Context, rel string, match Matcher) ([]Match, bool, error) {
+	return r.SearchLimit(ctx, rel, match, MaxResults)
+}
+
+// SearchLimit walks directory rel (at most MaxSearchDepth levels below
+// it) and returns the entries whose name matches, at most limit, stopping
 // early when ctx ends (the results so far are returned with ctx's error).
 // It never follows a symlink: directories are opened relative to their
 // parent's descriptor with O_NOFOLLOW, so a link swapped in mid-walk is not
-// entered. truncated reports that the result or depth bound was hit.
-func (r *Root) Search(ctx context.Context, rel string, match Matcher) (out []Match, truncated bool, err error) {
+// entered. truncated reports that more than limit entries matched (the
+// walk stops at the first one past it) or that the depth bound was hit.
+func (r *Root) SearchLimit(ctx context.Context, rel string, match Matcher, limit int) (out []Match, truncated bool, err error) {
 	err = r.withDir(rel, func(fd int, _ *os.File) error {
 		dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return classify(&os.PathError{Op: "openat", Path: rel, Err: err})
 		}
-		w := walker{ctx: ctx, match: match}
+		w := walker{ctx: ctx, match: match, limit: max(limit, 1)}
 		w.walk(dfd, Display(rel), 0)
 		out, truncated = w.out, w.truncated
 		return w.err
@@ -69,6 +75,7 @@ func (r *Root) Search(ctx context.Context, rel string, match Matcher) (out []Mat
 type walker struct {
 	ctx       context.Context
 	match     Matcher
+	limit     int
 	out       []Match
 	truncated bool
 	err       error
@@ -89,12 +96,12 @@ func (w *walker) walk(dfd int, dir string, depth int) {
 			if w.match(name) {
 				e, err := statAt(dfd, name)
 				if err == nil {
-					e.MIME = typeOf(e, func() []byte { return sniffAt(dfd, name) })
-					w.out = append(w.out, Match{Directory: dir, Entry: e})
-					if len(w.out) >= MaxResults {
+					if len(w.out) == w.limit { // one more than fits
 						w.truncated = true
 						return
 					}
+					e.MIME = typeOf(e, func() []byte { return sniffAt(dfd, name) })
+					w.out = append(w.out, Match{Directory: dir, Entry: e})
 				}
 			}
 			if d.Type()&os.ModeType == os.ModeDir {

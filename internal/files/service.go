@@ -97,18 +97,29 @@ func (s *Service) open(ctx context.Context, teamID, id string, write bool) (*Roo
 	return r, a, nil
 }
 
-// List lists directory dir of a server.
-func (s *Service) List(ctx context.Context, teamID, id, dir string) ([]Entry, error) {
+// List lists one page of directory dir of a server: at most limit
+// entries (1 to MaxListLimit), those after cursor (a Page's Next as the
+// client got it; "" for the first page). Errors: *validate.Error naming
+// "directory", "cursor" or "limit"; ErrNotFound, ErrNotDirectory; those
+// of Servers.Access.
+func (s *Service) List(ctx context.Context, teamID, id, dir, cursor string, limit int) (Page, error) {
 	rel, err := Clean("directory", dir)
 	if err != nil {
-		return nil, err
+		return Page{}, err
+	}
+	after, err := ParseCursor("cursor", cursor)
+	if err != nil {
+		return Page{}, err
+	}
+	if limit < 1 || limit > MaxListLimit {
+		return Page{}, validationf("limit", "must be an integer from 1 to %d", MaxListLimit)
 	}
 	r, _, err := s.open(ctx, teamID, id, false)
 	if err != nil {
-		return nil, err
+		return Page{}, err
 	}
 	defer r.Close()
-	return r.List(rel)
+	return r.ListPage(rel, after, limit)
 }
 
 // Download opens a regular file for streaming; the caller closes it.
@@ -273,8 +284,12 @@ func (s *Service) Chmod(ctx context.Context, teamID, id, root string, changes []
 	return nil
 }
 
-// Search finds entries whose name matches pattern under directory.
-func (s *Service) Search(ctx context.Context, teamID, id, directory, pattern string) ([]Match, bool, error) {
+// Search finds entries whose name matches pattern under directory: at
+// most limit (1 to MaxResults); truncated reports that more matched, or
+// that the depth or time bound was hit. Errors: *validate.Error naming
+// "directory", "pattern" or "limit"; ErrNotFound, ErrNotDirectory; those
+// of Servers.Access.
+func (s *Service) Search(ctx context.Context, teamID, id, directory, pattern string, limit int) ([]Match, bool, error) {
 	rel, err := Clean("directory", directory)
 	if err != nil {
 		return nil, false, err
@@ -283,6 +298,9 @@ func (s *Service) Search(ctx context.Context, teamID, id, directory, pattern str
 	if err != nil {
 		return nil, false, err
 	}
+	if limit < 1 || limit > MaxResults {
+		return nil, false, validationf("limit", "must be an integer from 1 to %d", MaxResults)
+	}
 	r, _, err := s.open(ctx, teamID, id, false)
 	if err != nil {
 		return nil, false, err
@@ -290,7 +308,7 @@ func (s *Service) Search(ctx context.Context, teamID, id, directory, pattern str
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(ctx, SearchTimeout)
 	defer cancel()
-	out, truncated, err := r.Search(ctx, rel, m)
+	out, truncated, err := r.SearchLimit(ctx, rel, m, limit)
 	if errors.Is(err, context.DeadlineExceeded) {
 		return out, true, nil // the time bound: answer what was found
 	}
