@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -61,9 +62,24 @@ func (c storeConfig) open(ctx context.Context) (*store.DB, error) {
 	return store.Open(ctx, store.Options{URL: c.DatabaseURL, DataDir: c.DataDir})
 }
 
-// nodeName names the one node of this process (this machine) in the
-// servers and instances tables.
-const nodeName = "local"
+// defaultNodeName names the one node of this process (this machine) in
+// the servers and instances tables when --node-name is not given: "local"
+// with SQLite (one process owns the data), the host's name with
+// PostgreSQL, where replicas on several hosts share the tables and each
+// must recover only the servers of its own node.
+func defaultNodeName(databaseURL string) string {
+	if databaseURL == "" {
+		return "local"
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return h
+	}
+	return "local"
+}
+
+// nodeNameRE is what a node name may be: it is stored on every server and
+// shown in the API.
+var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
 // serveConfig is every setting of kiln serve (api.md §9).
 type serveConfig struct {
@@ -82,6 +98,7 @@ type serveConfig struct {
 	InstallerMirrorURL string
 	PullAllowCIDR      listFlag
 	pullAllow          []netip.Prefix
+	NodeName           string
 }
 
 var serveCommand = command{
@@ -107,6 +124,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.DockerUser, "docker-user", "", "numeric uid:gid game containers run as (default: kiln's own)")
 	s.fs.StringVar(&c.PortRange, "port-range", "25565-25664", "game ports the node hands out (FIRST-LAST)")
 	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
+	s.fs.StringVar(&c.NodeName, "node-name", "", `this machine's node name, stored on its servers (default "local" with SQLite, the host name with PostgreSQL: replicas sharing a database need distinct names)`)
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
 	if err != nil {
@@ -120,6 +138,12 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	}
 	if c.RateLimit < 1 {
 		return c, usageError{"--rate-limit must be at least 1"}
+	}
+	if c.NodeName == "" {
+		c.NodeName = defaultNodeName(c.DatabaseURL)
+	}
+	if !nodeNameRE.MatchString(c.NodeName) {
+		return c, usageError{fmt.Sprintf("--node-name %q: want 1-63 letters, digits, '.', '_' or '-'", c.NodeName)}
 	}
 	// internal/ratelimit is tested up to 2^31-1 per minute (35 million a
 	// second per token, no limit in practice); far above it the per-route
@@ -237,7 +261,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer db.Close() // last: after the HTTP server has drained
 	log.Info("database ready", "store", store.Options{URL: cfg.DatabaseURL, DataDir: cfg.DataDir})
 	hostname, _ := os.Hostname()
-	reg, err := instance.Register(ctx, db, instance.Options{NodeID: nodeName, Hostname: hostname, PID: os.Getpid(), Log: log})
+	reg, err := instance.Register(ctx, db, instance.Options{NodeID: cfg.NodeName, Hostname: hostname, PID: os.Getpid(), Log: log})
 	if err != nil {
 		return err
 	}
@@ -289,7 +313,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer closeRT()
 	ports, _ := node.ParsePortRange(cfg.PortRange)
-	localNode, err := node.NewLocal(nodeName, filepath.Join(cfg.DataDir, "servers"), ports, rt)
+	localNode, err := node.NewLocal(cfg.NodeName, filepath.Join(cfg.DataDir, "servers"), ports, rt)
 	if err != nil {
 		return err
 	}
