@@ -83,10 +83,15 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	for _, rt := range ops {
 		s.mux.Handle(rt.method+" "+rt.path, s.wrap(rt))
 	}
-	s.mux.Handle("/", s.wrap(route{path: "(unmatched)", public: true, h: s.fallback}))
+	// One route label for every request no pattern matched: metrics
+	// never carry a client's path (metrics.ObserveRequest bounds methods).
+	s.mux.Handle("/", s.wrap(route{path: unmatchedRoute, public: true, h: s.fallback}))
 	deps.Metrics.RegisterCounts("kiln_servers", "Servers by status.", "status", deps.Servers.CountByStatus, deps.Log)
 	return s, nil
 }
+
+// unmatchedRoute is the route label of requests no route matched.
+const unmatchedRoute = "unmatched"
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }

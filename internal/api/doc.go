@@ -41,6 +41,10 @@
 //     /files/search takes limit (1-1000, default 1000) and says truncated.
 //     Integer query values out of range, not integers or given twice are
 //     400 VALIDATION_ERROR naming the parameter (intQuery).
+//   - Metrics are labelled by the route pattern of the table (fixed when
+//     the route is registered), "unmatched" for every request no route
+//     matched, never by the path; metrics.ObserveRequest records
+//     non-standard methods as OTHER. A client cannot add a series.
 //
 // It must never contain domain logic or SQL, and never log a token, a
 // request body or an Authorization header.

@@ -39,10 +39,44 @@ func New() *Metrics {
 	return m
 }
 
-// ObserveRequest records one answered request.
+// ObserveRequest records one answered request. route must come from a
+// fixed set (the caller's route table, one value for everything it did
+// not match): it is a label as given. method is the client's and is
+// bounded here: a method other than the nine of RFC 9110 and PATCH is
+// recorded as "OTHER", so no request adds a label value of its choosing.
 func (m *Metrics) ObserveRequest(route, method string, status int, d time.Duration) {
+	method = MethodLabel(method)
 	m.requests.WithLabelValues(route, method, statusText(status)).Inc()
 	m.duration.WithLabelValues(route, method).Observe(d.Seconds())
+}
+
+// OtherMethod is the method label of every request whose method is not a
+// standard one.
+const OtherMethod = "OTHER"
+
+// MethodLabel is the label ObserveRequest records for method.
+func MethodLabel(method string) string {
+	switch method {
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodHead:
+		return http.MethodHead
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodPatch:
+		return http.MethodPatch
+	case http.MethodDelete:
+		return http.MethodDelete
+	case http.MethodOptions:
+		return http.MethodOptions
+	case http.MethodConnect:
+		return http.MethodConnect
+	case http.MethodTrace:
+		return http.MethodTrace
+	}
+	return OtherMethod
 }
 
 func statusText(code int) string {
