@@ -22,6 +22,14 @@
 //   - Errors: handlers return errors; writeError holds the only table from
 //     domain errors to status + code. Anything unknown is 500 INTERNAL with a
 //     generic body; the detail is logged once, with the request id.
+//   - Log levels follow blame, not status: every answer's access log line
+//     (INFO) carries its error code; ERROR is for failures of Kiln's own.
+//     A 4xx answer never logs at ERROR, nor do the 5xx answers the
+//     contract gives to a client's doing or an expected state (refused in
+//     errors.go: a command to a stopped server, 502 SERVER_OFFLINE; a write
+//     past the server's disk limit, 507; a pull while kiln stops, 503),
+//     which add an INFO "request refused" line with the detail. The host's
+//     disk being full (507 too) is an ERROR: the operator must act.
 //   - JSON bodies are decoded strictly: Content-Type must be JSON (415), the
 //     body is capped (413), unknown fields are refused naming their path,
 //     and type errors name the field (400 VALIDATION_ERROR with issues).

@@ -141,3 +141,17 @@ func apiError(err error) (int, errorBody) {
 func validationf(path, format string, args ...any) error {
 	return validate.Errorf(path, format, args...)
 }
+
+// refused reports whether err, though the contract answers it with a 5xx
+// status, is the client's doing or an expected state rather than a failure
+// of Kiln, so it is logged at info, never at ERROR: a command sent to a
+// server that is not running (502 SERVER_OFFLINE), a write past the
+// server's own disk limit (507 QUOTA_EXCEEDED), a remote download asked for
+// while kiln stops (503 UNAVAILABLE). The host's disk being full (also
+// 507) stays an ERROR: the operator must act.
+func refused(err error) bool {
+	if quota.IsDiskFull(err) {
+		return false
+	}
+	return errors.Is(err, servers.ErrOffline) || errors.Is(err, files.ErrQuota) || errors.Is(err, pull.ErrClosed)
+}

@@ -24,6 +24,7 @@ type ctxKey struct{}
 type reqState struct {
 	id        string
 	principal auth.Principal
+	code      string // the error answer's code, for the access log
 }
 
 func state(ctx context.Context) *reqState {
@@ -143,6 +144,9 @@ func (s *Server) wrap(rt route) http.Handler {
 				slog.Int("status", w.status), slog.Int64("bytes", w.bytes),
 				slog.Float64("duration_ms", float64(d.Microseconds())/1000),
 			}
+			if st.code != "" {
+				attrs = append(attrs, slog.String("code", st.code))
+			}
 			if st.principal.TeamID != "" {
 				attrs = append(attrs, slog.String("team_id", st.principal.TeamID), slog.String("token_id", st.principal.TokenID))
 			}
@@ -176,11 +180,20 @@ func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
 	return s.deps.Auth.Authenticate(r.Context(), strings.TrimSpace(token))
 }
 
-// writeError answers err through the one table; server-side failures are
-// logged here, once, with the request id.
+// writeError answers err through the one table. The access log line
+// carries the answer's code; failures of Kiln's own are logged here too,
+// once, at ERROR with the request id. A client's mistake is never an
+// ERROR, whatever status the contract gives it (refused).
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, body := apiError(err)
-	if status >= 500 {
+	if st := state(r.Context()); st != nil {
+		st.code = body.Code
+	}
+	switch {
+	case status < 500:
+	case refused(err):
+		s.log.InfoContext(r.Context(), "request refused", "code", body.Code, "err", err)
+	default:
 		if pe, ok := errors.AsType[*panics.Error](err); ok { // from a goroutine of the request
 			s.log.ErrorContext(r.Context(), "request failed", "err", err, "stack", string(pe.Stack))
 		} else {
