@@ -22,11 +22,39 @@ import (
 // Prefix is the base path of the client API.
 const Prefix = "/api/client/v1"
 
-// Config holds the operator settings the HTTP layer needs.
+// Config holds the operator settings the HTTP layer needs. Zero
+// durations and rates take the defaults of doc.go (tests shorten them).
 type Config struct {
 	// RateLimit is requests per minute per token (api.md §1.4); the
 	// per-route limits scale with it.
 	RateLimit int
+	// TransferIdle and MinTransferRate bound body reads and answer writes:
+	// each MiB must move within TransferIdle plus its time at
+	// MinTransferRate (bytes per second). Defaults 30 s, 64 KiB/s.
+	TransferIdle    time.Duration
+	MinTransferRate int64
+	// StreamHeartbeat is how often a console stream sends a keep-alive
+	// comment and checks its token and server again (default 15 s);
+	// StreamMaxLife is when it ends at the latest (default 24 h).
+	StreamHeartbeat time.Duration
+	StreamMaxLife   time.Duration
+}
+
+// withDefaults fills the zero fields.
+func (c Config) withDefaults() Config {
+	if c.TransferIdle <= 0 {
+		c.TransferIdle = defaultTransferIdle
+	}
+	if c.MinTransferRate <= 0 {
+		c.MinTransferRate = defaultMinTransferRate
+	}
+	if c.StreamHeartbeat <= 0 {
+		c.StreamHeartbeat = defaultStreamHeartbeat
+	}
+	if c.StreamMaxLife <= 0 {
+		c.StreamMaxLife = defaultStreamMaxLife
+	}
+	return c
 }
 
 // Deps are the domain services the handlers call.
@@ -49,13 +77,14 @@ type Deps struct {
 
 // Server is the HTTP handler of kiln serve.
 type Server struct {
-	cfg     Config
-	deps    Deps
-	log     *slog.Logger
-	mux     *http.ServeMux
-	openapi []byte
-	routes  []route
-	lists   listEncodings // encoded server lists, by team
+	cfg      Config
+	deps     Deps
+	log      *slog.Logger
+	mux      *http.ServeMux
+	openapi  []byte
+	routes   []route
+	lists    listEncodings // encoded server lists, by team
+	transfer transferLimits
 }
 
 // New builds the handler with every route registered.
@@ -67,7 +96,9 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, deps: deps, log: deps.Log, mux: http.NewServeMux(), openapi: doc}
+	cfg = cfg.withDefaults()
+	s := &Server{cfg: cfg, deps: deps, log: deps.Log, mux: http.NewServeMux(), openapi: doc,
+		transfer: transferLimits{idle: cfg.TransferIdle, rate: cfg.MinTransferRate}}
 	s.routes = s.table()
 	for _, rt := range s.routes {
 		s.mux.Handle(rt.method+" "+Prefix+rt.path, s.wrap(rt))

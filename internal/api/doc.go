@@ -53,6 +53,36 @@
 //     the route is registered), "unmatched" for every request no route
 //     matched, never by the path; metrics.ObserveRequest records
 //     non-standard methods as OTHER. A client cannot add a series.
+//   - Long requests have limits (deadlines.go), set through
+//     http.ResponseController on the connection rather than as
+//     http.Server timeouts, which cannot tell a 100 MiB upload from a
+//     stalled one. Bodies are read, and answers written, in steps of
+//     1 MiB; each step must move within TransferIdle (30 s) plus its time
+//     at MinTransferRate (64 KiB/s), counted from its start (a single
+//     write larger than a step gets the time for its size). A client that
+//     stops reading a download or sending a body is cut off within about
+//     46 s whatever the size, one that trickles below ~22 KiB/s soon
+//     after; the handler's write or read fails, it returns, and its files
+//     are closed. A body that times out is 408 REQUEST_TIMEOUT (a code
+//     added to api.md §0's, documented on every operation with a body);
+//     another failure to read it (the client went away mid-body) is 400.
+//     The time a handler works before its first write does not count: the
+//     first write starts the first step. The read deadline is cleared at
+//     the end of the body, because net/http then reads the connection in
+//     the background to notice a client going away, and a deadline passing
+//     there would cancel the request's context while the handler works.
+//     Every request also sets its write deadline at its start, since
+//     net/http keeps the last one of a keep-alive connection.
+//   - A console stream sets its write deadline per event, checks its
+//     token and its server again at every heartbeat (15 s: a token revoked
+//     by kiln admin, another process, or a server deleted through another
+//     replica, is seen only in the database), ends at the latest after
+//     StreamMaxLife (24 h; the client reconnects, EventSource does so by
+//     itself), with a comment saying why. A deletion through this process
+//     ends it at once. A server has at most servers.MaxStreams (32)
+//     streams; the next is 409 STREAM_LIMIT_REACHED, a new code: a state
+//     of the server (its streams), not a rate, so not 429 with a
+//     Retry-After nobody could compute.
 //
 // It must never contain domain logic or SQL, and never log a token, a
 // request body or an Authorization header.

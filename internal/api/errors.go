@@ -41,6 +41,8 @@ const (
 	codePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
 	codeUnsupportedMedia   = "UNSUPPORTED_MEDIA_TYPE"
 	codeRateLimited        = "RATE_LIMITED"
+	codeRequestTimeout     = "REQUEST_TIMEOUT"
+	codeStreamLimit        = "STREAM_LIMIT_REACHED"
 	codeUnavailable        = "UNAVAILABLE"
 	codeInternal           = "INTERNAL"
 )
@@ -75,6 +77,12 @@ func apiError(err error) (int, errorBody) {
 	if ve, ok := errors.AsType[*validate.Error](err); ok {
 		return http.StatusBadRequest, errorBody{Error: ve.Error(), Code: codeValidation, Issues: ve.Issues}
 	}
+	if errors.Is(err, errSlowBody) {
+		return http.StatusRequestTimeout, errorBody{Error: "the request body arrived too slowly; nothing was changed", Code: codeRequestTimeout}
+	}
+	if _, ok := errors.AsType[*bodyError](err); ok {
+		return http.StatusBadRequest, errorBody{Error: "the request body could not be read: it ended early or is malformed", Code: codeValidation}
+	}
 	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		_ = mbe
 		return http.StatusRequestEntityTooLarge, errorBody{Error: "request body is too large", Code: codePayloadTooLarge}
@@ -86,6 +94,8 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusNotFound, errorBody{Error: "server not found", Code: codeServerNotFound}
 	case errors.Is(err, servers.ErrInstalling):
 		return http.StatusConflict, errorBody{Error: "the server is being installed; try again when it is offline", Code: codeServerInstalling}
+	case errors.Is(err, servers.ErrTooManyStreams):
+		return http.StatusConflict, errorBody{Error: fmt.Sprintf("the server already has %d console streams, the most it allows; close one and try again", servers.MaxStreams), Code: codeStreamLimit}
 	case errors.Is(err, servers.ErrOffline):
 		return http.StatusBadGateway, errorBody{Error: "the server is not running", Code: codeServerOffline}
 	case errors.As(err, new(*servers.TeamLimitError)):

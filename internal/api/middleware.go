@@ -78,17 +78,23 @@ func validRequestID(s string) bool {
 	return true
 }
 
-// statusWriter remembers the status and size of an answer.
+// statusWriter remembers the status and size of an answer, and keeps its
+// connection's write deadline (deadlines.go).
 type statusWriter struct {
 	http.ResponseWriter
-	status int
-	bytes  int64
+	rc      *http.ResponseController // of the writer below
+	lim     transferLimits
+	status  int
+	bytes   int64
+	stepEnd int64 // bytes the current write deadline covers
+	armed   bool  // a write deadline was set for this answer
 }
 
 func (w *statusWriter) WriteHeader(code int) {
 	if w.status == 0 {
 		w.status = code
 	}
+	w.armWrite(0)
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -96,6 +102,7 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
 		w.status = http.StatusOK
 	}
+	w.armWrite(int64(len(b)))
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
 	return n, err
@@ -121,8 +128,17 @@ func (s *Server) wrap(rt route) http.Handler {
 		}
 		ctx := context.WithValue(r.Context(), ctxKey{}, st)
 		r = r.WithContext(ctx)
-		w := &statusWriter{ResponseWriter: rw}
+		rc := http.NewResponseController(rw)
+		w := &statusWriter{ResponseWriter: rw, rc: rc, lim: s.transfer}
 		w.Header().Set("X-Request-Id", st.id)
+		// A write deadline left by the previous request on this connection
+		// must not cut this one's interim writes (100 Continue); the first
+		// write of the answer sets its own (not counting the time the
+		// handler works before it).
+		_ = rc.SetWriteDeadline(start.Add(s.transfer.timeFor(transferStep)))
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, lim: s.transfer}
+		}
 
 		defer func() {
 			if p := recover(); p != nil {
@@ -135,7 +151,8 @@ func (s *Server) wrap(rt route) http.Handler {
 				}
 			}
 			d := time.Since(start)
-			if w.status == 0 {
+			if w.status == 0 { // net/http writes the header now
+				w.armWrite(0)
 				w.status = http.StatusOK
 			}
 			s.deps.Metrics.ObserveRequest(label, r.Method, w.status, d)
@@ -172,12 +189,20 @@ func (s *Server) wrap(rt route) http.Handler {
 }
 
 func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
-	h := r.Header.Get("Authorization")
-	scheme, token, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
+	token, ok := bearerToken(r)
+	if !ok {
 		return auth.Principal{}, auth.ErrInvalidToken
 	}
-	return s.deps.Auth.Authenticate(r.Context(), strings.TrimSpace(token))
+	return s.deps.Auth.Authenticate(r.Context(), token)
+}
+
+// bearerToken is the token of the request's Authorization header.
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }
 
 // writeError answers err through the one table. The access log line
@@ -191,6 +216,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	switch {
 	case status < 500:
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil:
+		s.log.InfoContext(r.Context(), "client went away", "err", err)
 	case refused(err):
 		s.log.InfoContext(r.Context(), "request refused", "code", body.Code, "err", err)
 	default:

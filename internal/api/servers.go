@@ -1,13 +1,17 @@
 package api
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -208,14 +212,26 @@ func (s *Server) getConsole(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// Console streams (doc.go): a keep-alive comment every StreamHeartbeat,
+// when the token and the server are also checked again; at most
+// StreamMaxLife long.
+const (
+	defaultStreamHeartbeat = 15 * time.Second
+	defaultStreamMaxLife   = 24 * time.Hour
+)
+
 // streamConsole is Server-Sent Events: "line" and "status" events, and a
-// comment every 15 s so proxies keep the connection open.
+// comment every StreamHeartbeat so proxies keep the connection open. It
+// ends when the client goes away or stops reading, the server is deleted,
+// the token is revoked, or StreamMaxLife has passed (a comment says which
+// of the last three; the client reconnects).
 func (s *Server) streamConsole(w http.ResponseWriter, r *http.Request) error {
 	id, err := serverID(r)
 	if err != nil {
 		return err
 	}
-	events, stop, err := s.deps.Servers.Stream(r.Context(), principal(r).TeamID, id)
+	team := principal(r).TeamID
+	events, stop, err := s.deps.Servers.Stream(r.Context(), team, id)
 	if err != nil {
 		return err
 	}
@@ -226,30 +242,61 @@ func (s *Server) streamConsole(w http.ResponseWriter, r *http.Request) error {
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	if _, err := fmt.Fprint(w, ": streaming the console\n\n"); err != nil {
+	// send writes one event under its own write deadline: a client that
+	// stops reading is cut off, however long the stream has lived.
+	send := func(text string) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(s.transfer.timeFor(int64(len(text)))))
+		if _, err := io.WriteString(w, text); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(": streaming the console\n\n") {
 		return nil
 	}
-	_ = rc.Flush()
-	heartbeat := time.NewTicker(15 * time.Second)
+	token, _ := bearerToken(r)
+	heartbeat := time.NewTicker(s.cfg.StreamHeartbeat)
 	defer heartbeat.Stop()
+	maxLife := time.NewTimer(s.cfg.StreamMaxLife)
+	defer maxLife.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return nil
+		case <-maxLife.C:
+			send(": the stream reached its maximum life; reconnect\n\n")
+			return nil
 		case <-heartbeat.C:
-			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
+			if why := s.streamEnds(r.Context(), token, team, id); why != "" {
+				send(": " + why + "\n\n")
+				return nil
+			}
+			if !send(": keep-alive\n\n") {
 				return nil
 			}
 		case e, ok := <-events:
 			if !ok {
-				return nil
+				return nil // the server was deleted here, or the client fell behind
 			}
-			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", e.Kind, e.Data); err != nil {
+			if !send("event: " + e.Kind + "\ndata: " + e.Data + "\n\n") {
 				return nil
 			}
 		}
-		_ = rc.Flush()
 	}
+}
+
+// streamEnds says why a console stream must end now, "" when it may go
+// on: its token no longer authenticates (revoked, perhaps by kiln admin in
+// another process), or its server is gone (perhaps deleted through another
+// replica). A failure to check (the database unreachable) ends nothing.
+func (s *Server) streamEnds(ctx context.Context, token, teamID, id string) string {
+	if _, err := s.deps.Auth.Authenticate(ctx, token); errors.Is(err, auth.ErrInvalidToken) {
+		return "the token was revoked"
+	}
+	if _, err := s.deps.Servers.Get(ctx, teamID, id); errors.Is(err, servers.ErrNotFound) {
+		return "the server was deleted"
+	}
+	return ""
 }
 
 func (s *Server) reinstallServer(w http.ResponseWriter, r *http.Request) error {

@@ -1,9 +1,21 @@
 package servers
 
-import "sync"
+import (
+	"errors"
+	"sync"
+)
 
 // consoleLines is how many lines a server's console keeps (api.md §3).
 const consoleLines = 2000
+
+// MaxStreams is how many subscribers one server's console has at most:
+// each holds a 512-event buffer and a connection, and a page that leaks
+// streams (a dashboard reopened in a loop) must not pile them up.
+const MaxStreams = 32
+
+// ErrTooManyStreams: the server's console already has MaxStreams
+// subscribers.
+var ErrTooManyStreams = errors.New("the server's console already has the most streams it allows")
 
 // Event is one item of a console stream: a console line or a status change.
 type Event struct {
@@ -95,9 +107,14 @@ func (c *console) tail(n int) []string {
 
 // subscribe returns a channel of events and a function that ends the
 // subscription. The channel is closed when the subscriber falls behind.
-func (c *console) subscribe() (<-chan Event, func()) {
-	ch := make(chan Event, 512)
+// It returns ErrTooManyStreams when MaxStreams are subscribed.
+func (c *console) subscribe() (<-chan Event, func(), error) {
 	c.mu.Lock()
+	if len(c.subs) >= MaxStreams {
+		c.mu.Unlock()
+		return nil, nil, ErrTooManyStreams
+	}
+	ch := make(chan Event, 512)
 	c.subs[ch] = struct{}{}
 	c.mu.Unlock()
 	return ch, func() {
@@ -107,5 +124,5 @@ func (c *console) subscribe() (<-chan Event, func()) {
 			delete(c.subs, ch)
 			close(ch)
 		}
-	}
+	}, nil
 }

@@ -31,8 +31,8 @@ func TestConsoleRing(t *testing.T) {
 
 func TestConsoleSlowSubscriberIsDropped(t *testing.T) {
 	c := newConsole()
-	fast, stopFast := c.subscribe()
-	slow, _ := c.subscribe()
+	fast, stopFast, _ := c.subscribe()
+	slow, _, _ := c.subscribe()
 	defer stopFast()
 	drain := func(ch <-chan Event, want int) int {
 		n := 0
@@ -61,5 +61,35 @@ func TestConsoleSlowSubscriberIsDropped(t *testing.T) {
 	}
 	if n != 512 {
 		t.Errorf("slow subscriber got %d events before being dropped, want 512", n)
+	}
+}
+
+// TestConsoleStreamCap: MaxStreams subscribers at most; one that ends
+// makes room for another.
+func TestConsoleStreamCap(t *testing.T) {
+	c := newConsole()
+	stops := make([]func(), MaxStreams)
+	for i := range stops {
+		_, stop, err := c.subscribe()
+		if err != nil {
+			t.Fatalf("subscribe #%d: %v", i+1, err)
+		}
+		stops[i] = stop
+	}
+	if _, _, err := c.subscribe(); err != ErrTooManyStreams {
+		t.Fatalf("subscribe #%d = %v, want ErrTooManyStreams", MaxStreams+1, err)
+	}
+	stops[0]()
+	stops[0]() // twice is harmless and frees nothing more
+	_, stop, err := c.subscribe()
+	if err != nil {
+		t.Fatalf("subscribe after one ended = %v", err)
+	}
+	stop()
+	c.end("deleted") // ends the others: room for all again
+	for range MaxStreams {
+		if _, _, err := c.subscribe(); err != nil {
+			t.Fatalf("subscribe after end = %v", err)
+		}
 	}
 }

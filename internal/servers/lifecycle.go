@@ -195,13 +195,13 @@ func (s *Service) Console(ctx context.Context, teamID, id string, n int) ([]stri
 }
 
 // Stream follows a server's console and status; call stop when done. The
-// channel closes when the subscriber falls behind or the service stops.
+// channel closes when the subscriber falls behind, the server is deleted
+// or the service stops. Errors: ErrNotFound, ErrTooManyStreams.
 func (s *Service) Stream(ctx context.Context, teamID, id string) (<-chan Event, func(), error) {
 	if _, err := s.Get(ctx, teamID, id); err != nil {
 		return nil, nil, err
 	}
-	ch, stop := s.liveOf(id).console.subscribe()
-	return ch, stop, nil
+	return s.liveOf(id).console.subscribe()
 }
 
 // start launches the server unless it already runs, then supervises it.
