@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/slp"
@@ -153,12 +154,17 @@ func (s *Service) setDesired(ctx context.Context, id, desired string) error {
 	return nil
 }
 
-// goBackground runs fn on the service's context, tracked for Close.
+// goBackground runs fn on the service's context, tracked for Close. A
+// panic in it (work a request started: an install, a power action) is
+// logged with its stack, never the end of the process.
 func (s *Service) goBackground(fn func(ctx context.Context)) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		fn(s.ctx)
+		if err := panics.Catch(func() error { fn(s.ctx); return nil }); err != nil {
+			pe, _ := errors.AsType[*panics.Error](err)
+			s.log.Error("background work panicked", "err", err, "stack", string(pe.Stack))
+		}
 	}()
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/klauspost/pgzip"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -97,7 +98,8 @@ func compress(ctx context.Context, r *files.Root, dir string, names []string, fo
 	}
 	done := make(chan error, 1)
 	go func() {
-		err := encode(ctx, r, dir, roots, format, pipe)
+		// A panic fails the archive, never the process.
+		err := panics.Catch(func() error { return encode(ctx, r, dir, roots, format, pipe) })
 		pipe.CloseWithError(err) // nil: the reader sees EOF
 		done <- err
 	}()

@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -259,7 +260,8 @@ func (x *extractor) write() {
 		if j.pipe != nil {
 			src = j.pipe
 		}
-		if _, err := x.stage.Create(j.rel, src, j.perm); err != nil {
+		// A panic fails the extraction, never the process.
+		if err := panics.Catch(func() error { _, err := x.stage.Create(j.rel, src, j.perm); return err }); err != nil {
 			x.fail(err)
 			if j.pipe != nil {
 				j.pipe.Stop()

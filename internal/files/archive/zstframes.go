@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/kilnhq/kiln/internal/panics"
 )
 
 // zstdFrameSize is how much of the tar stream goes into one zstd frame.
@@ -55,7 +57,8 @@ type zstdPipe struct {
 
 type frameJob struct {
 	in, out []byte
-	ready   chan struct{} // closed when out holds in's frame
+	ready   chan struct{} // closed when out holds in's frame, or err is set
+	err     error         // the encoder panicked (panics.Catch): the stream fails
 }
 
 func newZstdPipe(level zstd.EncoderLevel) (*zstdPipe, error) {
@@ -78,7 +81,12 @@ func newZstdPipe(level zstd.EncoderLevel) (*zstdPipe, error) {
 		go func() {
 			defer p.wg.Done()
 			for j := range p.jobs {
-				j.out = p.enc.EncodeAll(j.in, j.out[:0])
+				// A panic of the encoder fails this archive, never the
+				// process (the goroutine is a request's).
+				j.err = panics.Catch(func() error {
+					j.out = p.enc.EncodeAll(j.in, j.out[:0])
+					return nil
+				})
 				close(j.ready)
 			}
 		}()
@@ -178,6 +186,10 @@ func (p *zstdPipe) WriteTo(w io.Writer) (int64, error) {
 	}
 	for j := range p.order {
 		<-j.ready
+		if j.err != nil {
+			p.Stop()
+			return n, j.err
+		}
 		err := writeOut(w, j.out, &n, p.Stop)
 		p.recycle(j.in)
 		p.recycle(j.out)
@@ -204,6 +216,10 @@ func (p *zstdPipe) Read(b []byte) (int, error) {
 			return 0, io.EOF
 		}
 		<-j.ready
+		if j.err != nil {
+			p.Stop()
+			return 0, j.err
+		}
 		p.reading, p.pending = j, j.out
 	}
 	k := copy(b, p.pending)
