@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -165,8 +166,14 @@ func renderReference(doc map[string]any) []byte {
 				b.WriteString("\n")
 			}
 			if rb := m(op["requestBody"]); rb != nil {
-				for ct, c := range m(rb["content"]) {
-					fmt.Fprintf(&b, "Body (`%s`): %s\n\n", ct, schemaText(m(m(c)["schema"])))
+				content := m(rb["content"])
+				cts := make([]string, 0, len(content))
+				for ct := range content {
+					cts = append(cts, ct)
+				}
+				sort.Strings(cts)
+				for _, ct := range cts {
+					fmt.Fprintf(&b, "Body (`%s`): %s\n\n", ct, schemaText(m(m(content[ct])["schema"])))
 				}
 			}
 			resps := m(op["responses"])
@@ -232,3 +239,27 @@ func renderReference(doc map[string]any) []byte {
 }
 
 func asList(v any) []any { l, _ := v.([]any); return l }
+
+// TestEveryErrorCodeDocumented: each code errors.go can answer is listed,
+// with its status, in the document's ErrorResponse (and so in
+// docs/api.md).
+func TestEveryErrorCodeDocumented(t *testing.T) {
+	src, err := os.ReadFile("errors.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(openAPIYAML, &doc); err != nil {
+		t.Fatal(err)
+	}
+	desc := str(m(m(m(m(m(doc["components"])["schemas"])["ErrorResponse"])["properties"])["code"])["description"])
+	codes := regexp.MustCompile(`code[A-Za-z]+ += "([A-Z_]+)"`).FindAllStringSubmatch(string(src), -1)
+	if len(codes) < 20 {
+		t.Fatalf("found %d codes in errors.go: the pattern is broken", len(codes))
+	}
+	for _, c := range codes {
+		if !strings.Contains(desc, "`"+c[1]+"`") {
+			t.Errorf("error code %s is not listed in ErrorResponse.code's description", c[1])
+		}
+	}
+}
