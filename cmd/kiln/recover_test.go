@@ -68,21 +68,7 @@ func consoleHas(t *testing.T, addr, token, id, want string) bool {
 }
 
 // testserverProcs counts `kiln testserver` processes listening on port.
-func testserverProcs(port string) int {
-	n := 0
-	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, f := range cmdlines {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(b), "\x00")
-		if len(args) >= 4 && args[1] == "testserver" && args[2] == "--port" && args[3] == port {
-			n++
-		}
-	}
-	return n
-}
+func testserverProcs(port string) int { return len(testserverPIDs(port)) }
 
 // TestKillNineRecovers kills `kiln serve` with SIGKILL while a server runs,
 // starts it again on the same data and checks that the server runs once

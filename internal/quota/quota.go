@@ -272,28 +272,15 @@ func (r *Reservation) Change() int64 {
 
 // Commit ends the reservation: what Changed recorded becomes used, the
 // rest of what was held is released.
-func (r *Reservation) Commit() {
-	if r == nil {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.done {
-		return
-	}
-	r.done = true
-	a := r.a
-	a.mu.Lock()
-	a.reserved -= r.held
-	a.commitLocked(r.change)
-	r.untrackLocked()
-	a.mu.Unlock()
-	r.held = 0
-}
+func (r *Reservation) Commit() { r.end(true) }
 
 // Release ends the reservation and commits nothing: the operation removed
 // whatever it wrote (what Changed recorded is dropped).
-func (r *Reservation) Release() {
+func (r *Reservation) Release() { r.end(false) }
+
+// end gives back what r holds, committing its change with commit; a
+// second end does nothing.
+func (r *Reservation) end(commit bool) {
 	if r == nil {
 		return
 	}
@@ -306,6 +293,9 @@ func (r *Reservation) Release() {
 	a := r.a
 	a.mu.Lock()
 	a.reserved -= r.held
+	if commit {
+		a.commitLocked(r.change)
+	}
 	r.untrackLocked()
 	a.mu.Unlock()
 	r.held = 0
