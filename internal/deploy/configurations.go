@@ -154,7 +154,7 @@ func (s *Service) Create(ctx context.Context, teamID, name, description, yaml st
 		return err
 	})
 	if err != nil {
-		return Configuration{}, s.insertError(ctx, teamID, name, err)
+		return Configuration{}, s.insertError(err)
 	}
 	return cfg, nil
 }
@@ -173,14 +173,12 @@ func nameTaken(ctx context.Context, tx *sql.Tx, teamID, name, except string) (bo
 
 // insertError turns a failed write into ErrNameTaken when the name was
 // taken meanwhile (two replicas creating the same name: the unique index
-// refuses the second), else wraps it.
-func (s *Service) insertError(ctx context.Context, teamID, name string, err error) error {
+// refuses the second, recognised by the driver's code), else wraps it.
+func (s *Service) insertError(err error) error {
 	if errors.Is(err, ErrNameTaken) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrInUse) {
 		return err
 	}
-	var n int
-	if qerr := s.db.Read().QueryRowContext(ctx, `SELECT count(*) FROM configurations WHERE team_id = $1 AND name = $2`,
-		teamID, name).Scan(&n); qerr == nil && n > 0 {
+	if store.IsUniqueViolation(err) {
 		return ErrNameTaken
 	}
 	return fmt.Errorf("save configuration: %w", err)
@@ -309,11 +307,7 @@ func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Confi
 		return err
 	})
 	if err != nil {
-		name := ""
-		if p.Name != nil {
-			name = *p.Name
-		}
-		return Configuration{}, s.insertError(ctx, teamID, name, err)
+		return Configuration{}, s.insertError(err)
 	}
 	return out, nil
 }

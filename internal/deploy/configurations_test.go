@@ -309,3 +309,37 @@ func TestDiff(t *testing.T) {
 		}
 	})
 }
+
+// TestCreateSameNameRacing: creates of one name racing (on PostgreSQL they
+// can all pass the name check before any commits) end with one
+// configuration and ErrNameTaken for the rest — the unique index's
+// refusal recognised by its code, never an internal error.
+func TestCreateSameNameRacing(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		s := newService(t, db)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		created, taken := 0, 0
+		for range 12 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := s.Create(t.Context(), "team_a", "racing", "", yamlA)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					created++
+				case errors.Is(err, ErrNameTaken):
+					taken++
+				default:
+					t.Errorf("racing Create = %v, want nil or ErrNameTaken", err)
+				}
+			}()
+		}
+		wg.Wait()
+		if created != 1 || taken != 11 {
+			t.Errorf("12 racing creates of one name: %d created, %d taken; want 1 and 11", created, taken)
+		}
+	})
+}
