@@ -12,6 +12,14 @@
 // every client-facing call (Enqueue, Get, List, Resources, Events,
 // RequestCancel) to the caller's team: another team's run is ErrNotFound.
 //
+// An executor's use of a run, in order: Claim (the run is planning, or
+// resumed as it was); plan, UpsertResources with every step pending and
+// Checkpoint with the plan's hash (before executing anything); SetStatus
+// executing; per step Renew (it reports a requested cancel), UpsertResources
+// and AddEvent as the step starts and ends, Checkpoint with the step's key
+// done; SetStatus finalizing; Finish. Any ErrLeaseLost means another
+// instance has the run: stop at once, write nothing more.
+//
 // Decisions:
 //   - Queue order is runs.seq, which only grows (SQLite: the rowid with
 //     AUTOINCREMENT; PostgreSQL: an identity column), not created_at: runs

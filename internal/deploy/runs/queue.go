@@ -119,8 +119,8 @@ func (q *Queue) byKey(ctx context.Context, teamID, configurationID, key string) 
 }
 
 // Prune deletes the idempotency keys older than KeyLifetime (they already
-// count as absent) and returns how many; kiln serve calls it now and then
-// to keep the table small.
+// count as absent) and returns how many: for kiln serve to call now and
+// then, so the table holds about a day of keys.
 func (q *Queue) Prune(ctx context.Context) (int64, error) {
 	res, err := q.db.Write().ExecContext(ctx, `DELETE FROM run_idempotency_keys WHERE created_at <= $1`,
 		q.nowMS()-KeyLifetime.Milliseconds())
