@@ -14,6 +14,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/netguard"
+	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 )
@@ -114,7 +115,9 @@ func (m *Manager) execute(t *transfer, log *slog.Logger) (Status, string) {
 	defer stop()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	err = m.fetch(ctx, cancel, t)
+	// A panic fails this download (logged with its stack by outcome),
+	// never the process.
+	err = panics.Catch(func() error { return m.fetch(ctx, cancel, t) })
 	return m.outcome(ctx, t, err, log)
 }
 
@@ -368,7 +371,11 @@ func (m *Manager) outcome(ctx context.Context, t *transfer, err error, log *slog
 	if ue, ok := errors.AsType[*url.Error](err); ok {
 		return StatusFailed, fmt.Sprintf("the request failed: %v", ue.Err)
 	}
-	log.ErrorContext(ctx, "download failed", "err", err)
+	if pe, ok := errors.AsType[*panics.Error](err); ok {
+		log.ErrorContext(ctx, "download failed", "err", err, "stack", string(pe.Stack))
+	} else {
+		log.ErrorContext(ctx, "download failed", "err", err)
+	}
 	return StatusFailed, "the download failed because of an internal error"
 }
 
