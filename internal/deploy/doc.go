@@ -33,4 +33,10 @@
 //     Before any push it is ErrNotPushed (409 NOT_PUSHED).
 //   - Delete removes the versions with the configuration; it is refused
 //     (ErrInUse) while a server created by its runs still exists.
+//   - Applied state (applied.go, table applied_resources): per resource key,
+//     the object a run made and the resource's canonical JSON it applied.
+//     It is the planner's live state (Live → plan.Make): a run records a
+//     key when its step succeeds (again on a resumed step: it replaces) and
+//     forgets it when it deletes the object. The queue of runs is
+//     internal/deploy/runs; the executor that joins them comes next.
 package deploy

@@ -125,25 +125,47 @@ func (s *Service) checkSpec(ns *NewServer) (catalog.Profile, error) {
 // software in the background (status installing → offline). Errors:
 // *validate.Error, *TeamLimitError, ErrNoPort.
 func (s *Service) Create(ctx context.Context, teamID string, ns NewServer) (Server, error) {
+	sv, _, err := s.create(ctx, teamID, ns, nil)
+	return sv, err
+}
+
+// create is Create, and CreateOwned with owner: the server of a
+// configuration's resource key, or the one already made for it (created
+// false).
+func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner *Owner) (Server, bool, error) {
+	if owner != nil {
+		if sv, err := s.FindOwned(ctx, teamID, *owner); err == nil {
+			return sv, false, nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return Server{}, false, err
+		}
+	}
 	if _, err := s.checkSpec(&ns); err != nil {
-		return Server{}, err
+		return Server{}, false, err
 	}
 	if err := s.checkNodeDisk(ctx, ns.DiskMB); err != nil {
-		return Server{}, err
+		return Server{}, false, err
 	}
 	env, _ := json.Marshal(ns.Env)
 	id := uuid.NewString()
 	now := store.Now()
+	var cfgID, key sql.NullString
+	if owner != nil {
+		cfgID = sql.NullString{String: owner.ConfigurationID, Valid: true}
+		key = sql.NullString{String: owner.ResourceKey, Valid: true}
+	}
 	// The host is probed for free ports before the transaction, never
 	// inside it (a probe holds the single SQLite writer, or a PostgreSQL
 	// row lock, for nothing). A port taken between the probe and the
 	// insert — by another request or replica — fails the insert on the
-	// unique (node, port) index: the next candidate is tried.
+	// unique (node, port) index: the next candidate is tried. An owned
+	// server made meanwhile for the same key fails it on servers_owned:
+	// that one is the answer.
 	var taken map[int]bool
 	for attempt := 0; ; attempt++ {
 		port, err := s.freePort(ctx, taken)
 		if err != nil {
-			return Server{}, err
+			return Server{}, false, err
 		}
 		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 			if err := s.checkTeamLimits(ctx, tx, teamID, ns.MemoryMB, ns.DiskMB); err != nil {
@@ -151,15 +173,20 @@ func (s *Service) Create(ctx context.Context, teamID string, ns NewServer) (Serv
 			}
 			_, err := tx.ExecContext(ctx, `
 				INSERT INTO servers (id, team_id, name, software, version, status, node, port, memory_mb, disk_mb,
-				                     cpu_percent, env, desired_state, created_at, updated_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13)`,
+				                     cpu_percent, env, desired_state, created_at, updated_at, configuration_id, resource_key)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13, $14, $15)`,
 				id, teamID, ns.Name, ns.Software, ns.Version, StatusInstalling, s.node.Name(), port,
-				ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(env), now)
+				ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(env), now, cfgID, key)
 			if err != nil {
 				return fmt.Errorf("insert server: %w", err)
 			}
 			return nil
 		})
+		if store.IsUniqueViolation(err) && owner != nil {
+			if sv, ferr := s.FindOwned(ctx, teamID, *owner); ferr == nil {
+				return sv, false, nil
+			}
+		}
 		if store.IsUniqueViolation(err) && attempt < 20 {
 			if taken == nil {
 				taken = map[int]bool{}
@@ -168,19 +195,19 @@ func (s *Service) Create(ctx context.Context, teamID string, ns NewServer) (Serv
 			continue
 		}
 		if err != nil {
-			return Server{}, err
+			return Server{}, false, err
 		}
 		break
 	}
 	if err := os.MkdirAll(s.node.Root(id), 0o750); err != nil {
-		return Server{}, fmt.Errorf("create server root: %w", err)
+		return Server{}, false, fmt.Errorf("create server root: %w", err)
 	}
 	s.liveOf(id).setStatus(StatusInstalling)
 	// Read the record before the install starts: the answer shows the
 	// server as created (installing), however fast the install is.
 	sv, err := s.Get(ctx, teamID, id)
 	s.goBackground(func(ctx context.Context) { s.install(ctx, id, false) })
-	return sv, err
+	return sv, true, err
 }
 
 // checkNodeDisk refuses a disk_mb larger than the node's disk: a limit
@@ -378,8 +405,16 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 		return err
 	}
 	if sv.ConfigurationID != nil {
-		return ErrOwned
+		var key sql.NullString
+		_ = s.db.Read().QueryRowContext(ctx, `SELECT resource_key FROM servers WHERE id = $1`, id).Scan(&key)
+		return &OwnedError{ConfigurationID: *sv.ConfigurationID, ResourceKey: key.String}
 	}
+	return s.remove(ctx, teamID, id)
+}
+
+// remove stops a server, forgets it and removes its files (Delete's work
+// once the server may go).
+func (s *Service) remove(ctx context.Context, teamID, id string) error {
 	for _, fn := range s.onDelete {
 		if err := fn(ctx, id); err != nil {
 			return fmt.Errorf("delete server %s: %w", id, err)

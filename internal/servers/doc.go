@@ -53,6 +53,18 @@
 //     when that figure is older than 5 s: a save never waits for a walk of
 //     a big world, at the price of a limit checked against a figure up to
 //     one walk late for what the game server itself wrote.
+//   - Ownership (owned.go): a server a deployment run makes carries its
+//     configuration id and resource key ("server/lobby"); CreateOwned finds
+//     the one made for a key before making one, and the partial unique
+//     index servers_owned settles a race, so a step resumed after a crash
+//     never makes a second. It is an ordinary server in the API (files,
+//     console, power work on it); a delete by hand is refused with an
+//     OwnedError naming the configuration and key (409), and only
+//     DeleteOwned — a run — removes it.
+//   - Team limits (limits.go): servers, total memory and total disk per
+//     team, checked in the insert's transaction (an advisory lock per team
+//     on PostgreSQL: the team row itself is updated by the servers_version
+//     trigger, and locking it FOR UPDATE deadlocked with status updates).
 //   - Every query is scoped by team id: a server of another team is simply
 //     not found (ErrNotFound), never "forbidden".
 package servers

@@ -1,0 +1,101 @@
+package servers_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/deploy"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// TestOwnedServers: the server of a configuration's resource key is made
+// once, however many steps race to make it or resume after a crash; it is
+// an ordinary server in the team's list, refuses a delete by hand naming
+// its configuration, and goes only through DeleteOwned.
+func TestOwnedServers(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		ctx := t.Context()
+		teamID := team(t, db)
+		env := serverstest.New(t, db, serverstest.Options{})
+		svc := env.Service
+		cat, err := catalog.Load(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := deploy.New(db, cat).Create(ctx, teamID, "network", "", "version: 1\nservers:\n  lobby:\n    software: paper\n    memory: 1G\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := servers.Owner{ConfigurationID: cfg.ID, ResourceKey: "server/lobby"}
+		ns := servers.NewServer{Name: "lobby", Software: "kiln-test", MemoryMB: 512, DiskMB: 1024}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		ids, made := map[string]bool{}, 0
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sv, created, err := svc.CreateOwned(ctx, teamID, o, ns)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("CreateOwned = %v", err)
+					return
+				}
+				ids[sv.ID] = true
+				if created {
+					made++
+				}
+			}()
+		}
+		wg.Wait()
+		if len(ids) != 1 || made != 1 {
+			t.Fatalf("8 racing CreateOwned of one key: %d servers, %d created; want 1 and 1", len(ids), made)
+		}
+		var id string
+		for id = range ids {
+		}
+		sv := waitStatus(t, svc, teamID, id, servers.StatusOffline)
+		if sv.Name != "lobby" || sv.Software != "kiln-test" || sv.ConfigurationID == nil || *sv.ConfigurationID != cfg.ID {
+			t.Errorf("owned server = %+v, want name lobby, software kiln-test, configuration %s", sv, cfg.ID)
+		}
+		// A step resumed after a crash finds it.
+		if again, created, err := svc.CreateOwned(ctx, teamID, o, ns); err != nil || created || again.ID != id {
+			t.Errorf("CreateOwned again = %s, %v, %v; want %s, not created", again.ID, created, err, id)
+		}
+		if owned, err := svc.OwnedBy(ctx, teamID, cfg.ID); err != nil || len(owned) != 1 || owned["server/lobby"].ID != id {
+			t.Errorf("OwnedBy = %v, %v", owned, err)
+		}
+		// By hand: refused, naming the configuration and the key.
+		err = svc.Delete(ctx, teamID, id)
+		oe, ok := errors.AsType[*servers.OwnedError](err)
+		if !ok || !errors.Is(err, servers.ErrOwned) || oe.ConfigurationID != cfg.ID || !strings.Contains(err.Error(), cfg.ID+" as server/lobby") {
+			t.Errorf("Delete of an owned server by hand = %v, want an OwnedError naming %s and server/lobby", err, cfg.ID)
+		}
+		// Another team finds nothing and deletes nothing.
+		if _, err := svc.FindOwned(ctx, "team_other", o); !errors.Is(err, servers.ErrNotFound) {
+			t.Errorf("FindOwned by another team = %v, want ErrNotFound", err)
+		}
+		if err := svc.DeleteOwned(ctx, "team_other", o); err != nil {
+			t.Errorf("DeleteOwned by another team = %v, want nothing done", err)
+		}
+		if _, err := svc.Get(ctx, teamID, id); err != nil {
+			t.Fatalf("the server after another team's DeleteOwned: %v", err)
+		}
+		if err := svc.DeleteOwned(ctx, teamID, o); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.DeleteOwned(ctx, teamID, o); err != nil {
+			t.Errorf("DeleteOwned again (a resumed step) = %v", err)
+		}
+		if _, err := svc.Get(ctx, teamID, id); !errors.Is(err, servers.ErrNotFound) {
+			t.Errorf("Get after DeleteOwned = %v", err)
+		}
+	})
+}
