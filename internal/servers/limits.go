@@ -88,6 +88,13 @@ func nullInt(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid:
 // (servers_version), and a status update waiting for it while holding its
 // server's row made a deadlock with FOR UPDATE.
 func (s *Service) checkTeamLimits(ctx context.Context, tx *sql.Tx, teamID string, memoryMB, diskMB int) error {
+	return s.checkTeamGrowth(ctx, tx, teamID, 1, memoryMB, diskMB)
+}
+
+// checkTeamGrowth is checkTeamLimits for a team growing by servers
+// servers (0: a server's own limits change) and memoryMB and diskMB more
+// (a growth of 0 or less passes that limit: shrinking is always allowed).
+func (s *Service) checkTeamGrowth(ctx context.Context, tx *sql.Tx, teamID string, servers, memoryMB, diskMB int) error {
 	if s.db.Dialect() == store.Postgres {
 		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('kiln.team_limits:' || $1, 0))`, teamID); err != nil {
 			return fmt.Errorf("lock team: %w", err)
@@ -104,11 +111,11 @@ func (s *Service) checkTeamLimits(ctx context.Context, tx *sql.Tx, teamID string
 		return fmt.Errorf("sum the team's servers: %w", err)
 	}
 	switch {
-	case l.Servers > 0 && n+1 > l.Servers:
-		return &TeamLimitError{Limit: "servers", Max: l.Servers, Used: n, Asked: 1}
-	case l.MemoryMB > 0 && mem+memoryMB > l.MemoryMB:
+	case servers > 0 && l.Servers > 0 && n+servers > l.Servers:
+		return &TeamLimitError{Limit: "servers", Max: l.Servers, Used: n, Asked: servers}
+	case memoryMB > 0 && l.MemoryMB > 0 && mem+memoryMB > l.MemoryMB:
 		return &TeamLimitError{Limit: "memory", Max: l.MemoryMB, Used: mem, Asked: memoryMB}
-	case l.DiskMB > 0 && disk+diskMB > l.DiskMB:
+	case diskMB > 0 && l.DiskMB > 0 && disk+diskMB > l.DiskMB:
 		return &TeamLimitError{Limit: "disk", Max: l.DiskMB, Used: disk, Asked: diskMB}
 	}
 	return nil

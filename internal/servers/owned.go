@@ -3,8 +3,12 @@ package servers
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+
+	"github.com/kilnhq/kiln/internal/store"
 )
 
 // Owner names the deployment configuration and resource key a server was
@@ -59,6 +63,80 @@ func (s *Service) FindOwned(ctx context.Context, teamID string, o Owner) (Server
 	}
 	sv.Resources = s.resources(sv.ID)
 	return sv, nil
+}
+
+// Change is an in-place update of an owned server (a deployment's update
+// step): a nil field, a nil Env and an empty Version are unchanged; Env
+// replaces the whole environment.
+type Change struct {
+	MemoryMB, DiskMB, CPUPercent *int
+	Env                          map[string]string
+	Version                      string
+}
+
+// UpdateOwned changes the server made for o in place, keeping its files:
+// limits and environment are recorded (checked as Create checks them, the
+// team's limits against the growth only), a new game version reinstalls it
+// (world files kept), and a server that should run is restarted so the
+// change takes effect (the disk limit applies from the next write without
+// one). It returns the server as recorded. Errors: ErrNotFound,
+// ErrInstalling (try again once installed), *validate.Error,
+// *TeamLimitError.
+func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Change) (Server, error) {
+	sv, err := s.FindOwned(ctx, teamID, o)
+	if err != nil {
+		return Server{}, err
+	}
+	if sv.Status == StatusInstalling {
+		return Server{}, ErrInstalling
+	}
+	ns := NewServer{Name: sv.Name, Software: sv.Software, Version: sv.Version, MemoryMB: sv.MemoryMB,
+		DiskMB: sv.DiskMB, CPUPercent: sv.CPUPercent, Env: sv.Env}
+	if c.MemoryMB != nil {
+		ns.MemoryMB = *c.MemoryMB
+	}
+	if c.DiskMB != nil {
+		ns.DiskMB = *c.DiskMB
+	}
+	if c.CPUPercent != nil {
+		ns.CPUPercent = *c.CPUPercent
+	}
+	if c.Env != nil {
+		ns.Env = c.Env
+	}
+	if _, err := s.checkSpec(&ns); err != nil {
+		return Server{}, err
+	}
+	if err := s.checkNodeDisk(ctx, ns.DiskMB); err != nil {
+		return Server{}, err
+	}
+	envJSON, _ := json.Marshal(ns.Env)
+	changed := ns.MemoryMB != sv.MemoryMB || ns.DiskMB != sv.DiskMB || ns.CPUPercent != sv.CPUPercent || !maps.Equal(ns.Env, sv.Env)
+	if changed {
+		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+			if err := s.checkTeamGrowth(ctx, tx, teamID, 0, ns.MemoryMB-sv.MemoryMB, ns.DiskMB-sv.DiskMB); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `UPDATE servers SET memory_mb = $1, disk_mb = $2, cpu_percent = $3, env = $4, updated_at = $5
+				WHERE id = $6 AND team_id = $7`, ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(envJSON), store.Now(), sv.ID, teamID)
+			return err
+		})
+		if err != nil {
+			return Server{}, fmt.Errorf("update %s: %w", o.ResourceKey, err)
+		}
+	}
+	switch {
+	case c.Version != "" && c.Version != sv.Version:
+		// Reinstall stops a running server, installs, and starts it again.
+		if err := s.Reinstall(ctx, teamID, sv.ID, "", c.Version); err != nil {
+			return Server{}, err
+		}
+	case changed && sv.DesiredState == "running":
+		if err := s.Power(ctx, teamID, sv.ID, "restart"); err != nil {
+			return Server{}, err
+		}
+	}
+	return s.FindOwned(ctx, teamID, o)
 }
 
 // DeleteOwned deletes the server made for o, as Delete does for a server

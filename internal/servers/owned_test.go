@@ -1,15 +1,18 @@
 package servers_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/slp"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
@@ -98,4 +101,71 @@ func TestOwnedServers(t *testing.T) {
 			t.Errorf("Get after DeleteOwned = %v", err)
 		}
 	})
+}
+
+// TestUpdateOwned: an update step changes an owned server in place — its
+// files kept, a running server restarted with the new settings — and the
+// team's limits bound only the growth.
+func TestUpdateOwned(t *testing.T) {
+	db := storetest.SQLite(t)
+	ctx := t.Context()
+	teamID := team(t, db)
+	svc := serverstest.New(t, db, serverstest.Options{}).Service
+	o := servers.Owner{ConfigurationID: "cfg_AAAAAAAAAAAAAAAAAAAA", ResourceKey: "server/lobby"}
+	sv, _, err := svc.CreateOwned(ctx, teamID, o, servers.NewServer{Name: "lobby", Software: "kiln-test", MemoryMB: 512, DiskMB: 1024, Env: map[string]string{"MOTD": "old"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv = waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	mem, disk := 768, 2048
+	got, err := svc.UpdateOwned(ctx, teamID, o, servers.Change{MemoryMB: &mem, DiskMB: &disk, Env: map[string]string{"MOTD": "new"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MemoryMB != 768 || got.DiskMB != 2048 || got.Env["MOTD"] != "new" || got.ID != sv.ID {
+		t.Errorf("UpdateOwned = %+v, want memory 768, disk 2048, MOTD new, the same server", got)
+	}
+	// The running server was restarted with the new settings: its status
+	// ping answers the new MOTD.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := slp.Ping(pctx, sv.Address)
+		cancel()
+		if err == nil && st.Description == "new" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server never answered the new MOTD after the update: %+v, %v", st, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Nothing changed: no restart asked.
+	if _, err := svc.UpdateOwned(ctx, teamID, o, servers.Change{MemoryMB: &mem}); err != nil {
+		t.Errorf("UpdateOwned without a change = %v", err)
+	}
+	// Team limits bound the growth only.
+	if err := servers.SetTeamLimits(ctx, db, teamID, servers.TeamLimits{MemoryMB: 1024}); err != nil {
+		t.Fatal(err)
+	}
+	big, small := 2048, 512
+	if _, err := svc.UpdateOwned(ctx, teamID, o, servers.Change{MemoryMB: &big}); err == nil {
+		t.Error("UpdateOwned past the team's memory succeeded")
+	} else if le, ok := errors.AsType[*servers.TeamLimitError](err); !ok || le.Limit != "memory" || le.Asked != 2048-768 {
+		t.Errorf("UpdateOwned past the team's memory = %v, want a memory limit error asking 1280 MB more", err)
+	}
+	if _, err := svc.UpdateOwned(ctx, teamID, o, servers.Change{MemoryMB: &small}); err != nil {
+		t.Errorf("UpdateOwned shrinking under a limit = %v", err)
+	}
+	bad := 1
+	if _, err := svc.UpdateOwned(ctx, teamID, o, servers.Change{MemoryMB: &bad}); err == nil {
+		t.Error("UpdateOwned to 1 MB of memory succeeded")
+	}
+	if _, err := svc.UpdateOwned(ctx, teamID, servers.Owner{ConfigurationID: o.ConfigurationID, ResourceKey: "server/none"}, servers.Change{}); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("UpdateOwned of a missing key = %v, want ErrNotFound", err)
+	}
 }
