@@ -80,4 +80,44 @@
 //     either the old one or the whole new one.
 //   - eula.txt is written from the profile's EULA variable on every
 //     install.
+//
+// Wiring (wiring.go, for the deployments executor): WireVelocity,
+// WireBungee and WireBackend turn a proxy and its backends into one
+// network (deployment-spec.md §4) as pure edits, bytes in and bytes out;
+// ReadConfigs and WriteConfigs are the only I/O, with Configure's rules
+// (regular files inside the root only, atomic replace, never through a
+// symlink). Decisions:
+//   - They live here, not in a package of their own, because they edit the
+//     same three files as Configure with the same editors (setProperties,
+//     the yaml.v3 node helpers, readConfig and writeRoot): one editor per
+//     format, and one place that knows what Kiln owns in each file.
+//   - velocity.toml is edited line by line, never re-encoded (a TOML
+//     encoder drops every comment): the file is cut into statements (a
+//     multi-line array is one), Kiln's top-level keys are replaced in place
+//     or added after the last top-level key, [servers] is Kiln's alone
+//     (every entry replaced, its comments kept), and [forced-hosts]
+//     entries naming a server that is no longer a backend are dropped,
+//     since Velocity refuses to start with them. github.com/BurntSushi/toml
+//     (already the module's TOML library, for kiln's own config) only
+//     checks: the input must parse, and the output is parsed again and
+//     must say exactly what the wiring says, or the edit is refused with a
+//     *ConfigError rather than written.
+//   - config.yml, paper-global.yml and spigot.yml are edited as yaml.v3
+//     nodes, which keep comments and key order but not the layout (list
+//     indentation); BungeeCord, Paper and Spigot rewrite these files
+//     themselves anyway. The result of WireBungee is decoded again and
+//     checked the same way.
+//   - Every forwarding mode sets online-mode=false on the backends: behind
+//     a proxy the proxy authenticates, and a backend in online mode would
+//     refuse the proxy's offline login. Each mode also turns off the other
+//     mode's switch where it is set (Paper's proxies.velocity.enabled,
+//     Spigot's settings.bungeecord), so a spec that changes mode
+//     converges; "none" turns both off. A file is never created only to
+//     turn something off.
+//   - Secret never prints itself (String, Format, LogValue, MarshalText
+//     all redact); Reveal is the one way to the value. NewSecret draws 64
+//     characters of [A-Za-z0-9] from crypto/rand, as Shulker does.
+//   - Paper before 1.19 (paper.yml settings.velocity-support), Fabric
+//     (FabricProxy-Lite) and Forge (Proxy-Compatible-Forge) backends are
+//     not wired yet.
 package install
