@@ -33,6 +33,7 @@ type live struct {
 	inst          runtime.Instance
 	startedAt     time.Time
 	stopRequested bool
+	stopAsked     runtime.Instance // the last instance a stop asked to end (a restart's start resets stopRequested before its end may be seen)
 	restarts      []time.Time
 	res           Resources          // DiskBytes unused: disk has the figure
 	disk          *quota.Account     // the root's disk ledger
@@ -322,11 +323,17 @@ func (s *Service) supervise(sv Server, l *live, inst runtime.Instance) {
 func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
 	exit := inst.Exit()
 	l.mu.Lock()
-	if l.inst == inst {
+	current := l.inst == inst
+	if current {
 		l.inst = nil
 		l.startedAt = time.Time{}
 	}
-	asked := l.stopRequested
+	// An instance that is no longer the server's (a restart stopped it and
+	// started the next before this ran) ended because it was asked to, and
+	// its end says nothing of the server's status: stopRequested may
+	// already be the next start's false, and the next instance runs.
+	stale := !current && l.inst != nil
+	asked := l.stopRequested || l.stopAsked == inst
 	l.mu.Unlock()
 	// Use a fresh context: the service's may be cancelled (shutdown), and the
 	// exit must still be recorded.
@@ -336,6 +343,10 @@ func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
 		s.log.Error("clear runtime ref", "server_id", sv.ID, "err", err)
 	}
 	desc := describeExit(exit)
+	if stale {
+		l.console.add("[kiln] previous instance stopped (" + desc + ")")
+		return
+	}
 	if asked || s.ctx.Err() != nil {
 		l.console.add("[kiln] server stopped (" + desc + ")")
 		if err := s.setStatus(ctx, sv.ID, StatusOffline); err != nil {
@@ -404,6 +415,7 @@ func (s *Service) stop(ctx context.Context, id string, kill bool) {
 	inst := l.instance()
 	l.mu.Lock()
 	l.stopRequested = true
+	l.stopAsked = inst
 	l.restarts = nil
 	l.mu.Unlock()
 	if inst == nil {

@@ -227,7 +227,7 @@ func (s *Service) shutdown() {
 				continue
 			}
 			l.mu.Lock()
-			l.stopRequested = true
+			l.stopRequested, l.stopAsked = true, inst
 			l.mu.Unlock()
 			s.wg.Add(1)
 			go func() {
