@@ -1,0 +1,36 @@
+// Package executor runs the deployment runs of internal/deploy/runs
+// (deployment-spec.md §3–§5): it claims a run under this process's
+// instance id, plans it (the version's spec against the configuration's
+// applied state), stores the plan as the run's resources before doing
+// anything, then executes the steps tier by tier — at most Parallel (4) at
+// once in a tier — renewing the lease between steps, recording every
+// resource, event and checkpoint, and finishes the run succeeded, failed
+// (one sentence and a failure class; the steps after a failure skipped,
+// nothing rolled back) or canceled (between steps).
+//
+// What it must never do: create an object twice for one key (a step finds
+// what an earlier attempt, or a crashed process, made: servers.CreateOwned
+// is idempotent), write to a run it no longer holds (any runs.ErrLeaseLost
+// stops it at once), or touch a server a configuration does not own.
+//
+// Decisions (where the spec is silent, or this layer is not built yet):
+//   - A resumed run (a lease taken over after its owner died) plans again
+//     from the applied state: keys its checkpoint lists as done are not
+//     executed again, the others are, and each step converges (create
+//     finds the server made before the crash, update sets the same
+//     values), so a resumed run never duplicates an object.
+//   - Servers only, for now. A version with proxies or dbservices, or a
+//     server with properties or an image, fails the run at planning with
+//     failure class validation and a sentence saying so, before anything
+//     is changed. Replace and delete need a snapshot of the old server
+//     first and snapshots are not built yet: such a step fails with class
+//     internal and destroys nothing.
+//   - Retries: a step failing for a transient reason (a database or I/O
+//     error, a server still installing) is tried again up to 3 attempts,
+//     2 s then 4 s apart (resource.retrying events). Validation, team
+//     limits and no free port (capacity), a failed install (install), a
+//     crash (runtime) and a health timeout are not retried.
+//   - Health: a server whose spec says running must answer a status ping
+//     (its status running) within HealthTimeout (180 s); crashed first is
+//     runtime, no answer health_timeout.
+package executor

@@ -1,0 +1,655 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kilnhq/kiln/internal/deploy"
+	"github.com/kilnhq/kiln/internal/deploy/plan"
+	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/deploy/spec"
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
+	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// Options tune an Executor; zero values take the defaults.
+type Options struct {
+	// Owner is this process's instance id (internal/instance): the lease
+	// owner of the runs it executes. Required.
+	Owner string
+	// Lease is how long a claimed run is held without a renewal (30 s);
+	// it is renewed every third of it.
+	Lease time.Duration
+	// Poll is how often the queue is asked for work when idle (1 s); Wake
+	// asks at once.
+	Poll time.Duration
+	// Parallel bounds the steps of one tier run at once (4).
+	Parallel int
+	// HealthTimeout bounds the wait for a server to answer (180 s).
+	HealthTimeout time.Duration
+	// InstallTimeout bounds the wait for an install (10 min).
+	InstallTimeout time.Duration
+	// RetryBackoff is the wait before the second attempt of a step (2 s),
+	// doubled before the third.
+	RetryBackoff time.Duration
+	Log          *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.Lease <= 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Poll <= 0 {
+		o.Poll = time.Second
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 4
+	}
+	if o.HealthTimeout <= 0 {
+		o.HealthTimeout = 180 * time.Second
+	}
+	if o.InstallTimeout <= 0 {
+		o.InstallTimeout = 10 * time.Minute
+	}
+	if o.RetryBackoff <= 0 {
+		o.RetryBackoff = 2 * time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// maxAttempts is how many times a step is tried when it fails for a
+// transient reason.
+const maxAttempts = 3
+
+// Executor executes the queued runs of every configuration, one run of a
+// configuration at a time (the queue sees to it).
+type Executor struct {
+	q       *runs.Queue
+	deploy  *deploy.Service
+	servers *servers.Service
+	cat     spec.Catalog
+	opts    Options
+	wake    chan struct{}
+}
+
+// New returns an Executor; call Run to start it.
+func New(q *runs.Queue, d *deploy.Service, s *servers.Service, cat spec.Catalog, opts Options) *Executor {
+	opts.defaults()
+	return &Executor{q: q, deploy: d, servers: s, cat: cat, opts: opts, wake: make(chan struct{}, 1)}
+}
+
+// Wake makes Run look for work now (a run was just queued).
+func (e *Executor) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run claims and executes runs until ctx ends; it returns nil then. A run
+// in progress at that moment stops between steps and keeps its lease
+// until it expires: the next start, or another replica, resumes it.
+func (e *Executor) Run(ctx context.Context) error {
+	t := time.NewTicker(e.opts.Poll)
+	defer t.Stop()
+	for {
+		for ctx.Err() == nil {
+			r, ok, err := e.q.Claim(ctx, e.opts.Owner, e.opts.Lease)
+			if err != nil {
+				if ctx.Err() == nil {
+					e.opts.Log.Warn("claim a run", "err", err)
+				}
+				break
+			}
+			if !ok {
+				break
+			}
+			// A panic fails nothing but this run's process of it: logged,
+			// the lease expires and the run is resumed.
+			if err := panics.Catch(func() error { e.execute(ctx, r); return nil }); err != nil {
+				pe, _ := errors.AsType[*panics.Error](err)
+				e.opts.Log.Error("run panicked", "run_id", r.ID, "err", err, "stack", string(pe.Stack))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-e.wake:
+		}
+	}
+}
+
+// stepError is a step's failure with its class; transient ones are tried
+// again.
+type stepError struct {
+	class     runs.FailureClass
+	msg       string
+	transient bool
+}
+
+func (s *stepError) Error() string { return s.msg }
+
+func fail(class runs.FailureClass, format string, args ...any) *stepError {
+	return &stepError{class: class, msg: fmt.Sprintf(format, args...)}
+}
+
+// exec is one run being executed: its lease is renewed in the background.
+type exec struct {
+	e      *Executor
+	run    runs.Run
+	ctx    context.Context // ends when the lease is lost or the process stops
+	mu     sync.Mutex
+	cancel bool // a cancel was requested
+	lost   bool // the lease was lost
+}
+
+func (x *exec) owner() string { return x.e.opts.Owner }
+
+// renew keeps the lease until stop; a lost lease cancels x.ctx.
+func (x *exec) renew(stopCtx context.CancelFunc) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(x.e.opts.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-x.ctx.Done():
+				return
+			case <-t.C:
+				canceled, err := x.e.q.Renew(x.ctx, x.run.ID, x.owner(), x.e.opts.Lease)
+				x.mu.Lock()
+				if canceled {
+					x.cancel = true
+				}
+				if errors.Is(err, runs.ErrLeaseLost) {
+					x.lost = true
+				}
+				x.mu.Unlock()
+				if errors.Is(err, runs.ErrLeaseLost) {
+					stopCtx()
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+// checkpoint renews now and reports a requested cancel (between steps).
+func (x *exec) canceled() (bool, error) {
+	c, err := x.e.q.Renew(x.ctx, x.run.ID, x.owner(), x.e.opts.Lease)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if c {
+		x.cancel = true
+	}
+	return x.cancel, err
+}
+
+func (e *Executor) execute(parent context.Context, r runs.Run) {
+	log := e.opts.Log.With("run_id", r.ID, "configuration_id", r.ConfigurationID)
+	ctx, stop := context.WithCancel(parent)
+	defer stop()
+	x := &exec{e: e, run: r, ctx: ctx}
+	stopRenew := x.renew(stop)
+	defer stopRenew()
+	err := x.do()
+	switch {
+	case err == nil:
+	case errors.Is(err, runs.ErrLeaseLost):
+		log.Warn("run lease lost to another instance; stopped", "err", err)
+	case parent.Err() != nil:
+		log.Info("run paused by shutdown; it resumes at the next start", "err", err)
+	default:
+		log.Error("run failed to record its outcome", "err", err)
+	}
+}
+
+// do executes x.run and records its outcome.
+func (x *exec) do() error {
+	e, r, ctx := x.e, x.run, x.ctx
+	q, owner := e.q, x.owner()
+	resumed := r.Checkpoint != nil && r.Checkpoint.PlanHash != ""
+	v, err := e.deploy.Version(ctx, r.TeamID, r.ConfigurationID, r.VersionNumber)
+	if err != nil {
+		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The version to apply cannot be read: "+err.Error()+".", runs.FailInternal)
+	}
+	sp, err := spec.Parse([]byte(v.YAML), e.cat)
+	if err != nil {
+		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The version's spec is no longer valid: "+err.Error()+".", runs.FailValidation)
+	}
+	if msg := unsupported(sp); msg != "" {
+		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, msg, runs.FailValidation)
+	}
+	live, err := e.deploy.Live(ctx, r.TeamID, r.ConfigurationID)
+	if err != nil {
+		return err
+	}
+	p, err := plan.Make(sp, live)
+	if err != nil {
+		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The run cannot be planned: "+err.Error()+".", runs.FailInternal)
+	}
+	done := map[string]bool{}
+	summary := runs.Summary{Create: p.Summary.Create, Update: p.Summary.Update, Replace: p.Summary.Replace,
+		Delete: p.Summary.Delete, Noop: p.Summary.Noop}
+	if resumed {
+		for _, k := range r.Checkpoint.Done {
+			done[k] = true
+		}
+		if stored, err := q.Resources(ctx, r.TeamID, r.ID); err == nil {
+			summary = summaryOf(stored)
+		}
+	} else {
+		pending := make([]runs.Resource, len(p.Steps))
+		for i, st := range p.Steps {
+			status := runs.ResourcePending
+			if st.Action == plan.Noop {
+				status = runs.ResourceSucceeded
+			}
+			pending[i] = runs.Resource{Key: st.Key, Type: st.Kind, Action: st.Action, Status: status,
+				Desired: st.Desired, Before: st.Before}
+		}
+		if err := q.UpsertResources(ctx, r.ID, owner, pending); err != nil {
+			return err
+		}
+		hash, _ := p.Hash()
+		data, _ := json.Marshal(p.Summary)
+		if err := q.AddEvent(ctx, r.ID, owner, runs.Event{Type: runs.EventPlanComputed, Data: data,
+			Message: fmt.Sprintf("%d to create, %d to update, %d to replace, %d to delete, %d unchanged.",
+				p.Summary.Create, p.Summary.Update, p.Summary.Replace, p.Summary.Delete, p.Summary.Noop)}); err != nil {
+			return err
+		}
+		if err := q.Checkpoint(ctx, r.ID, owner, runs.Checkpoint{Done: []string{}, PlanHash: hash}); err != nil {
+			return err
+		}
+		r.Checkpoint = &runs.Checkpoint{Done: []string{}, PlanHash: hash}
+	}
+	if err := q.SetStatus(ctx, r.ID, owner, runs.Executing); err != nil {
+		return err
+	}
+	var doneMu sync.Mutex
+	cp := *r.Checkpoint
+	for _, tier := range p.Tiers {
+		canceled, err := x.canceled()
+		if err != nil {
+			return err
+		}
+		if canceled {
+			x.skipRest()
+			return q.Finish(ctx, r.ID, owner, runs.Canceled, summary, "The run was canceled; the steps done before stay done.", runs.FailCanceled)
+		}
+		var failed *stepError
+		var failedKey string
+		var failMu sync.Mutex
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(e.opts.Parallel)
+		for _, i := range tier {
+			st := p.Steps[i]
+			if done[st.Key] {
+				continue
+			}
+			g.Go(func() error {
+				serr, err := x.step(gctx, st)
+				if err != nil {
+					return err // the lease or the process: stop everything
+				}
+				if serr != nil {
+					failMu.Lock()
+					if failed == nil {
+						failed, failedKey = serr, st.Key
+					}
+					failMu.Unlock()
+					return nil
+				}
+				doneMu.Lock()
+				done[st.Key] = true
+				cp.Done = append(cp.Done, st.Key)
+				slices.Sort(cp.Done)
+				snapshot := runs.Checkpoint{Done: slices.Clone(cp.Done), PlanHash: cp.PlanHash}
+				doneMu.Unlock()
+				return q.Checkpoint(ctx, r.ID, owner, snapshot)
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		if failed != nil {
+			x.skipRest()
+			summary = x.summaryNow(summary)
+			return q.Finish(ctx, r.ID, owner, runs.Failed, summary, failedKey+": "+failed.msg, failed.class)
+		}
+	}
+	if err := q.SetStatus(ctx, r.ID, owner, runs.Finalizing); err != nil {
+		return err
+	}
+	return q.Finish(ctx, r.ID, owner, runs.Succeeded, x.summaryNow(summary), "", "")
+}
+
+// summaryNow counts the run's resources as stored.
+func (x *exec) summaryNow(plan runs.Summary) runs.Summary {
+	stored, err := x.e.q.Resources(x.ctx, x.run.TeamID, x.run.ID)
+	if err != nil {
+		return plan
+	}
+	return summaryOf(stored)
+}
+
+func summaryOf(rs []runs.Resource) runs.Summary {
+	var s runs.Summary
+	for _, r := range rs {
+		switch r.Action {
+		case plan.Create:
+			s.Create++
+		case plan.Update:
+			s.Update++
+		case plan.Replace:
+			s.Replace++
+		case plan.Delete:
+			s.Delete++
+		case plan.Noop:
+			s.Noop++
+		}
+		switch {
+		case r.Status == runs.ResourceSucceeded && r.Action != plan.Noop:
+			s.Succeeded++
+		case r.Status == runs.ResourceFailed:
+			s.Failed++
+		}
+	}
+	return s
+}
+
+// skipRest marks every step not done and not failed as skipped.
+func (x *exec) skipRest() {
+	stored, err := x.e.q.Resources(x.ctx, x.run.TeamID, x.run.ID)
+	if err != nil {
+		return
+	}
+	var skip []runs.Resource
+	for _, r := range stored {
+		if r.Status == runs.ResourcePending {
+			r.Status = runs.ResourceSkipped
+			skip = append(skip, r)
+		}
+	}
+	_ = x.e.q.UpsertResources(x.ctx, x.run.ID, x.owner(), skip)
+}
+
+// unsupported says why this layer cannot apply sp, or "".
+func unsupported(sp *spec.Spec) string {
+	switch {
+	case len(sp.Proxies) > 0:
+		return "This version of Kiln deploys servers only: proxies are not supported yet; nothing was changed."
+	case len(sp.DBServices) > 0:
+		return "This version of Kiln deploys servers only: dbservices are not supported yet; nothing was changed."
+	}
+	for _, name := range slices.Sorted(func(yield func(string) bool) {
+		for n := range sp.Servers {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		s := sp.Servers[name]
+		if len(s.Properties) > 0 || s.Image != "" {
+			return fmt.Sprintf("servers.%s: properties and image are not supported by this version of Kiln yet; nothing was changed.", name)
+		}
+	}
+	return ""
+}
+
+// step executes one step with its retries and records it. A *stepError
+// is the step's failure (recorded); an error is the lease or the
+// process ending (nothing more may be written).
+func (x *exec) step(ctx context.Context, st plan.Step) (*stepError, error) {
+	q, r, owner := x.e.q, x.run, x.owner()
+	res := runs.Resource{Key: st.Key, Type: st.Kind, Action: st.Action, Desired: st.Desired, Before: st.Before,
+		StartedAt: time.Now().UnixMilli()}
+	var serr *stepError
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		res.Status, res.Attempt = runs.ResourceRunning, attempt
+		if err := q.UpsertResources(ctx, r.ID, owner, []runs.Resource{res}); err != nil {
+			return nil, err
+		}
+		if attempt == 1 {
+			if err := q.AddEvent(ctx, r.ID, owner, runs.Event{Type: runs.EventResourceStarted, Message: fmt.Sprintf("%s %s.", actionWord(st.Action), st.Key)}); err != nil {
+				return nil, err
+			}
+		}
+		var objectID string
+		objectID, serr = x.apply(ctx, st, &res)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if serr == nil {
+			if st.Action == plan.Delete {
+				if err := x.e.deploy.ForgetApplied(ctx, r.TeamID, r.ConfigurationID, st.Key); err != nil {
+					serr = &stepError{class: runs.FailInternal, msg: err.Error(), transient: true}
+				}
+			} else if err := x.e.deploy.RecordApplied(ctx, r.TeamID, r.ConfigurationID, st.Key, objectID, st.Desired, r.ID); err != nil {
+				serr = &stepError{class: runs.FailInternal, msg: err.Error(), transient: true}
+			}
+		}
+		if serr == nil {
+			res.Status, res.After, res.CompletedAt, res.Error = runs.ResourceSucceeded, st.Desired, time.Now().UnixMilli(), ""
+			if err := q.UpsertResources(ctx, r.ID, owner, []runs.Resource{res}); err != nil {
+				return nil, err
+			}
+			return nil, q.AddEvent(ctx, r.ID, owner, runs.Event{Type: runs.EventResourceSucceeded, Message: fmt.Sprintf("%s done.", st.Key)})
+		}
+		if !serr.transient || attempt == maxAttempts {
+			break
+		}
+		res.Log = append(res.Log, fmt.Sprintf("attempt %d failed: %s", attempt, serr.msg))
+		if err := q.AddEvent(ctx, r.ID, owner, runs.Event{Type: runs.EventResourceRetrying, Message: fmt.Sprintf("%s: %s; trying again.", st.Key, serr.msg)}); err != nil {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(x.e.opts.RetryBackoff << (attempt - 1)):
+		}
+	}
+	res.Status, res.Error, res.CompletedAt = runs.ResourceFailed, serr.msg, time.Now().UnixMilli()
+	if err := q.UpsertResources(ctx, r.ID, owner, []runs.Resource{res}); err != nil {
+		return nil, err
+	}
+	if err := q.AddEvent(ctx, r.ID, owner, runs.Event{Type: runs.EventResourceFailed, Message: fmt.Sprintf("%s: %s", st.Key, serr.msg)}); err != nil {
+		return nil, err
+	}
+	return serr, nil
+}
+
+func actionWord(a plan.Action) string {
+	w := string(a)
+	return strings.ToUpper(w[:1]) + w[1:] + "ing"
+}
+
+// apply does one attempt of a step; it returns the object's id.
+func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (string, *stepError) {
+	switch st.Action {
+	case plan.Replace, plan.Delete:
+		return "", fail(runs.FailInternal, "%s it needs a snapshot of the server first, and snapshots are not available in this version of Kiln; nothing was destroyed", map[plan.Action]string{plan.Replace: "replacing", plan.Delete: "deleting"}[st.Action])
+	case plan.Noop:
+		return "", nil
+	}
+	if st.Kind != plan.Server {
+		return "", fail(runs.FailValidation, "%s resources are not supported yet", st.Kind)
+	}
+	var want spec.Server
+	if err := json.Unmarshal(st.Desired, &want); err != nil {
+		return "", fail(runs.FailInternal, "the desired state cannot be read: %v", err)
+	}
+	r := x.run
+	o := servers.Owner{ConfigurationID: r.ConfigurationID, ResourceKey: st.Key}
+	mem, disk := int(want.Memory>>20), int(want.Disk>>20)
+	var sv servers.Server
+	var err error
+	switch st.Action {
+	case plan.Create:
+		sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
+			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env})
+	case plan.Update:
+		var before spec.Server
+		_ = json.Unmarshal(st.Before, &before)
+		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env}
+		if c.Env == nil {
+			c.Env = map[string]string{}
+		}
+		if want.Version != before.Version && want.Version != "latest" {
+			c.Version = want.Version
+		}
+		sv, err = x.e.servers.UpdateOwned(ctx, r.TeamID, o, c)
+		if errors.Is(err, servers.ErrNotFound) {
+			// Deleted by hand meanwhile (it cannot be through the API):
+			// make it again.
+			sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
+				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env})
+		}
+	}
+	if serr := classify(err); serr != nil {
+		return "", serr
+	}
+	res.Log = append(res.Log, fmt.Sprintf("server %s (%s)", sv.ID, sv.Address))
+	if sv, err = x.waitInstalled(ctx, o); err != nil {
+		return sv.ID, classify(err)
+	}
+	if sv.InstallError != nil {
+		return sv.ID, fail(runs.FailInstall, "the install failed: %s", *sv.InstallError)
+	}
+	if serr := x.writeFiles(ctx, sv, want.Files); serr != nil {
+		return sv.ID, serr
+	}
+	return sv.ID, x.converge(ctx, o, sv, want.State)
+}
+
+// classify turns a domain error into a step failure.
+func classify(err error) *stepError {
+	if err == nil {
+		return nil
+	}
+	if ve, ok := errors.AsType[*validate.Error](err); ok {
+		return fail(runs.FailValidation, "%s", ve.Error())
+	}
+	if le, ok := errors.AsType[*servers.TeamLimitError](err); ok {
+		return fail(runs.FailCapacity, "%s", le.Error())
+	}
+	switch {
+	case errors.Is(err, servers.ErrNoPort):
+		return fail(runs.FailCapacity, "no game port is free on the node")
+	case errors.Is(err, quota.ErrQuota), quota.IsDiskFull(err):
+		return fail(runs.FailCapacity, "%v", err)
+	case errors.Is(err, servers.ErrInstalling):
+		return &stepError{class: runs.FailInternal, msg: "the server is still installing", transient: true}
+	case errors.Is(err, errHealth):
+		return fail(runs.FailHealthTimeout, "%v", err)
+	case errors.Is(err, errCrashed):
+		return fail(runs.FailRuntime, "%v", err)
+	case errors.Is(err, servers.ErrInstallFailed):
+		return fail(runs.FailInstall, "%v", err)
+	}
+	return &stepError{class: runs.FailInternal, msg: err.Error(), transient: true}
+}
+
+var (
+	errHealth  = errors.New("the server did not answer a status ping in time")
+	errCrashed = errors.New("the server crashed while starting")
+)
+
+// waitInstalled waits until the server's install has ended.
+func (x *exec) waitInstalled(ctx context.Context, o servers.Owner) (servers.Server, error) {
+	return x.waitFor(ctx, o, x.e.opts.InstallTimeout, func(sv servers.Server) (bool, error) {
+		return sv.Status != servers.StatusInstalling, nil
+	}, errors.New("the install did not end in time"))
+}
+
+// waitFor polls the owned server until cond, or timeout (then errTimeout).
+func (x *exec) waitFor(ctx context.Context, o servers.Owner, timeout time.Duration, cond func(servers.Server) (bool, error), errTimeout error) (servers.Server, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		sv, err := x.e.servers.FindOwned(ctx, x.run.TeamID, o)
+		if err != nil {
+			return sv, err
+		}
+		ok, err := cond(sv)
+		if ok || err != nil {
+			return sv, err
+		}
+		if time.Now().After(deadline) {
+			return sv, errTimeout
+		}
+		select {
+		case <-ctx.Done():
+			return sv, context.Cause(ctx)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// writeFiles writes the spec's files into the server's root, through its
+// disk ledger.
+func (x *exec) writeFiles(ctx context.Context, sv servers.Server, fs []spec.File) *stepError {
+	if len(fs) == 0 {
+		return nil
+	}
+	a, err := x.e.servers.Access(ctx, x.run.TeamID, sv.ID, true)
+	if err != nil {
+		return classify(err)
+	}
+	err = files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
+		for _, f := range fs {
+			if _, err := r.WriteFile(f.Path, strings.NewReader(f.Content), res); err != nil {
+				return fmt.Errorf("write %s: %w", f.Path, err)
+			}
+		}
+		return nil
+	})
+	return classify(err)
+}
+
+// converge brings the server to the spec's state and waits for it.
+func (x *exec) converge(ctx context.Context, o servers.Owner, sv servers.Server, state string) *stepError {
+	t := x.run.TeamID
+	if state == spec.StateStopped {
+		if sv.Status == servers.StatusOffline || sv.Status == servers.StatusCrashed {
+			return nil
+		}
+		if err := x.e.servers.Power(ctx, t, sv.ID, "stop"); err != nil {
+			return classify(err)
+		}
+		_, err := x.waitFor(ctx, o, x.e.opts.HealthTimeout, func(s servers.Server) (bool, error) {
+			return s.Status == servers.StatusOffline || s.Status == servers.StatusCrashed, nil
+		}, errors.New("the server did not stop in time"))
+		return classify(err)
+	}
+	if sv.Status != servers.StatusRunning && sv.Status != servers.StatusStarting {
+		if err := x.e.servers.Power(ctx, t, sv.ID, "start"); err != nil {
+			return classify(err)
+		}
+	}
+	_, err := x.waitFor(ctx, o, x.e.opts.HealthTimeout, func(s servers.Server) (bool, error) {
+		if s.Status == servers.StatusCrashed {
+			return false, errCrashed
+		}
+		return s.Status == servers.StatusRunning, nil
+	}, errHealth)
+	return classify(err)
+}

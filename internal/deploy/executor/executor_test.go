@@ -1,0 +1,241 @@
+package executor_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/deploy"
+	"github.com/kilnhq/kiln/internal/deploy/executor"
+	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+type env struct {
+	t      *testing.T
+	teamID string
+	db     *store.DB
+	srv    *servers.Service
+	srvEnv *serverstest.Env
+	dep    *deploy.Service
+	q      *runs.Queue
+}
+
+func newEnv(t *testing.T, db *store.DB) *env {
+	t.Helper()
+	a, err := auth.NewService(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, _, err := a.Bootstrap(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tm, err := a.TeamByName(t.Context(), auth.BootstrapTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	se := serverstest.New(t, db, serverstest.Options{Ports: 10})
+	return &env{t: t, teamID: tm.ID, db: db, srv: se.Service, srvEnv: se, dep: deploy.New(db, se.Catalog), q: runs.New(db, runs.Options{})}
+}
+
+// start runs an executor as owner until the test ends.
+func (e *env) start(owner string) *executor.Executor {
+	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: owner, Poll: 20 * time.Millisecond,
+		Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("executor Run = %v", err)
+		}
+	})
+	return x
+}
+
+// apply pushes yaml into the configuration (creating it first) and queues
+// a run of it.
+func (e *env) apply(cfgID, yaml string) (string, runs.Run) {
+	e.t.Helper()
+	ctx := e.t.Context()
+	if cfgID == "" {
+		cfg, err := e.dep.Create(ctx, e.teamID, "network", "", yaml)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		cfgID = cfg.ID
+	} else if _, err := e.dep.Update(ctx, e.teamID, cfgID, deploy.Patch{YAML: &yaml}); err != nil {
+		e.t.Fatal(err)
+	}
+	v, _, err := e.dep.Push(ctx, e.teamID, cfgID, "user:test", "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	r, _, err := e.q.Enqueue(ctx, e.teamID, cfgID, v.ID, "user:test", "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return cfgID, r
+}
+
+// wait waits for a run's final status.
+func (e *env) wait(id string) runs.Run {
+	e.t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		r, err := e.q.Get(e.t.Context(), e.teamID, id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if r.Status.Final() {
+			return r
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("run %s still %s after 90 s", id, r.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) events(id string) string {
+	evs, err := e.q.Events(e.t.Context(), e.teamID, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var types []string
+	for _, ev := range evs {
+		types = append(types, string(ev.Type))
+	}
+	return strings.Join(types, " ")
+}
+
+const network = `version: 1
+servers:
+  lobby:
+    software: kiln-test
+    memory: 512M
+    disk: 1G
+    env: {MOTD: "Welcome"}
+    files:
+      - path: plugins/Hello/config.yml
+        content: "greeting: hi\n"
+  survival:
+    software: kiln-test
+    memory: 512M
+    disk: 1G
+  build:
+    software: kiln-test
+    memory: 256M
+    disk: 1G
+    state: stopped
+`
+
+// TestApplyNetwork applies a three-server network from empty, then an
+// edit in place, then edits the executor must refuse without destroying
+// anything; on both engines.
+func TestApplyNetwork(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db)
+		ctx := t.Context()
+		e.start("inst_one")
+		cfgID, r := e.apply("", network)
+		got := e.wait(r.ID)
+		if got.Status != runs.Succeeded || got.Summary == nil || got.Summary.Create != 3 || got.Summary.Succeeded != 3 {
+			t.Fatalf("first run = %s %q (%v), summary %+v; want succeeded creating 3", got.Status, got.Error, got.FailureClass, got.Summary)
+		}
+		if ev := e.events(r.ID); !strings.HasPrefix(ev, "run.queued run.started plan.computed") || !strings.HasSuffix(ev, "run.succeeded") {
+			t.Errorf("events = %s", ev)
+		}
+		owned, err := e.srv.OwnedBy(ctx, e.teamID, cfgID)
+		if err != nil || len(owned) != 3 {
+			t.Fatalf("owned servers = %v, %v; want 3", owned, err)
+		}
+		for key, want := range map[string]string{"server/lobby": "running", "server/survival": "running", "server/build": "offline"} {
+			if sv := owned[key]; sv.Status != want || sv.Name != strings.TrimPrefix(key, "server/") || sv.Software != "kiln-test" {
+				t.Errorf("%s = %s %s %s, want %s named by its key", key, sv.Name, sv.Software, sv.Status, want)
+			}
+		}
+		lobby := owned["server/lobby"]
+		root := e.srvEnv.Node.Root(lobby.ID)
+		if b, err := os.ReadFile(filepath.Join(root, "plugins/Hello/config.yml")); err != nil || string(b) != "greeting: hi\n" {
+			t.Errorf("spec file in lobby = %q, %v", b, err)
+		}
+		if live, _ := e.dep.Live(ctx, e.teamID, cfgID); len(live) != 3 {
+			t.Errorf("applied state = %v, want 3 keys", live)
+		}
+		// The world the game server wrote stays through an update in place.
+		if err := os.WriteFile(filepath.Join(root, "world.dat"), []byte("world"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, r2 := e.apply(cfgID, strings.Replace(network, "memory: 512M\n    disk: 1G\n    env", "memory: 768M\n    disk: 1G\n    env", 1))
+		got = e.wait(r2.ID)
+		if got.Status != runs.Succeeded || got.Summary.Update != 1 || got.Summary.Noop != 2 {
+			t.Fatalf("update run = %s %q, summary %+v; want succeeded, 1 update, 2 unchanged", got.Status, got.Error, got.Summary)
+		}
+		after, err := e.srv.FindOwned(ctx, e.teamID, servers.Owner{ConfigurationID: cfgID, ResourceKey: "server/lobby"})
+		if err != nil || after.ID != lobby.ID || after.MemoryMB != 768 || after.Status != servers.StatusRunning {
+			t.Errorf("lobby after the update = %+v, %v; want the same server, 768 MB, running", after, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(root, "world.dat")); string(b) != "world" {
+			t.Errorf("world.dat after the update = %q, want kept", b)
+		}
+		// A delete needs a snapshot, which this version lacks: refused,
+		// nothing destroyed.
+		_, r3 := e.apply(cfgID, strings.Split(network, "  build:")[0])
+		got = e.wait(r3.ID)
+		if got.Status != runs.Failed || got.FailureClass != runs.FailInternal || !strings.Contains(got.Error, "snapshot") {
+			t.Errorf("delete run = %s %s %q; want failed, internal, about snapshots", got.Status, got.FailureClass, got.Error)
+		}
+		if owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID); len(owned) != 3 {
+			t.Errorf("owned servers after a refused delete = %d, want 3", len(owned))
+		}
+		// Proxies are refused at planning, before anything changes.
+		_, r4 := e.apply(cfgID, network+"proxies:\n  edge:\n    software: velocity\n    memory: 512M\n    servers: [lobby]\n")
+		got = e.wait(r4.ID)
+		if got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "proxies") {
+			t.Errorf("proxy run = %s %s %q; want failed, validation", got.Status, got.FailureClass, got.Error)
+		}
+	})
+}
+
+// TestResumeAfterOwnerDied: a run whose owner died after making one of
+// its servers is taken over once its lease expires, resumed with
+// run.resumed, and ends succeeded without a second server for that key.
+func TestResumeAfterOwnerDied(t *testing.T) {
+	db := storetest.SQLite(t)
+	e := newEnv(t, db)
+	ctx := t.Context()
+	cfgID, r := e.apply("", network)
+	// The dead owner: claimed the run with a lease that is already over,
+	// and made lobby before dying.
+	if _, ok, err := e.q.Claim(ctx, "inst_dead", time.Millisecond); err != nil || !ok {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	first, _, err := e.srv.CreateOwned(ctx, e.teamID, servers.Owner{ConfigurationID: cfgID, ResourceKey: "server/lobby"},
+		servers.NewServer{Name: "lobby", Software: "kiln-test", MemoryMB: 512, DiskMB: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the dead owner's 1 ms lease: nothing to wait on but the clock
+	e.start("inst_alive")
+	got := e.wait(r.ID)
+	if got.Status != runs.Succeeded || got.LeaseOwner != "inst_alive" {
+		t.Fatalf("resumed run = %s %q by %s; want succeeded by inst_alive", got.Status, got.Error, got.LeaseOwner)
+	}
+	if ev := e.events(r.ID); !strings.Contains(ev, "run.resumed") {
+		t.Errorf("events = %s, want run.resumed", ev)
+	}
+	owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID)
+	if len(owned) != 3 || owned["server/lobby"].ID != first.ID {
+		t.Errorf("owned after the resume: %d servers, lobby %s; want 3 and the server made before the crash (%s)", len(owned), owned["server/lobby"].ID, first.ID)
+	}
+}
