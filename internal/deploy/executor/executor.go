@@ -301,10 +301,20 @@ func (x *exec) do() error {
 		var failMu sync.Mutex
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(e.opts.Parallel)
+		stopped := false
 		for _, i := range tier {
 			st := p.Steps[i]
 			if done[st.Key] {
 				continue
+			}
+			// Between steps: a requested cancel starts nothing more (the
+			// steps running finish).
+			if c, err := x.canceled(); err != nil {
+				stopped = true
+				break
+			} else if c {
+				stopped = true
+				break
 			}
 			g.Go(func() error {
 				serr, err := x.step(gctx, st)
@@ -330,6 +340,16 @@ func (x *exec) do() error {
 		}
 		if err := g.Wait(); err != nil {
 			return err
+		}
+		if stopped && failed == nil {
+			canceled, err := x.canceled()
+			if err != nil {
+				return err
+			}
+			if canceled {
+				x.skipRest()
+				return q.Finish(ctx, r.ID, owner, runs.Canceled, x.summaryNow(summary), "The run was canceled; the steps done before stay done.", runs.FailCanceled)
+			}
 		}
 		if failed != nil {
 			x.skipRest()

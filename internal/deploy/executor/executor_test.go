@@ -47,9 +47,12 @@ func newEnv(t *testing.T, db *store.DB) *env {
 }
 
 // start runs an executor as owner until the test ends.
-func (e *env) start(owner string) *executor.Executor {
+func (e *env) start(owner string) *executor.Executor { return e.startWith(owner, 0) }
+
+// startWith is start with at most parallel steps at once (0: the default).
+func (e *env) startWith(owner string, parallel int) *executor.Executor {
 	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: owner, Poll: 20 * time.Millisecond,
-		Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second})
+		Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second, Parallel: parallel})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- x.Run(ctx) }()
@@ -237,5 +240,51 @@ func TestResumeAfterOwnerDied(t *testing.T) {
 	owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID)
 	if len(owned) != 3 || owned["server/lobby"].ID != first.ID {
 		t.Errorf("owned after the resume: %d servers, lobby %s; want 3 and the server made before the crash (%s)", len(owned), owned["server/lobby"].ID, first.ID)
+	}
+}
+
+// TestCancelExecutingRun: a cancel of an executing run stops it between
+// steps: what was done stays, the rest is skipped, the run is canceled.
+func TestCancelExecutingRun(t *testing.T) {
+	db := storetest.SQLite(t)
+	e := newEnv(t, db)
+	ctx := t.Context()
+	_, r := e.apply("", network)
+	e.startWith("inst_one", 1)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rs, err := e.q.Resources(ctx, e.teamID, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		running := false
+		for _, res := range rs {
+			running = running || res.Status == runs.ResourceRunning
+		}
+		if running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no step started within 60 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := e.q.RequestCancel(ctx, e.teamID, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := e.wait(r.ID)
+	if got.Status != runs.Canceled || got.FailureClass != runs.FailCanceled {
+		t.Fatalf("run after cancel = %s %s %q, want canceled", got.Status, got.FailureClass, got.Error)
+	}
+	rs, _ := e.q.Resources(ctx, e.teamID, r.ID)
+	counts := map[runs.ResourceStatus]int{}
+	for _, res := range rs {
+		counts[res.Status]++
+	}
+	if counts[runs.ResourceSucceeded] < 1 || counts[runs.ResourceSkipped] < 1 || counts[runs.ResourcePending]+counts[runs.ResourceRunning] != 0 {
+		t.Errorf("resources after the cancel = %v, want the started step done and the others skipped", counts)
+	}
+	if ev := e.events(r.ID); !strings.HasSuffix(ev, "run.canceled") {
+		t.Errorf("events = %s", ev)
 	}
 }
