@@ -106,6 +106,8 @@ func (e *Executor) Wake() {
 func (e *Executor) Run(ctx context.Context) error {
 	t := time.NewTicker(e.opts.Poll)
 	defer t.Stop()
+	prune := time.NewTicker(time.Hour)
+	defer prune.Stop()
 	for {
 		for ctx.Err() == nil {
 			r, ok, err := e.q.Claim(ctx, e.opts.Owner, e.opts.Lease)
@@ -130,6 +132,11 @@ func (e *Executor) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		case <-e.wake:
+		case <-prune.C:
+			// Idempotency keys older than a day (any replica may do it).
+			if _, err := e.q.Prune(ctx); err != nil && ctx.Err() == nil {
+				e.opts.Log.Warn("prune idempotency keys", "err", err)
+			}
 		}
 	}
 }
