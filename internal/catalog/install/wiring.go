@@ -651,7 +651,96 @@ func WireBackend(files map[string][]byte, b BackendWiring) (map[string][]byte, e
 	if old, ok := files[PropertiesConfig]; !ok || !bytes.Equal(props, old) {
 		out[PropertiesConfig] = props
 	}
+	if err := checkBackend(files, out, b); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// checkBackend reads the wired files back as Paper, Spigot and the
+// server read them and checks they say what b says.
+func checkBackend(files, out map[string][]byte, b BackendWiring) error {
+	final := maps.Clone(files)
+	maps.Copy(final, out)
+	unsafe := func(name, format string, args ...any) error {
+		return &ConfigError{name, fmt.Errorf("cannot be wired safely: "+format, args...)}
+	}
+	if v, _ := propertyValue(final[PropertiesConfig], "online-mode"); v != "false" {
+		return unsafe(PropertiesConfig, "online-mode reads %q after the edit", v)
+	}
+	if data, ok := final[PaperGlobalConfig]; ok {
+		var paper struct {
+			Proxies struct {
+				Velocity struct {
+					Enabled    bool   `yaml:"enabled"`
+					OnlineMode bool   `yaml:"online-mode"`
+					Secret     string `yaml:"secret"`
+				} `yaml:"velocity"`
+			} `yaml:"proxies"`
+		}
+		if err := yaml.Unmarshal(data, &paper); err != nil {
+			return unsafe(PaperGlobalConfig, "%w", err)
+		}
+		v := paper.Proxies.Velocity
+		modern := b.Forwarding == ForwardingModern
+		if v.Enabled != modern || modern && (!v.OnlineMode || v.Secret != b.Secret.Reveal()) {
+			return unsafe(PaperGlobalConfig, "proxies.velocity is not what was written")
+		}
+	}
+	if data, ok := final[SpigotConfig]; ok {
+		var spigot struct {
+			Settings struct {
+				BungeeCord bool `yaml:"bungeecord"`
+			} `yaml:"settings"`
+		}
+		if err := yaml.Unmarshal(data, &spigot); err != nil {
+			return unsafe(SpigotConfig, "%w", err)
+		}
+		if spigot.Settings.BungeeCord != (b.Forwarding == ForwardingLegacy) {
+			return unsafe(SpigotConfig, "settings.bungeecord is not what was written")
+		}
+	}
+	return nil
+}
+
+// propertyValue is the value the last assignment of key has in a Java
+// properties file, reading logical lines as java.util.Properties does (a
+// line ending in an odd number of backslashes continues on the next).
+// Escapes in values are left as written: this only checks Kiln's own
+// plain values.
+func propertyValue(data []byte, key string) (string, bool) {
+	var value string
+	found := false
+	var logical strings.Builder
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimRight(line, "\r\n")
+		if logical.Len() > 0 {
+			line = strings.TrimLeft(line, " \t\f")
+		} else if t := strings.TrimLeft(line, " \t\f"); t == "" || t[0] == '#' || t[0] == '!' {
+			continue // comments never continue
+		}
+		n := len(line) - len(strings.TrimRight(line, `\`))
+		if n%2 == 1 {
+			logical.WriteString(line[:len(line)-1])
+			continue
+		}
+		logical.WriteString(line)
+		l := logical.String()
+		logical.Reset()
+		if k, ok := propertyKey(l); ok && k == key {
+			rest := strings.TrimLeft(strings.TrimLeft(l, " \t\f")[len(k):], " \t\f")
+			if rest != "" && (rest[0] == '=' || rest[0] == ':') {
+				rest = strings.TrimLeft(rest[1:], " \t\f")
+			}
+			value, found = rest, true
+		}
+	}
+	if logical.Len() > 0 {
+		if k, ok := propertyKey(logical.String()); ok && k == key {
+			return "", false // a key cut by a final backslash
+		}
+	}
+	return value, found
 }
 
 // turnOff sets the boolean at path to false when it exists and is not

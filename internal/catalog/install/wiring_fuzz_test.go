@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -38,6 +39,13 @@ func FuzzWireVelocity(f *testing.F) {
 	}
 	w := twoBackends(ForwardingModern)
 	f.Fuzz(func(t *testing.T, data []byte) {
+		var joined strings.Builder
+		for _, s := range splitTOML(string(data)) {
+			joined.WriteString(s.text)
+		}
+		if want := string(data); joined.String() != want && joined.String() != want+"\n" {
+			t.Fatalf("splitTOML(%q) joins to %q", data, joined.String())
+		}
 		out, err := WireVelocity(data, w)
 		if err != nil {
 			if !wiringErr(err) {

@@ -314,6 +314,10 @@ func TestWiringErrors(t *testing.T) {
 			_, err := WireBackend(map[string][]byte{PaperGlobalConfig: []byte("just text\n")}, BackendWiring{Forwarding: ForwardingModern, Secret: testSecret})
 			return err
 		}, PaperGlobalConfig},
+		{"properties continued into kiln's line", func() error {
+			_, err := WireBackend(map[string][]byte{PropertiesConfig: []byte("motd=a\\\n")}, BackendWiring{Forwarding: ForwardingNone})
+			return err
+		}, PropertiesConfig},
 		{"spigot not yaml", func() error {
 			_, err := WireBackend(map[string][]byte{SpigotConfig: []byte("settings: {\n")}, BackendWiring{Forwarding: ForwardingLegacy})
 			return err
@@ -332,6 +336,21 @@ func TestWiringErrors(t *testing.T) {
 // TestConfigsReadWrite: ReadConfigs refuses a symlink out of the root, a
 // FIFO and a directory; WriteConfigs replaces a symlink instead of
 // writing through it, and writes secret-bearing files 0600.
+func TestPropertyValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"online-mode=false\n":                        "false",
+		"a=1\nonline-mode = true\nonline-mode:false": "false",
+		"# x \\\nonline-mode=false\n":                "false",
+		"motd=a\\\n  online-mode=false\n":            "",
+		"motd=a\\\\\nonline-mode=false\n":            "false",
+		"online-mode\tfalse\n":                       "false",
+	} {
+		if got, _ := propertyValue([]byte(in), "online-mode"); got != want {
+			t.Errorf("propertyValue(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestConfigsReadWrite(t *testing.T) {
 	outside := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(outside, []byte("online-mode=true\n"), 0o644); err != nil {
