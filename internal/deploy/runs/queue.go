@@ -94,6 +94,19 @@ func (q *Queue) insert(ctx context.Context, teamID, configurationID, versionID, 
 	return r, err
 }
 
+// Replay returns the run of the team's live idempotency key ("" for
+// none: found false) when it applied configurationID, so a caller can
+// answer a repeated apply before doing anything else (the API pushes
+// first). Looking is not the guard against two runs: Enqueue's insert
+// refusal is. Errors: ErrIdempotencyKeyReused (it applied another
+// configuration).
+func (q *Queue) Replay(ctx context.Context, teamID, configurationID, key string) (r Run, found bool, err error) {
+	if key == "" {
+		return Run{}, false, nil
+	}
+	return q.byKey(ctx, teamID, configurationID, key)
+}
+
 // byKey returns the run of a live idempotency key of the team, found
 // false when there is none; ErrIdempotencyKeyReused when it applied
 // another configuration.
