@@ -11,6 +11,7 @@ import (
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/deploy"
+	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
@@ -69,7 +70,11 @@ type Deps struct {
 	Archives *archive.Service
 	Pulls    *pull.Manager
 	// Deploy keeps deployment configurations and their versions.
-	Deploy  *deploy.Service
+	Deploy *deploy.Service
+	// Runs is the queue of deployment runs; nil until kiln serve runs an
+	// executor, and then the run routes answer 503 UNAVAILABLE (nothing
+	// would execute what they queue).
+	Runs    *runs.Queue
 	Metrics *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error

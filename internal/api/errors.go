@@ -8,6 +8,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/deploy"
+	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/pull"
@@ -36,6 +37,8 @@ const (
 	codeConfigNotFound     = "CONFIGURATION_NOT_FOUND"
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
 	codeNotPushed          = "NOT_PUSHED"
+	codeRunNotFound        = "RUN_NOT_FOUND"
+	codeIdempotencyReused  = "IDEMPOTENCY_KEY_REUSED"
 	codeUnsupportedArchive = "UNSUPPORTED_ARCHIVE"
 	codeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
 	codePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
@@ -142,6 +145,14 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeNotPushed}
 	case errors.Is(err, deploy.ErrInUse):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigInUse}
+	case errors.Is(err, runs.ErrNotFound):
+		return http.StatusNotFound, errorBody{Error: "run not found", Code: codeRunNotFound}
+	case errors.Is(err, runs.ErrConfigurationNotFound):
+		return http.StatusNotFound, errorBody{Error: "configuration not found", Code: codeConfigNotFound}
+	case errors.Is(err, runs.ErrIdempotencyKeyReused):
+		return http.StatusConflict, errorBody{Error: "the idempotency key was already used in the last 24 hours to apply another configuration; use a new key", Code: codeIdempotencyReused}
+	case errors.Is(err, runs.ErrFinished):
+		return http.StatusConflict, errorBody{Error: "the run has already finished; there is nothing to cancel", Code: codeConflict}
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusServiceUnavailable, errorBody{Error: "the request took too long", Code: codeUnavailable}
 	}
