@@ -505,8 +505,9 @@ func (x *exec) step(ctx context.Context, st plan.Step) (*stepError, error) {
 	return serr, nil
 }
 
+// actionWord is "Creating", "Updating", … for an event's message.
 func actionWord(a plan.Action) string {
-	w := string(a)
+	w := strings.TrimSuffix(string(a), "e")
 	return strings.ToUpper(w[:1]) + w[1:] + "ing"
 }
 
