@@ -83,6 +83,20 @@
 //     streams; the next is 409 STREAM_LIMIT_REACHED, a new code: a state
 //     of the server (its streams), not a rate, so not 429 with a
 //     Retry-After nobody could compute.
+//   - Runs (runs.go): with Deps.Runs nil (kiln serve before its executor
+//     runs) apply, the run list, detail and cancel answer 503 UNAVAILABLE,
+//     so nothing queues runs that nothing executes. Apply answers a live
+//     idempotency key's run (runs.Queue.Replay) before anything else, so a
+//     replay pushes nothing; else it pushes the current YAML (Push returns
+//     the latest version unchanged when the spec_hash is the same) and
+//     enqueues, whose key insert is what makes concurrent applies with one
+//     key one run. summary and checkpoint are objects in the seed, never
+//     null: zeros until the run finishes, no key done and plan_hash null
+//     before it is planned. The per-kind counts read the pushed version's
+//     top-level mappings, not spec.Parse against today's catalog. Deleting
+//     a configuration with an open run is 409 CONFIGURATION_BUSY (its runs
+//     would go with it); the check precedes the delete, not in its
+//     transaction.
 //
 // It must never contain domain logic or SQL, and never log a token, a
 // request body or an Authorization header.

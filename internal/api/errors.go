@@ -36,6 +36,7 @@ const (
 	codeDownloadNotFound   = "DOWNLOAD_NOT_FOUND"
 	codeConfigNotFound     = "CONFIGURATION_NOT_FOUND"
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
+	codeConfigBusy         = "CONFIGURATION_BUSY"
 	codeNotPushed          = "NOT_PUSHED"
 	codeRunNotFound        = "RUN_NOT_FOUND"
 	codeIdempotencyReused  = "IDEMPOTENCY_KEY_REUSED"

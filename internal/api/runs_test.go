@@ -285,6 +285,22 @@ func TestApplyAndRuns(t *testing.T) {
 		if _, out := h.sendJSON("GET", "/deployments/runs/"+run2["id"].(string), nil); out["run"].(map[string]any)["status"] != "queued" {
 			t.Fatalf("the other team's cancel changed the run: %v", out["run"])
 		}
+
+		// A configuration with an open run cannot be deleted; once its runs
+		// are canceled it can, and its runs go with it.
+		st, _, data = h.do("DELETE", Prefix+"/deployments/configurations/"+cfg, h.token, nil)
+		wantError(t, st, data, 409, "CONFIGURATION_BUSY", "queued or executing")
+		_, out = h.sendJSON("GET", "/deployments/runs?status=queued&configuration_id="+cfg, nil)
+		for _, r := range out["runs"].([]any) {
+			if st, out := h.sendJSON("POST", "/deployments/runs/"+r.(map[string]any)["id"].(string)+"/cancel", nil); st != 200 {
+				t.Fatalf("cancel: %d %v", st, out)
+			}
+		}
+		if st, out := h.sendJSON("DELETE", "/deployments/configurations/"+cfg, nil); st != 200 || out["deleted"] != true {
+			t.Fatalf("delete after cancel: %d %v", st, out)
+		}
+		st, _, data = h.do("GET", Prefix+"/deployments/runs/"+run2["id"].(string), h.token, nil)
+		wantError(t, st, data, 404, "RUN_NOT_FOUND", "run not found")
 	})
 }
 
