@@ -23,6 +23,8 @@ import (
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/deploy"
+	"github.com/kilnhq/kiln/internal/deploy/executor"
+	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/instance"
@@ -326,9 +328,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// with the root).
 	serverSvc.OnDelete(pulls.CancelServer)
 
+	deploySvc := deploy.New(db, cat)
+	// Deployment runs: queued by the API, executed here under this
+	// process's instance id (another replica takes a run over when this
+	// one dies mid-run and its lease expires).
+	runQueue := runs.New(db, runs.Options{})
+	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Log: log})
+
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
-		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploy.New(db, cat),
+		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue,
 		Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {
@@ -358,6 +367,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pullCtx, stopPulls := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopPulls()
 	pullsDone := make(chan struct{})
+	// The executor drives servers: it starts once they are recovered and
+	// stops before them (a run in progress keeps its lease and is resumed
+	// at the next start).
+	exeCtx, stopExe := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopExe()
+	exeDone := make(chan struct{})
+	g.Go(func() error {
+		defer close(exeDone)
+		select {
+		case <-serverSvc.Recovered():
+		case <-exeCtx.Done():
+			return nil
+		}
+		return exe.Run(exeCtx)
+	})
 	g.Go(func() error {
 		if err := serverSvc.Run(svcCtx); err != nil {
 			return fmt.Errorf("servers: %w", err)
@@ -396,6 +420,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		err := srv.Shutdown(sctx)
+		stopExe()
+		<-exeDone
 		stopPulls()
 		<-pullsDone
 		stopSvc()
