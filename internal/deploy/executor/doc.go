@@ -19,12 +19,24 @@
 //     executed again, the others are, and each step converges (create
 //     finds the server made before the crash, update sets the same
 //     values), so a resumed run never duplicates an object.
-//   - Servers only, for now. A version with proxies or dbservices, or a
-//     server with properties or an image, fails the run at planning with
-//     failure class validation and a sentence saying so, before anything
-//     is changed. Replace and delete need a snapshot of the old server
-//     first and snapshots are not built yet: such a step fails with class
+//   - Servers and proxies, for now. A version with dbservices, or a server
+//     with properties or an image, fails the run at planning with failure
+//     class validation and a sentence saying so, before anything is
+//     changed. Replace and delete need a snapshot of the old server first
+//     and snapshots are not built yet: such a step fails with class
 //     internal and destroys nothing.
+//   - Proxies (proxy.go): after the install, the proxy's own config file
+//     (velocity.toml or config.yml) gets its backends — the servers of the
+//     configuration it names, at the addresses Kiln gave them — the try
+//     order and the forwarding mode (install.WireVelocity/WireBungee: only
+//     Kiln's keys change); modern forwarding uses one secret per
+//     configuration, made once and stored sealed (deploy.Secret,
+//     internal/secretbox), written to forwarding.secret (0600) and to each
+//     backend (install.WireBackend). A backend whose files changed and
+//     that runs is restarted; a running proxy is restarted to read its new
+//     configuration. Every file goes through the server's disk ledger.
+//     The spec's requested public port of a proxy is not honoured yet (it
+//     gets a port of the node's range like a server).
 //   - Retries: a step failing for a transient reason (a database or I/O
 //     error, a server still installing) is tried again up to 3 attempts,
 //     2 s then 4 s apart (resource.retrying events). Validation, team

@@ -44,7 +44,10 @@ type Options struct {
 	// RetryBackoff is the wait before the second attempt of a step (2 s),
 	// doubled before the third.
 	RetryBackoff time.Duration
-	Log          *slog.Logger
+	// Secrets seals the configurations' forwarding secrets (modern
+	// forwarding fails without it).
+	Secrets deploy.Sealer
+	Log     *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -422,11 +425,8 @@ func (x *exec) skipRest() {
 
 // unsupported says why this layer cannot apply sp, or "".
 func unsupported(sp *spec.Spec) string {
-	switch {
-	case len(sp.Proxies) > 0:
-		return "This version of Kiln deploys servers only: proxies are not supported yet; nothing was changed."
-	case len(sp.DBServices) > 0:
-		return "This version of Kiln deploys servers only: dbservices are not supported yet; nothing was changed."
+	if len(sp.DBServices) > 0 {
+		return "This version of Kiln deploys servers and proxies: dbservices are not supported yet; nothing was changed."
 	}
 	for _, name := range slices.Sorted(func(yield func(string) bool) {
 		for n := range sp.Servers {
@@ -519,12 +519,21 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	case plan.Noop:
 		return "", nil
 	}
-	if st.Kind != plan.Server {
-		return "", fail(runs.FailValidation, "%s resources are not supported yet", st.Kind)
-	}
 	var want spec.Server
-	if err := json.Unmarshal(st.Desired, &want); err != nil {
-		return "", fail(runs.FailInternal, "the desired state cannot be read: %v", err)
+	var proxy *spec.Proxy
+	switch st.Kind {
+	case plan.Server:
+		if err := json.Unmarshal(st.Desired, &want); err != nil {
+			return "", fail(runs.FailInternal, "the desired state cannot be read: %v", err)
+		}
+	case plan.Proxy:
+		var p spec.Proxy
+		if err := json.Unmarshal(st.Desired, &p); err != nil {
+			return "", fail(runs.FailInternal, "the desired state cannot be read: %v", err)
+		}
+		want, proxy = p.Server, &p
+	default:
+		return "", fail(runs.FailValidation, "%s resources are not supported yet", st.Kind)
 	}
 	r := x.run
 	o := servers.Owner{ConfigurationID: r.ConfigurationID, ResourceKey: st.Key}
@@ -565,6 +574,18 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	}
 	if serr := x.writeFiles(ctx, sv, want.Files); serr != nil {
 		return sv.ID, serr
+	}
+	if proxy != nil {
+		if serr := x.wireProxy(ctx, *proxy, sv); serr != nil {
+			return sv.ID, serr
+		}
+		if sv.Status == servers.StatusRunning {
+			// A running proxy reads its configuration at start only.
+			if err := x.e.servers.Power(ctx, r.TeamID, sv.ID, "restart"); err != nil {
+				return sv.ID, classify(err)
+			}
+			sv.Status = servers.StatusStarting
+		}
 	}
 	return sv.ID, x.converge(ctx, o, sv, want.State)
 }

@@ -201,11 +201,11 @@ func TestApplyNetwork(t *testing.T) {
 		if owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID); len(owned) != 3 {
 			t.Errorf("owned servers after a refused delete = %d, want 3", len(owned))
 		}
-		// Proxies are refused at planning, before anything changes.
-		_, r4 := e.apply(cfgID, network+"proxies:\n  edge:\n    software: velocity\n    memory: 512M\n    servers: [lobby]\n")
+		// Dbservices are refused at planning, before anything changes.
+		_, r4 := e.apply(cfgID, network+"dbservices:\n  stats:\n    engine: postgres\n    attach: [lobby]\n")
 		got = e.wait(r4.ID)
-		if got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "proxies") {
-			t.Errorf("proxy run = %s %s %q; want failed, validation", got.Status, got.FailureClass, got.Error)
+		if got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "dbservices") {
+			t.Errorf("dbservice run = %s %s %q; want failed, validation", got.Status, got.FailureClass, got.Error)
 		}
 	})
 }
