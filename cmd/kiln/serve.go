@@ -35,6 +35,7 @@ import (
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
+	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -101,6 +102,7 @@ type serveConfig struct {
 	PullAllowCIDR      listFlag
 	pullAllow          []netip.Prefix
 	NodeName           string
+	SecretKey          string
 }
 
 var serveCommand = command{
@@ -127,6 +129,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.PortRange, "port-range", "25565-25664", "game ports the node hands out (FIRST-LAST)")
 	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
 	s.fs.StringVar(&c.NodeName, "node-name", "", `this machine's node name, stored on its servers (default "local" with SQLite, the host name with PostgreSQL: replicas sharing a database need distinct names)`)
+	s.fs.StringVar(&c.SecretKey, "secret-key", "", "base64 of the 32-byte key that seals stored secrets (default: <data-dir>/secret.key, made on first start; replicas sharing a database need the same key)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
 	if err != nil {
@@ -333,7 +336,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// process's instance id (another replica takes a run over when this
 	// one dies mid-run and its lease expires).
 	runQueue := runs.New(db, runs.Options{})
-	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Log: log})
+	box, err := secretbox.Load(cfg.DataDir, cfg.SecretKey)
+	if err != nil && cfg.SecretKey != "" {
+		return usageError{"--secret-key: " + err.Error()}
+	}
+	if err != nil {
+		return fmt.Errorf("the key for stored secrets: %w", err)
+	}
+	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Log: log})
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
