@@ -73,9 +73,9 @@ func TestSoftwareCatalog(t *testing.T) {
 			t.Errorf("profile %v keys = %v, want %v", p["type"], keys, want)
 		}
 	}
-	want := []string{"paper", "purpur", "folia", "vanilla", "fabric", "forge", "neoforge", "velocity", "waterfall", "bungeecord", "kiln-test"}
+	want := []string{"paper", "purpur", "folia", "vanilla", "fabric", "forge", "neoforge", "velocity", "waterfall", "bungeecord", "kiln-test", "kiln-test-proxy"}
 	if !slices.Equal(types, want) || out.Count != len(want) {
-		t.Errorf("software types = %v (count %d), want %v (dev mode lists kiln-test)", types, out.Count, want)
+		t.Errorf("software types = %v (count %d), want %v (dev mode lists kiln-test and kiln-test-proxy)", types, out.Count, want)
 	}
 	st, _, body = h.do("GET", Prefix+"/servers/software", "", nil)
 	wantError(t, st, body, 401, "INVALID_TOKEN", "token")

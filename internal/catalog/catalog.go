@@ -26,7 +26,7 @@ type Catalog struct {
 }
 
 // Load reads the embedded profiles (profiles/*.yaml) and validates them.
-// Profiles marked dev (kiln-test) are included only when dev is true. An
+// Profiles marked dev (kiln-test, kiln-test-proxy) are included only when dev is true. An
 // error means a broken profile file: a bug caught by this package's tests.
 func Load(dev bool) (*Catalog, error) {
 	return load(profileFiles, "profiles", dev)

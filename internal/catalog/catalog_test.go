@@ -47,13 +47,14 @@ func TestLoadEmbedded(t *testing.T) {
 		{9, "waterfall", Proxy, 25577, "end", "plugins", InstallFill},
 		{10, "bungeecord", Proxy, 25577, "end", "plugins", InstallBungeeCord},
 		{100, "kiln-test", Server, 25565, "stop", "plugins", InstallTestServer},
+		{101, "kiln-test-proxy", Proxy, 25577, "end", "plugins", InstallTestServer},
 	}
 	for _, dev := range []bool{false, true} {
 		c := mustLoad(t, dev)
 		got := c.List()
 		n := len(want)
 		if !dev {
-			n-- // no kiln-test
+			n -= 2 // no kiln-test, no kiln-test-proxy
 		}
 		if len(got) != n {
 			t.Fatalf("Load(%v).List() has %d profiles, want %d", dev, len(got), n)
@@ -69,8 +70,10 @@ func TestLoadEmbedded(t *testing.T) {
 				t.Errorf("Get(%q) = %d, %v; want id %d", w.typ, g.ID, ok, w.id)
 			}
 		}
-		if _, ok := c.Get("kiln-test"); ok != dev {
-			t.Errorf("Load(%v).Get(kiln-test) found = %v", dev, ok)
+		for _, typ := range []string{"kiln-test", "kiln-test-proxy"} {
+			if _, ok := c.Get(typ); ok != dev {
+				t.Errorf("Load(%v).Get(%s) found = %v", dev, typ, ok)
+			}
 		}
 	}
 	if _, ok := mustLoad(t, true).Get("spigot"); ok {
@@ -173,6 +176,7 @@ func TestCommand(t *testing.T) {
 		{"velocity", "velocity", with(VarServerMemory, "512"),
 			"java -Xms512M -Xmx512M -XX:+UseG1GC -XX:G1HeapRegionSize=4M -XX:+UnlockExperimentalVMOptions -XX:+ParallelRefProcEnabled -XX:+AlwaysPreTouch -XX:MaxInlineLevel=15 -jar server.jar --port 25570"},
 		{"kiln-test", "kiln-test", with(VarKilnBin, "/opt/kiln"), "/opt/kiln testserver --port 25570"},
+		{"kiln-test-proxy", "kiln-test-proxy", with(VarKilnBin, "/opt/kiln"), "/opt/kiln testserver --proxy --port 25570"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -386,6 +390,10 @@ func TestImage(t *testing.T) {
 	kt, _ := c.Get("kiln-test")
 	if got := kt.Image(0); got.Value != "kiln/testserver:dev" || got.Label != "Kiln test server" {
 		t.Errorf("kiln-test.Image(0) = %+v", got)
+	}
+	ktp, _ := c.Get("kiln-test-proxy")
+	if got := ktp.Image(0); got.Value != "kiln/testserver:dev" {
+		t.Errorf("kiln-test-proxy.Image(0) = %+v, want kiln-test's image", got)
 	}
 }
 

@@ -1,8 +1,9 @@
 // Package catalog owns the software profiles: what Kiln can install and run
 // (Paper, Purpur, Folia, Vanilla, Fabric, Forge, NeoForge, Velocity,
 // Waterfall, BungeeCord, and in development mode the bundled kiln-test
-// server), and how to start, stop and place plugins for each. The
-// installers that fetch the artifacts live in the subpackage install.
+// server and kiln-test-proxy), and how to start, stop and place plugins
+// for each. The installers that fetch the artifacts live in the
+// subpackage install.
 //
 // A profile is data, one YAML file per software in profiles/, embedded in
 // the binary. Besides the seed SoftwareProfile fields (id, name, type,
@@ -45,7 +46,7 @@
 //     allows (additionalProperties).
 //   - Ids are fixed in the files and never reused: 1 paper, 2 purpur,
 //     3 folia, 4 vanilla, 5 fabric, 6 forge, 7 neoforge, 8 velocity,
-//     9 waterfall, 10 bungeecord, 100 kiln-test.
+//     9 waterfall, 10 bungeecord, 100 kiln-test, 101 kiln-test-proxy.
 //   - Start commands are argv lists, never shell lines: no quoting, no
 //     injection through a variable's value. A placeholder expands inside
 //     one element and never splits it; that is why Forge 1.17+ needs the
@@ -56,7 +57,8 @@
 //     deployment spec examples set none); its description says that true
 //     means accepting the Minecraft EULA. The installer writes eula.txt.
 //   - Every profile lists the same Java image choices (8, 11, 17, 21, 25;
-//     kiln-test its own image); Image picks the one matching a Java major.
+//     kiln-test and kiln-test-proxy their own image); Image picks the one
+//     matching a Java major.
 //   - The Java table's year-based row (26.x → 25) is marked "verify" in the
 //     research; installers that know Mojang's javaVersion.majorVersion
 //     report it and that value wins.

@@ -51,7 +51,7 @@ const (
 	VarServerJar      = "SERVER_JAR"       // jar to run, relative to the root (Result.Jar)
 	VarServerArgsFile = "SERVER_ARGS_FILE" // JVM args file, relative to the root (Result.ArgsFile)
 	VarJava           = "JAVA"             // path of the java binary of the chosen major version
-	VarKilnBin        = "KILN_BIN"         // path of the kiln binary (kiln-test only)
+	VarKilnBin        = "KILN_BIN"         // path of the kiln binary (kiln-test, kiln-test-proxy)
 )
 
 // platformVars lists the platform variables; Load refuses a profile whose
@@ -99,7 +99,8 @@ type Profile struct {
 	// Listen says where the software reads its listen address, which Kiln
 	// writes before every start (Listen* constants).
 	Listen string `json:"listen" yaml:"listen"`
-	// Dev marks a profile listed only in development mode (kiln-test).
+	// Dev marks a profile listed only in development mode (kiln-test,
+	// kiln-test-proxy).
 	Dev bool `json:"-" yaml:"dev"`
 }
 

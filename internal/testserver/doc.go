@@ -4,13 +4,17 @@
 // imitation: vanilla-format log lines on stdout, a world directory with a
 // level.dat, Server List Ping on the game port (through slp), and the
 // console commands stop, say, list, save-all, save-off, save-on and help
-// on stdin.
+// on stdin. With Options.Proxy (`kiln testserver --proxy`, profile
+// kiln-test-proxy) it plays a Velocity proxy instead (proxy.go), so tests
+// can prove a proxy's wiring end to end without downloading Velocity.
 //
-// It must never reach the network beyond its own listener, never touch a
-// file outside its server root (every path goes through os.Root, so even a
-// hostile level-name stays inside), never write server.properties (the
-// platform owns it), and never spin: idle, it is blocked in Accept, in a
-// stdin Read and in one select.
+// It must never reach the network beyond its own listener and, as a
+// proxy, the backend addresses of its velocity.toml; never touch a file
+// outside its server root (every path goes through os.Root, so even a
+// hostile level-name or forwarding-secret-file stays inside); never write
+// server.properties (the platform owns it) nor an existing velocity.toml;
+// and never spin: idle, it is blocked in Accept, in a stdin Read and in
+// one select.
 //
 // Decisions:
 //   - Precedence is Options, then server.properties (server-port, server-ip,
@@ -35,6 +39,22 @@
 //   - level.dat is real gzip-compressed NBT (LevelName, LastPlayed,
 //     version), rewritten through a temporary file on every save, so tools
 //     that read it find a level name and backups never see half a file.
+//   - As a proxy it reads velocity.toml once, at start, as Velocity does:
+//     bind (Options.Port and Options.Host win, as Velocity's --port),
+//     show-max-players, player-info-forwarding-mode and [servers] with
+//     try. A missing file is written first with Velocity's defaults that
+//     matter (bind 0.0.0.0:25577, no servers, empty try), as Velocity
+//     writes its own on the first start, so Kiln's wiring has a file to
+//     edit. Like Velocity it refuses a try name that is not a server;
+//     stricter than Velocity, which generates a missing secret, modern
+//     and bungeeguard forwarding need a non-empty secret file, since Kiln
+//     always writes one and a test should see a wiring that did not.
+//   - A ping of the proxy pings the try list in order (slp.Ping, 3 s for
+//     them all) and answers with the first backend's version, players and
+//     MOTD (plain text: § codes are lost on the way), as Velocity's ping
+//     passthrough; with none answering, NoBackendMOTD. It logs in
+//     Velocity's format ("[15:04:05 INFO]: …"), and `end`, `shutdown`
+//     and `stop` stop it.
 //   - Logs are written from Run's goroutine only, so stdout needs no lock.
 //     The stdin reader is the one goroutine Run cannot stop (a Read on an
 //     io.Reader cannot be interrupted); it sends nothing after Run returns

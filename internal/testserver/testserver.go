@@ -56,6 +56,11 @@ type Options struct {
 	// StartupDelay is the simulated boot time before "Done"; zero means
 	// DefaultStartupDelay, negative none.
 	StartupDelay time.Duration
+	// Proxy plays a Velocity proxy instead (profile kiln-test-proxy):
+	// velocity.toml instead of server.properties, a ping answered with
+	// the status of the first backend of its try list that answers, `end`
+	// to stop. MOTD, MaxPlayers and Version do not apply.
+	Proxy bool
 }
 
 // config is Options resolved against server.properties.
@@ -92,21 +97,36 @@ func Run(ctx context.Context, opts Options, stdin io.Reader, stdout io.Writer) e
 	if stdout == nil {
 		stdout = io.Discard
 	}
+	if opts.Proxy {
+		if opts.Port < 0 || opts.Port > 65535 {
+			return fmt.Errorf("port %d: not between 0 and 65535", opts.Port)
+		}
+		lines, done := readConsole(stdin)
+		defer close(done)
+		return runProxy(ctx, start, opts, lines, stdout)
+	}
 	cfg, err := configure(opts)
 	if err != nil {
 		return err
 	}
 	defer cfg.root.Close()
 
-	lines := make(chan string)
-	done := make(chan struct{})
+	lines, done := readConsole(stdin)
 	defer close(done)
-	if stdin != nil {
-		go readLines(stdin, lines, done)
-	}
 
 	s := &server{cfg: cfg, log: &console{w: stdout}, saving: true}
 	return s.run(ctx, start, lines)
+}
+
+// readConsole starts reading stdin's lines, when there is a stdin; closing
+// done lets the reader end.
+func readConsole(stdin io.Reader) (<-chan string, chan struct{}) {
+	lines := make(chan string)
+	done := make(chan struct{})
+	if stdin != nil {
+		go readLines(stdin, lines, done)
+	}
+	return lines, done
 }
 
 // readLines sends each line of stdin to lines until EOF, a read error or

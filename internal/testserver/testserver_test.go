@@ -24,8 +24,8 @@ import (
 // waitLimit bounds every wait; reaching it is a failure.
 const waitLimit = 10 * time.Second
 
-// lineRE is a vanilla log line.
-var lineRE = regexp.MustCompile(`^\[\d\d:\d\d:\d\d\] \[Server thread/(INFO|WARN|ERROR)\]: (.*)$`)
+// lineRE is a vanilla log line, or in proxy mode a Velocity one.
+var lineRE = regexp.MustCompile(`^\[\d\d:\d\d:\d\d(?:\] \[Server thread/| )(INFO|WARN|ERROR)\]: (.*)$`)
 
 // output collects stdout lines as Run writes them.
 type output struct {
@@ -94,7 +94,7 @@ func message(t *testing.T, line string) (level, msg string) {
 	t.Helper()
 	m := lineRE.FindStringSubmatch(line)
 	if m == nil {
-		t.Fatalf("output line %q is not a vanilla log line", line)
+		t.Fatalf("output line %q is not a vanilla or Velocity log line", line)
 	}
 	return m[1], m[2]
 }

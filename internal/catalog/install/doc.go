@@ -1,7 +1,8 @@
 // Package install fetches server software from each project's official
 // API into a server root: Fill v3 (Paper, Folia, Velocity, Waterfall),
 // Purpur, Mojang's piston-meta (Vanilla), Fabric meta, the Forge and
-// NeoForge Mavens, and BungeeCord's Jenkins; kiln-test needs nothing.
+// NeoForge Mavens, and BungeeCord's Jenkins; kiln-test and kiln-test-proxy
+// need nothing.
 //
 // It owns resolving versions ("latest" → a concrete version and build),
 // verifying every checksum an upstream publishes, the content-addressed

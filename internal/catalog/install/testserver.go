@@ -7,9 +7,11 @@ import (
 	"github.com/kilnhq/kiln/internal/catalog"
 )
 
-// testserver installs the kiln-test profile: the bundled `kiln testserver`
-// needs no download, so it only writes a marker (server.properties is
-// Configure's, before every start). It works offline.
+// testserver installs the kiln-test and kiln-test-proxy profiles: the
+// bundled `kiln testserver` needs no download, so it only writes a marker
+// naming the profile (server.properties is Configure's, before every
+// start; velocity.toml the proxy's own, on its first start). It works
+// offline.
 func (i *Installer) testserver(_ context.Context, j job) (catalog.Result, error) {
 	version := j.version
 	if version == "latest" {
@@ -21,7 +23,7 @@ func (i *Installer) testserver(_ context.Context, j job) (catalog.Result, error)
 			return err
 		})
 	}
-	if err := write(".kiln-testserver", "kiln-test "+version+"\n"); err != nil {
+	if err := write(".kiln-testserver", j.p.Type+" "+version+"\n"); err != nil {
 		return catalog.Result{}, err
 	}
 	return catalog.Result{Version: version}, nil
