@@ -49,12 +49,13 @@
 //     stricter than Velocity, which generates a missing secret, modern
 //     and bungeeguard forwarding need a non-empty secret file, since Kiln
 //     always writes one and a test should see a wiring that did not.
-//   - A ping of the proxy pings the try list in order (slp.Ping, 3 s for
-//     them all) and answers with the first backend's version, players and
-//     MOTD (plain text: § codes are lost on the way), as Velocity's ping
-//     passthrough; with none answering, NoBackendMOTD. It logs in
-//     Velocity's format ("[15:04:05 INFO]: …"), and `end`, `shutdown`
-//     and `stop` stop it.
+//   - A ping of the proxy pings the try list in order (slp.Ping, one
+//     short deadline for them all: backendPingTimeout) and answers with
+//     the first backend's version, players and MOTD, as Velocity's ping
+//     passthrough (a MOTD of one text component keeps its § codes; a
+//     richer one arrives as plain text); with none answering,
+//     NoBackendMOTD. It logs in Velocity's format ("[15:04:05 INFO]: …"),
+//     and `end`, `shutdown` and `stop` stop it.
 //   - Logs are written from Run's goroutine only, so stdout needs no lock.
 //     The stdin reader is the one goroutine Run cannot stop (a Read on an
 //     io.Reader cannot be interrupted); it sends nothing after Run returns

@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -297,13 +298,37 @@ func (p *proxy) status(ctx context.Context) slp.StatusResponse {
 		if err != nil {
 			continue
 		}
-		return slp.StatusResponse{Version: st.Version, Players: st.Players, Description: st.Description}
+		return slp.StatusResponse{Version: st.Version, Players: st.Players, Description: motd(st)}
 	}
 	return slp.StatusResponse{
 		Version:     slp.Version{Name: "kiln-test-proxy", Protocol: protocol},
 		Players:     slp.Players{Max: p.cfg.maxPlayers},
 		Description: NoBackendMOTD,
 	}
+}
+
+// motd is a backend's description with its § formatting codes when it is
+// a plain string or a text component without extra parts (what vanilla
+// and kiln-test send), else Status's plain text.
+func motd(st slp.Status) string {
+	var raw struct {
+		Description json.RawMessage `json:"description"`
+	}
+	if json.Unmarshal(st.Raw, &raw) != nil {
+		return st.Description
+	}
+	var text string
+	if json.Unmarshal(raw.Description, &text) == nil {
+		return text
+	}
+	var comp struct {
+		Text  *string         `json:"text"`
+		Extra json.RawMessage `json:"extra"`
+	}
+	if json.Unmarshal(raw.Description, &comp) == nil && comp.Text != nil && comp.Extra == nil {
+		return *comp.Text
+	}
+	return st.Description
 }
 
 // shutdown stops the status listener (when serving) and waits for it.

@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -87,6 +88,13 @@ func TestProxyForwardsStatus(t *testing.T) {
 			}
 			if tt.want != NoBackendMOTD && st.Version.Name != "Kiln Test 1.21.4" {
 				t.Errorf("Ping(proxy %s).Version = %+v, want the backend's", in.addr, st.Version)
+			}
+			var raw struct{ Description struct{ Text string } }
+			if err := json.Unmarshal(st.Raw, &raw); err != nil || !strings.HasSuffix(raw.Description.Text, tt.want) {
+				t.Errorf("Ping(proxy %s).Raw description text = %q, %v; want it to end in %q", in.addr, raw.Description.Text, err, tt.want)
+			}
+			if tt.want == "Behind the proxy" && raw.Description.Text != "§aBehind the proxy" {
+				t.Errorf("Ping(proxy %s).Raw description text = %q, want the backend's § codes kept", in.addr, raw.Description.Text)
 			}
 		})
 	}

@@ -88,6 +88,10 @@ type config struct {
 // world it cannot create or save, or a port it cannot bind (after logging
 // vanilla's FAILED TO BIND lines).
 //
+// With opts.Proxy it plays a Velocity proxy instead (see Options.Proxy
+// and the package documentation); it also returns an error for an
+// unreadable or invalid velocity.toml.
+//
 // Run writes stdout from its own goroutine only. It reads stdin on a
 // goroutine that it cannot interrupt: if stdin has no line or EOF
 // pending when Run returns, that goroutine stays blocked in Read until
