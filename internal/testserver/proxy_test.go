@@ -275,3 +275,41 @@ func TestProxyModernWithSecret(t *testing.T) {
 		t.Errorf("velocity.toml.kiln-tmp: %v, want none left", err)
 	}
 }
+
+func FuzzConfigureProxy(f *testing.F) {
+	for _, s := range []string{
+		defaultVelocityTOML,
+		velocityTOMLFor([]string{"lobby"}, "lobby", "127.0.0.1:25565"),
+		"bind = \"[::1]:1\"\n[servers]\ntry = [1]\n",
+		"player-info-forwarding-mode = \"MODERN\"\nforwarding-secret-file = \"/etc/passwd\"\n",
+		"show-max-players = -1\n[servers]\na = \"x\"\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, content string) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "velocity.toml"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		root, err := os.OpenRoot(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		cfg, err := configureProxy(Options{}, root)
+		if err != nil {
+			return
+		}
+		if cfg.port < 0 || cfg.port > 65535 {
+			t.Errorf("configureProxy(%q) port %d", content, cfg.port)
+		}
+		for _, name := range cfg.try {
+			if _, ok := cfg.servers[name]; !ok {
+				t.Errorf("configureProxy(%q) try %q is not a server", content, name)
+			}
+		}
+		if got, err := os.ReadFile(filepath.Join(dir, "velocity.toml")); err != nil || string(got) != content {
+			t.Errorf("configureProxy(%q) changed an existing velocity.toml", content)
+		}
+	})
+}
