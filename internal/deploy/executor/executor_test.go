@@ -12,8 +12,10 @@ import (
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/executor"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/slp"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
@@ -287,4 +289,81 @@ func TestCancelExecutingRun(t *testing.T) {
 	if ev := e.events(r.ID); !strings.HasSuffix(ev, "run.canceled") {
 		t.Errorf("events = %s", ev)
 	}
+}
+
+// TestProxyWiredToBackends: a proxy applied with two backends answers a
+// status ping with its first try backend's MOTD (kiln-test-proxy forwards
+// the ping through the velocity.toml Kiln wrote), its modern forwarding
+// secret is in forwarding.secret (0600) and the same one every apply.
+func TestProxyWiredToBackends(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db)
+		ctx := t.Context()
+		box, err := secretbox.Load(t.TempDir(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: "inst_proxy", Poll: 20 * time.Millisecond,
+			Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second, Secrets: box})
+		rctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- x.Run(rctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		yaml := `version: 1
+servers:
+  lobby:
+    software: kiln-test
+    memory: 256M
+    disk: 1G
+    env: {MOTD: "Lobby behind the proxy"}
+  survival:
+    software: kiln-test
+    memory: 256M
+    disk: 1G
+proxies:
+  edge:
+    software: kiln-test-proxy
+    memory: 256M
+    disk: 1G
+    servers: [lobby, survival]
+    try: [lobby, survival]
+    forwarding: modern
+`
+		cfgID, r := e.apply("", yaml)
+		got := e.wait(r.ID)
+		if got.Status != runs.Succeeded || got.Summary.Create != 3 {
+			t.Fatalf("run = %s %s %q, summary %+v; want succeeded creating 3", got.Status, got.FailureClass, got.Error, got.Summary)
+		}
+		edge, err := e.srv.FindOwned(ctx, e.teamID, servers.Owner{ConfigurationID: cfgID, ResourceKey: "proxy/edge"})
+		if err != nil || edge.Status != servers.StatusRunning || edge.Software != "kiln-test-proxy" {
+			t.Fatalf("edge = %+v, %v; want a running kiln-test-proxy", edge, err)
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := slp.Ping(pctx, edge.Address)
+		pcancel()
+		if err != nil || st.Description != "Lobby behind the proxy" {
+			t.Errorf("ping of the proxy = %q, %v; want the lobby's MOTD", st.Description, err)
+		}
+		root := e.srvEnv.Node.Root(edge.ID)
+		toml, _ := os.ReadFile(filepath.Join(root, "velocity.toml"))
+		owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID)
+		for _, k := range []string{"server/lobby", "server/survival"} {
+			if !strings.Contains(string(toml), owned[k].Address) {
+				t.Errorf("velocity.toml does not name %s at %s:\n%s", k, owned[k].Address, toml)
+			}
+		}
+		secret, err := os.ReadFile(filepath.Join(root, "forwarding.secret"))
+		fi, _ := os.Stat(filepath.Join(root, "forwarding.secret"))
+		if err != nil || len(secret) != 64 || fi.Mode().Perm() != 0o600 {
+			t.Errorf("forwarding.secret = %d bytes, mode %v, %v; want 64 bytes, 0600", len(secret), fi.Mode().Perm(), err)
+		}
+		// The same secret on the next apply (made once per configuration).
+		_, r2 := e.apply(cfgID, strings.Replace(yaml, "Lobby behind the proxy", "Lobby, again", 1))
+		if got := e.wait(r2.ID); got.Status != runs.Succeeded {
+			t.Fatalf("second run = %s %q", got.Status, got.Error)
+		}
+		if again, _ := os.ReadFile(filepath.Join(root, "forwarding.secret")); string(again) != string(secret) {
+			t.Error("the forwarding secret changed between two applies")
+		}
+	})
 }
