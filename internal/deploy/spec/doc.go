@@ -51,7 +51,8 @@
 //   - files: at most 100 per server, content at most 256 KiB, path relative
 //     and clean (no "..", no leading "/", no "//" or "./"), unique; the
 //     normalized list is sorted by path (the order has no meaning).
-//   - Limits: the YAML at most 1 MiB, at most 200 resources.
+//   - Limits: the YAML at most 1 MiB, at most 1,000 resources (the size
+//     the planner is measured at: bench/deployments.sh).
 //
 // Normalized form and hash. The JSON of Spec (its field tags) is:
 //

@@ -18,7 +18,7 @@ import (
 // Limits of a spec (doc.go says why).
 const (
 	MaxYAML        = 1 << 20   // bytes of YAML
-	MaxResources   = 200       // servers + proxies + dbservices
+	MaxResources   = 1000      // servers + proxies + dbservices
 	MaxFiles       = 100       // files of one server or proxy
 	MaxFileContent = 256 << 10 // bytes of one file's content
 	maxFilePath    = 1024

@@ -267,7 +267,7 @@ func TestParseLimits(t *testing.T) {
 	for i := range MaxResources + 1 {
 		b.WriteString("  d" + strings.Repeat("a", i/26) + string(rune('a'+i%26)) + ": {engine: postgres}\n")
 	}
-	if got := issues(t, b.String()); len(got) != 1 || !strings.HasPrefix(got[0], ": a spec has at most 200 resources") {
+	if got := issues(t, b.String()); len(got) != 1 || !strings.HasPrefix(got[0], ": a spec has at most 1000 resources") {
 		t.Errorf("too many resources: %q", got)
 	}
 	if _, err := Parse(make([]byte, MaxYAML+1), testCatalog(t)); err == nil {
