@@ -390,6 +390,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		case <-exeCtx.Done():
 			return nil
 		}
+		if serverSvc.RecoveryFailed() {
+			return nil
+		}
 		return exe.Run(exeCtx)
 	})
 	g.Go(func() error {
@@ -416,6 +419,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			case <-gctx.Done():
 				return nil
 			}
+		}
+		// A failed recovery also closes its channel; its Run returns the
+		// error, which ends the group: never serve meanwhile.
+		if serverSvc.RecoveryFailed() || pulls.RecoveryFailed() {
+			return nil
 		}
 		log.Info("kiln serving", "addr", ln.Addr().String(), "instance_id", self.ID, "version", ver, "dev", cfg.Dev,
 			"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String())

@@ -175,6 +175,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	} else {
 		m.pruneOld(ctx)
 	}
+	m.recoverErr = err
 	close(m.recovered)
 	if err != nil {
 		return fmt.Errorf("recover downloads: %w", err)

@@ -212,6 +212,7 @@ type Manager struct {
 	slots      chan struct{}            // MaxRunning transfer slots
 	teamSlots  map[string]chan struct{} // MaxRunningPerTeam slots by team, under mu
 	recovered  chan struct{}            // closed when Run has recovered (or failed to)
+	recoverErr error                    // set before recovered is closed
 	wg         sync.WaitGroup
 
 	mu     sync.Mutex
@@ -248,6 +249,10 @@ func NewManager(db *store.DB, srv Servers, policy *netguard.Policy, opts Options
 // Recovered is closed once Run has dealt with the downloads a previous
 // process left (or failed to, in which case Run returns the error).
 func (m *Manager) Recovered() <-chan struct{} { return m.recovered }
+
+// RecoveryFailed reports, once Recovered is closed, whether recovery
+// failed (Run then returns why).
+func (m *Manager) RecoveryFailed() bool { return m.recoverErr != nil }
 
 // ready waits until Run has recovered; ErrClosed if the Manager is not
 // taking work.

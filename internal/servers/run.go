@@ -24,6 +24,7 @@ import (
 // that was killed may be stale.
 func (s *Service) Run(ctx context.Context) error {
 	err := s.recoverAll(ctx)
+	s.recoverErr = err
 	close(s.recovered)
 	if err != nil {
 		return fmt.Errorf("recover servers: %w", err)
@@ -105,6 +106,10 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 // Recovered is closed once Run has brought every server's stored state in
 // line with what runs (re-adopted, restarted or marked offline).
 func (s *Service) Recovered() <-chan struct{} { return s.recovered }
+
+// RecoveryFailed reports, once Recovered is closed, whether recovery
+// failed (Run then returns why): kiln serve must not start serving.
+func (s *Service) RecoveryFailed() bool { return s.recoverErr != nil }
 
 // removeOrphanRoots deletes server root directories whose server is gone (a
 // delete interrupted between the row and the files).

@@ -125,10 +125,11 @@ type Service struct {
 	cacheMu sync.Mutex
 	lists   map[string]listCache // by team id
 
-	recovered chan struct{} // closed when Run's recovery is done
-	remeasure chan string   // servers whose disk figure a write found stale (sample walks them)
-	started   time.Time     // temporary files older than this are crash leftovers
-	onDelete  []func(ctx context.Context, id string) error
+	recovered  chan struct{} // closed when Run's recovery is done
+	remeasure  chan string   // servers whose disk figure a write found stale (sample walks them)
+	started    time.Time     // temporary files older than this are crash leftovers
+	recoverErr error         // set before recovered is closed
+	onDelete   []func(ctx context.Context, id string) error
 
 	ctx    context.Context // of Run; background work stops with it
 	cancel context.CancelFunc
