@@ -216,6 +216,9 @@ func (s *Service) start(ctx context.Context, id string) {
 	l := s.liveOf(id)
 	l.op.Lock()
 	defer l.op.Unlock()
+	if s.ctx.Err() != nil {
+		return // shutting down: nothing new starts
+	}
 	if inst := l.instance(); inst != nil {
 		select {
 		case <-inst.Done():
@@ -258,6 +261,15 @@ func (s *Service) start(ctx context.Context, id string) {
 // attach records a running instance and supervises it.
 func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.Instance) {
 	l.mu.Lock()
+	if old := l.inst; old != nil {
+		select {
+		case <-old.Done():
+		default:
+			// Should not happen (start holds op and checks); shutdown
+			// still stops it (supervised), but say so.
+			s.log.Warn("a new instance replaces one still running", "server_id", sv.ID, "old_ref", old.Ref())
+		}
+	}
 	l.inst = inst
 	l.startedAt = time.Now()
 	l.res = Resources{}
@@ -265,9 +277,20 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 	if _, err := s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = $1 WHERE id = $2`, inst.Ref(), sv.ID); err != nil {
 		s.log.Error("record runtime ref", "server_id", sv.ID, "err", err)
 	}
+	// Every supervised instance is known until it has ended, so that
+	// shutdown stops each one, also one that is no longer the server's
+	// current instance (it would otherwise be waited for forever).
+	s.mu.Lock()
+	s.supervised[inst] = sv.ID
+	s.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.supervised, inst)
+			s.mu.Unlock()
+		}()
 		s.supervise(sv, l, inst)
 	}()
 }
@@ -293,7 +316,7 @@ func (s *Service) supervise(sv Server, l *live, inst runtime.Instance) {
 			s.exited(sv, l, inst)
 			return
 		case <-ctx.Done():
-			if s.ended(inst) {
+			if s.ended(sv.ID, l, inst) {
 				s.exited(sv, l, inst)
 			}
 			return
@@ -314,7 +337,7 @@ func (s *Service) supervise(sv Server, l *live, inst runtime.Instance) {
 			}
 		}
 	}
-	if s.ended(inst) {
+	if s.ended(sv.ID, l, inst) {
 		s.exited(sv, l, inst)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -200,7 +201,7 @@ func (s *Service) sampleDisk() {
 // docker container) is let go instead, its exit unrecorded: it runs on and
 // the next kiln serve re-adopts it. Process-runtime instances are being
 // stopped by shutdown, so they end.
-func (s *Service) ended(inst runtime.Instance) bool {
+func (s *Service) ended(id string, l *live, inst runtime.Instance) bool {
 	select {
 	case <-inst.Done():
 		return true
@@ -214,6 +215,18 @@ func (s *Service) ended(inst runtime.Instance) bool {
 	if s.node.Runtime().Name() != "process" {
 		return false
 	}
+	// Shutdown stops the instances it found; one a start attached after
+	// that (a restart racing the shutdown) is stopped here, or it would
+	// run on without kiln and be waited for forever.
+	l.mu.Lock()
+	l.stopAsked = inst
+	if l.inst == inst {
+		l.stopRequested = true
+	}
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
+	defer cancel()
+	s.stopInstance(ctx, id, l, inst, false)
 	<-inst.Done()
 	return true
 }
@@ -226,13 +239,18 @@ func (s *Service) shutdown() {
 	if s.node.Runtime().Name() == "process" {
 		ctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
 		defer cancel()
-		for id, l := range s.snapshotLive() {
-			inst := l.instance()
-			if inst == nil {
-				continue
-			}
+		s.mu.Lock()
+		all := maps.Clone(s.supervised)
+		s.mu.Unlock()
+		for inst, id := range all {
+			l := s.liveOf(id)
 			l.mu.Lock()
-			l.stopRequested, l.stopAsked = true, inst
+			if l.inst == inst {
+				l.stopRequested = true
+			} else {
+				s.log.Warn("stopping an instance that is no longer its server's", "server_id", id, "ref", inst.Ref())
+			}
+			l.stopAsked = inst
 			l.mu.Unlock()
 			s.wg.Add(1)
 			go func() {

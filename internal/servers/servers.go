@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -116,6 +117,9 @@ type Service struct {
 
 	mu   sync.Mutex
 	live map[string]*live // by server id; created on first use
+	// supervised are the instances being supervised, with their server's
+	// id, until each has ended (shutdown stops every one).
+	supervised map[runtime.Instance]string
 
 	stmtMu    sync.Mutex
 	listSt    *sql.Stmt // listQuery, prepared on first use, closed by Run's end

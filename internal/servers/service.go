@@ -103,7 +103,7 @@ func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{
 		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, installer: inst, opts: opts,
-		live: map[string]*live{}, lists: map[string]listCache{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
+		live: map[string]*live{}, supervised: map[runtime.Instance]string{}, lists: map[string]listCache{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
 		remeasure: make(chan string, 64), started: time.Now(),
 	}
 }
