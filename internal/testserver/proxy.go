@@ -211,11 +211,11 @@ func writeFile(root *os.Root, name string, data []byte) error {
 // status callback reads cfg, which does not change once serving).
 type proxy struct {
 	cfg proxyConfig
-	log *velocityConsole
+	log *console
 }
 
 func runProxy(ctx context.Context, start time.Time, opts Options, lines <-chan string, stdout io.Writer) error {
-	log := &velocityConsole{w: stdout}
+	log := &console{w: stdout, line: velocityLine}
 	log.info("Booting up kiln-test-proxy (a Velocity stand-in)...")
 	log.info("Loading localizations...")
 	dir := opts.Dir
@@ -360,19 +360,4 @@ func (p *proxy) command(line string) (stop bool) {
 		p.log.info("Unknown command. Type \"/help\" for help.")
 	}
 	return false
-}
-
-// velocityConsole writes Velocity-format log lines:
-// "[15:04:05 INFO]: message".
-type velocityConsole struct {
-	w io.Writer
-}
-
-func (c *velocityConsole) info(format string, args ...any)  { c.write("INFO", format, args...) }
-func (c *velocityConsole) warn(format string, args ...any)  { c.write("WARN", format, args...) }
-func (c *velocityConsole) error(format string, args ...any) { c.write("ERROR", format, args...) }
-
-// write ignores errors: a console nobody reads must not stop the proxy.
-func (c *velocityConsole) write(level, format string, args ...any) {
-	_, _ = fmt.Fprintf(c.w, "[%s %s]: %s\n", time.Now().Format("15:04:05"), level, fmt.Sprintf(format, args...))
 }

@@ -405,11 +405,17 @@ func display(host string, port int) string {
 	return net.JoinHostPort(host, strconv.Itoa(port))
 }
 
-// console writes vanilla-format log lines:
-// "[15:04:05] [Server thread/INFO]: message".
+// console writes log lines in vanilla's format (vanillaLine, the default)
+// or Velocity's (velocityLine).
 type console struct {
-	w io.Writer
+	w    io.Writer
+	line string // fmt format of a line: time, level, message
 }
+
+const (
+	vanillaLine  = "[%s] [Server thread/%s]: %s\n" // [15:04:05] [Server thread/INFO]: message
+	velocityLine = "[%s %s]: %s\n"                 // [15:04:05 INFO]: message
+)
 
 func (c *console) info(format string, args ...any)  { c.write("INFO", format, args...) }
 func (c *console) warn(format string, args ...any)  { c.write("WARN", format, args...) }
@@ -417,5 +423,9 @@ func (c *console) error(format string, args ...any) { c.write("ERROR", format, a
 
 // write ignores errors: a console nobody reads must not stop the server.
 func (c *console) write(level, format string, args ...any) {
-	_, _ = fmt.Fprintf(c.w, "[%s] [Server thread/%s]: %s\n", time.Now().Format("15:04:05"), level, fmt.Sprintf(format, args...))
+	line := c.line
+	if line == "" {
+		line = vanillaLine
+	}
+	_, _ = fmt.Fprintf(c.w, line, time.Now().Format("15:04:05"), level, fmt.Sprintf(format, args...))
 }
