@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -165,7 +166,6 @@ type exec struct {
 	ctx    context.Context // ends when the lease is lost or the process stops
 	mu     sync.Mutex
 	cancel bool // a cancel was requested
-	lost   bool // the lease was lost
 }
 
 func (x *exec) owner() string { return x.e.opts.Owner }
@@ -185,14 +185,11 @@ func (x *exec) renew(stopCtx context.CancelFunc) (stop func()) {
 				return
 			case <-t.C:
 				canceled, err := x.e.q.Renew(x.ctx, x.run.ID, x.owner(), x.e.opts.Lease)
-				x.mu.Lock()
 				if canceled {
+					x.mu.Lock()
 					x.cancel = true
+					x.mu.Unlock()
 				}
-				if errors.Is(err, runs.ErrLeaseLost) {
-					x.lost = true
-				}
-				x.mu.Unlock()
 				if errors.Is(err, runs.ErrLeaseLost) {
 					stopCtx()
 					return
@@ -203,7 +200,8 @@ func (x *exec) renew(stopCtx context.CancelFunc) (stop func()) {
 	return func() { close(quit); <-done }
 }
 
-// checkpoint renews now and reports a requested cancel (between steps).
+// canceled renews the lease now and reports whether a cancel was
+// requested (asked between steps).
 func (x *exec) canceled() (bool, error) {
 	c, err := x.e.q.Renew(x.ctx, x.run.ID, x.owner(), x.e.opts.Lease)
 	x.mu.Lock()
@@ -428,13 +426,7 @@ func unsupported(sp *spec.Spec) string {
 	if len(sp.DBServices) > 0 {
 		return "This version of Kiln deploys servers and proxies: dbservices are not supported yet; nothing was changed."
 	}
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for n := range sp.Servers {
-			if !yield(n) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(sp.Servers)) {
 		s := sp.Servers[name]
 		if len(s.Properties) > 0 || s.Image != "" {
 			return fmt.Sprintf("servers.%s: properties and image are not supported by this version of Kiln yet; nothing was changed.", name)
