@@ -256,14 +256,9 @@ func (x *exec) do() error {
 		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The run cannot be planned: "+err.Error()+".", runs.FailInternal)
 	}
 	done := map[string]bool{}
-	summary := runs.Summary{Create: p.Summary.Create, Update: p.Summary.Update, Replace: p.Summary.Replace,
-		Delete: p.Summary.Delete, Noop: p.Summary.Noop}
 	if resumed {
 		for _, k := range r.Checkpoint.Done {
 			done[k] = true
-		}
-		if stored, err := q.Resources(ctx, r.TeamID, r.ID); err == nil {
-			summary = summaryOf(stored)
 		}
 	} else {
 		pending := make([]runs.Resource, len(p.Steps))
@@ -302,7 +297,7 @@ func (x *exec) do() error {
 		}
 		if canceled {
 			x.skipRest()
-			return q.Finish(ctx, r.ID, owner, runs.Canceled, summary, "The run was canceled; the steps done before stay done.", runs.FailCanceled)
+			return q.Finish(ctx, r.ID, owner, runs.Canceled, x.summaryNow(), "The run was canceled; the steps done before stay done.", runs.FailCanceled)
 		}
 		var failed *stepError
 		var failedKey string
@@ -356,26 +351,26 @@ func (x *exec) do() error {
 			}
 			if canceled {
 				x.skipRest()
-				return q.Finish(ctx, r.ID, owner, runs.Canceled, x.summaryNow(summary), "The run was canceled; the steps done before stay done.", runs.FailCanceled)
+				return q.Finish(ctx, r.ID, owner, runs.Canceled, x.summaryNow(), "The run was canceled; the steps done before stay done.", runs.FailCanceled)
 			}
 		}
 		if failed != nil {
 			x.skipRest()
-			summary = x.summaryNow(summary)
-			return q.Finish(ctx, r.ID, owner, runs.Failed, summary, failedKey+": "+failed.msg, failed.class)
+			return q.Finish(ctx, r.ID, owner, runs.Failed, x.summaryNow(), failedKey+": "+failed.msg, failed.class)
 		}
 	}
 	if err := q.SetStatus(ctx, r.ID, owner, runs.Finalizing); err != nil {
 		return err
 	}
-	return q.Finish(ctx, r.ID, owner, runs.Succeeded, x.summaryNow(summary), "", "")
+	return q.Finish(ctx, r.ID, owner, runs.Succeeded, x.summaryNow(), "", "")
 }
 
-// summaryNow counts the run's resources as stored.
-func (x *exec) summaryNow(plan runs.Summary) runs.Summary {
+// summaryNow counts the run's resources as stored (the plan's actions
+// and how their steps ended), for Finish.
+func (x *exec) summaryNow() runs.Summary {
 	stored, err := x.e.q.Resources(x.ctx, x.run.TeamID, x.run.ID)
 	if err != nil {
-		return plan
+		return runs.Summary{}
 	}
 	return summaryOf(stored)
 }
