@@ -54,6 +54,10 @@ type Stager struct {
 	res   *quota.Reservation
 	used  atomic.Int64
 
+	physOnce sync.Once // pdest: where dest really is, resolved once
+	pdest    string
+	pdestOK  bool
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -253,11 +257,11 @@ func (s *Stager) Symlink(target, rel string) error {
 	}
 	// From where the destination really is: dest may be reached through
 	// a link inside, and ".." climbs the real directories.
-	pdest, ok := s.r.Physical(s.dest)
-	if !ok {
+	s.physOnce.Do(func() { s.pdest, s.pdestOK = s.r.Physical(s.dest) })
+	if !s.pdestOK {
 		return ErrNotFound
 	}
-	if err := LinkTarget("target", join(pdest, rel), target); err != nil {
+	if err := LinkTarget("target", join(s.pdest, rel), target); err != nil {
 		return err
 	}
 	d, err := s.stage.acquire(path.Dir(rel), true)
