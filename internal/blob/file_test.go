@@ -1,0 +1,186 @@
+package blob
+
+import (
+	"errors"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func openFileStore(t *testing.T, dir string, opts Options) Store {
+	t.Helper()
+	s, err := Open(t.Context(), (&url.URL{Scheme: "file", Path: dir}).String(), opts)
+	if err != nil {
+		t.Fatalf("Open(file://%s): %v", dir, err)
+	}
+	return s
+}
+
+func TestFileStore(t *testing.T) {
+	testStore(t, func(t *testing.T) Store { return openFileStore(t, t.TempDir(), Options{}) })
+}
+
+func stagedNames(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, stageDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestFileLayout(t *testing.T) {
+	dir := t.TempDir()
+	s := openFileStore(t, dir, Options{})
+	data := []byte("chunk")
+	key := chunkKey(data)
+	put(t, s, key, data)
+	got, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(key)))
+	if err != nil || string(got) != "chunk" {
+		t.Errorf("the blob's file: %q, %v, want %q", got, err, data)
+	}
+	fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(key)))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the blob's mode: %v, %v, want 0600", fi.Mode(), err)
+	}
+	if s.String() != "file://"+dir {
+		t.Errorf("String() = %q, want %q", s.String(), "file://"+dir)
+	}
+}
+
+// A Put in flight is staged where List does not look and Get cannot name.
+func TestFileInFlightInvisible(t *testing.T) {
+	dir := t.TempDir()
+	s := openFileStore(t, dir, Options{})
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Put(t.Context(), "manifests/slow", pr, 10)
+		done <- err
+	}()
+	if _, err := pw.Write([]byte("12345")); err != nil {
+		t.Fatal(err)
+	}
+	// Put has taken the first half (the pipe returned): it is staged.
+	if names := stagedNames(t, dir); len(names) != 1 {
+		t.Fatalf("staged files = %q, want one", names)
+	}
+	if keys := listKeys(t, s, ""); len(keys) != 0 {
+		t.Errorf("List during a Put = %q, want nothing", keys)
+	}
+	wantMissing(t, s, "manifests/slow")
+	pw.CloseWithError(errReader)
+	if err := <-done; !errors.Is(err, errReader) {
+		t.Errorf("Put(reader failing mid-way) = %v, want %v", err, errReader)
+	}
+	if names := stagedNames(t, dir); len(names) != 0 {
+		t.Errorf("staged files after a failed Put = %q, want none", names)
+	}
+	wantMissing(t, s, "manifests/slow")
+}
+
+// Open removes the staged files older than CleanBefore: a crash's.
+func TestFileClean(t *testing.T) {
+	dir := t.TempDir()
+	openFileStore(t, dir, Options{})
+	start := time.Now()
+	old := filepath.Join(dir, stageDir, "put-OLD")
+	fresh := filepath.Join(dir, stageDir, "put-FRESH")
+	for _, p := range []string{old, fresh} {
+		if err := os.WriteFile(p, []byte("half"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chtimes(old, start.Add(-time.Hour), start.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(fresh, start.Add(time.Hour), start.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	openFileStore(t, dir, Options{CleanBefore: start})
+	if got := stagedNames(t, dir); !slices.Equal(got, []string{"put-FRESH"}) {
+		t.Errorf("staged files after Open = %q, want [put-FRESH]", got)
+	}
+	// Without CleanBefore nothing is removed.
+	if err := os.Chtimes(fresh, start.Add(-time.Hour), start.Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	openFileStore(t, dir, Options{})
+	if got := stagedNames(t, dir); !slices.Equal(got, []string{"put-FRESH"}) {
+		t.Errorf("staged files after Open without CleanBefore = %q, want [put-FRESH]", got)
+	}
+}
+
+// A key that is another key's directory is no blob in the file backend,
+// and cannot become one.
+func TestFileKeyIsDirectory(t *testing.T) {
+	s := openFileStore(t, t.TempDir(), Options{})
+	put(t, s, "a/b", []byte("x"))
+	wantMissing(t, s, "a")
+	created, err := s.Put(t.Context(), "a", strings.NewReader("y"), 1)
+	if err == nil || created {
+		t.Errorf("Put(a) over the directory a = %v, %v, want an error", created, err)
+	}
+	if err := s.Delete(t.Context(), "a"); err != nil {
+		t.Errorf("Delete(a) of a directory = %v, want nil (no blob there)", err)
+	}
+	if got := get(t, s, "a/b"); string(got) != "x" {
+		t.Errorf("Get(a/b) = %q, want x", got)
+	}
+	// And a blob's name is no directory.
+	wantMissing(t, s, "a/b/c")
+	if _, err := s.Put(t.Context(), "a/b/c", strings.NewReader("z"), 1); err == nil {
+		t.Errorf("Put(a/b/c) under the blob a/b succeeded, want an error")
+	}
+	if err := s.Delete(t.Context(), "a/b/c"); err != nil {
+		t.Errorf("Delete(a/b/c) = %v, want nil", err)
+	}
+}
+
+func TestOpenFileURLs(t *testing.T) {
+	dir := t.TempDir()
+	for _, good := range []string{"file://" + dir, "file://localhost" + dir, "file://" + dir + "/new/sub"} {
+		if _, err := Open(t.Context(), good, Options{}); err != nil {
+			t.Errorf("Open(%q): %v", good, err)
+		}
+	}
+	for _, bad := range []string{
+		"file://./kiln-data/blobs", "file:kiln-data", "file://host/dir", "file://" + dir + "?x=1",
+		"ftp://host/dir", "/abs/dir", "",
+	} {
+		if s, err := Open(t.Context(), bad, Options{}); err == nil {
+			t.Errorf("Open(%q) = %v, want an error", bad, s)
+		}
+	}
+}
+
+func FuzzValidateKey(f *testing.F) {
+	for _, k := range invalidKeys {
+		f.Add(k)
+	}
+	for _, k := range []string{"a", "chunks/ab/abcd", "a/../b", "a/.b", "..a", "a..", "~tmp"} {
+		f.Add(k)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		if ValidateKey(key) != nil {
+			return
+		}
+		// A valid key is a clean, local, relative path: it cannot leave
+		// the store's directory nor name the staging directory.
+		if !filepath.IsLocal(key) || filepath.Clean(key) != key || strings.HasPrefix(key, stageDir) {
+			t.Errorf("ValidateKey(%q) = nil for a path that is not clean and local", key)
+		}
+		if checkPrefix(key) != nil || checkPrefix(key+"/") != nil {
+			t.Errorf("checkPrefix refuses the valid key %q", key)
+		}
+	})
+}
