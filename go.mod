@@ -24,6 +24,15 @@ require (
 )
 
 require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/PlakarKorp/go-cdc-chunkers v1.1.0 // indirect
+	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/klauspost/cpuid/v2 v2.0.12 // indirect
+	github.com/restic/chunker v0.4.0 // indirect
+	github.com/zeebo/blake3 v0.2.4 // indirect
+)
+
+require (
 	github.com/Microsoft/go-winio v0.6.3 // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
 	github.com/basgys/goxml2json v1.1.1-0.20231018121955-e66ee54ceaad // indirect

@@ -313,15 +313,16 @@ func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Confi
 }
 
 // Delete removes a configuration and its versions. Errors: ErrNotFound,
-// ErrInUse while a server (or, later, a proxy or database) created by one
-// of its runs still exists.
+// ErrInUse while a server, proxy or database (dbservice) created by one of
+// its runs still exists.
 func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
 		if _, err := s.get(ctx, tx, teamID, id); err != nil {
 			return err
 		}
 		var n int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM servers WHERE configuration_id = $1`, id).Scan(&n); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM servers WHERE configuration_id = $1)
+			+ (SELECT count(*) FROM db_services WHERE configuration_id = $1)`, id).Scan(&n); err != nil {
 			return fmt.Errorf("count owned servers: %w", err)
 		}
 		if n > 0 {

@@ -22,3 +22,15 @@ func IsUniqueViolation(err error) bool {
 	}
 	return false
 }
+
+// IsForeignKeyViolation reports whether err is a write refused by a
+// foreign key (PostgreSQL SQLSTATE 23503; SQLite's extended code).
+func IsForeignKeyViolation(err error) bool {
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pe.Code == "23503"
+	}
+	if se, ok := errors.AsType[*sqlite.Error](err); ok {
+		return se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
+	}
+	return false
+}

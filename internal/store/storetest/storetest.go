@@ -91,3 +91,35 @@ func PostgresURL(t *testing.T) string {
 	u.RawQuery = q.Encode()
 	return u.String()
 }
+
+// EnvMariaDBURL names the variable holding the test MariaDB's admin URL
+// (mariadb://root@127.0.0.1:PORT/, set by scripts/test).
+const EnvMariaDBURL = "KILN_TEST_MARIADB_URL"
+
+// MariaDBURL returns the test MariaDB's admin URL, or skips the test with
+// one loud line when there is none (fails under KILN_REQUIRE_MARIADB=1).
+func MariaDBURL(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv(EnvMariaDBURL)
+	if u == "" {
+		if os.Getenv("KILN_REQUIRE_MARIADB") == "1" {
+			t.Fatalf("%s is not set but KILN_REQUIRE_MARIADB=1: the MariaDB suite must run", EnvMariaDBURL)
+		}
+		t.Skipf("SKIP MARIADB SUITE: %s is not set (scripts/test starts a MariaDB and sets it)", EnvMariaDBURL)
+	}
+	return u
+}
+
+// PostgresAdminURL is the test cluster's own URL (a superuser), for tests
+// that register it as a database host; it skips as PostgresURL does.
+func PostgresAdminURL(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv(EnvPostgresURL)
+	if base == "" {
+		if os.Getenv("KILN_REQUIRE_POSTGRES") == "1" {
+			t.Fatalf("%s is not set but KILN_REQUIRE_POSTGRES=1: the PostgreSQL suite must run", EnvPostgresURL)
+		}
+		t.Skipf("SKIP POSTGRES SUITE: %s is not set (scripts/test starts a cluster and sets it)", EnvPostgresURL)
+	}
+	return base
+}
