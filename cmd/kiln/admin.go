@@ -1,20 +1,25 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/deploy/spec"
+	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/validate"
 )
 
 // adminCommand is one `kiln admin SUBJECT VERB`.
@@ -31,6 +36,9 @@ var adminCommands = []adminCommand{
 	{"token", "create", nil, "--team NAME --kind user|agent --name LABEL", "issue a token, print only the token (shown once)"},
 	{"token", "list", nil, "--team NAME", "list a team's tokens (never the tokens themselves)"},
 	{"token", "revoke", []string{"ID"}, "", "revoke a token (it fails from its next request)"},
+	{"dbhost", "add", []string{"NAME"}, "--engine postgres|mariadb --dsn URL|- [--address HOST:PORT]", "register a database host for dbservices (logs in first; the DSN is stored sealed)"},
+	{"dbhost", "list", nil, "", "list the database hosts (never their DSNs)"},
+	{"dbhost", "remove", []string{"NAME"}, "", "unregister a database host no dbservice uses"},
 }
 
 func (c adminCommand) line() string {
@@ -97,7 +105,13 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sc.register(s)
 	var team, kind, name string
 	var maxServers, maxMemory, maxDisk optionalFlag
+	var engine, dsn, address, secretKey string
 	switch subject + " " + verb {
+	case "dbhost add":
+		s.fs.StringVar(&engine, "engine", "", "postgres or mariadb (required)")
+		s.fs.StringVar(&dsn, "dsn", "", "the admin URL Kiln logs in with, e.g. postgres://kiln:PASSWORD@db.example:5432/postgres or mariadb://root:PASSWORD@db.example:3306/; - reads it from standard input (keeps it out of the shell's history and ps)")
+		s.fs.StringVar(&address, "address", "", "host:port game servers reach the database at (default: the DSN's)")
+		s.fs.StringVar(&secretKey, "secret-key", "", "the key kiln serve seals secrets with, when it was given as --secret-key (default: <data-dir>/secret.key)")
 	case "team limits":
 		s.fs.Var(&maxServers, "servers", "how many servers the team may have (0 or none: no limit)")
 		s.fs.Var(&maxMemory, "memory", "total memory of the team's servers, e.g. 32G or 8192M (0 or none: no limit)")
@@ -134,6 +148,9 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer a.Close()
 
+	if subject == "dbhost" {
+		return dbhost(ctx, db, sc, verb, pos, engine, dsn, address, secretKey, stdout)
+	}
 	switch subject + " " + verb {
 	case "team create":
 		t, err := a.CreateTeam(ctx, pos[0])
@@ -179,6 +196,70 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(stdout, "revoked %s\n", pos[0])
+	}
+	return nil
+}
+
+// dbhost runs `kiln admin dbhost add|list|remove`.
+func dbhost(ctx context.Context, db *store.DB, sc storeConfig, verb string, pos []string, engine, dsn, address, secretKey string, stdout io.Writer) error {
+	var box dbservice.Sealer
+	if verb == "add" {
+		if engine == "" || dsn == "" {
+			return usageError{"--engine and --dsn are required"}
+		}
+		if dsn == "-" {
+			line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+			if err != nil && line == "" {
+				return fmt.Errorf("read the DSN from standard input: %w", err)
+			}
+			dsn = strings.TrimSpace(line)
+		}
+		b, err := secretbox.Load(sc.DataDir, secretKey)
+		if err != nil {
+			return fmt.Errorf("the key for stored secrets: %w", err)
+		}
+		box = b
+	}
+	svc := dbservice.NewService(db, box, nil)
+	switch verb {
+	case "add":
+		h, err := svc.AddHost(ctx, pos[0], engine, dsn, address)
+		if ve, ok := errors.AsType[*validate.Error](err); ok {
+			// Every issue, one a line: the flags are fixed in one go.
+			var lines []string
+			for _, is := range ve.Issues {
+				if is.Path == "name" {
+					lines = append(lines, "NAME: "+is.Message)
+				} else {
+					lines = append(lines, "--"+is.Path+": "+is.Message)
+				}
+			}
+			return usageError{strings.Join(lines, "\n")}
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s\t%s\t%s\t%s\n", h.ID, h.Name, h.Engine, h.Address)
+	case "list":
+		hosts, err := svc.Hosts(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tNAME\tENGINE\tADDRESS\tDATABASES\tCREATED")
+		for _, h := range hosts {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", h.ID, h.Name, h.Engine, h.Address, h.Services, stamp(h.CreatedAt))
+		}
+		return tw.Flush()
+	case "remove":
+		h, err := svc.RemoveHost(ctx, pos[0])
+		if errors.Is(err, dbservice.ErrHostNotFound) {
+			return fmt.Errorf("database host %q not found", pos[0])
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %s (%s)\n", h.Name, h.ID)
 	}
 	return nil
 }

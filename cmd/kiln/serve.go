@@ -22,6 +22,7 @@ import (
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/executor"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
@@ -322,8 +323,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	box, err := secretbox.Load(cfg.DataDir, cfg.SecretKey)
+	if err != nil && cfg.SecretKey != "" {
+		return usageError{"--secret-key: " + err.Error()}
+	}
+	if err != nil {
+		return fmt.Errorf("the key for stored secrets: %w", err)
+	}
+	// Databases of dbservices: their credentials are sealed with box and
+	// given to the servers attached to them at each start.
+	dbs := dbservice.NewService(db, box, log)
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
+		Injected: dbs,
 	}, log)
 	pulls := pull.NewManager(db, serverSvc, netguard.NewPolicy(cfg.pullAllow, nil),
 		pull.Options{UserAgent: install.UserAgent(ver)}, log)
@@ -336,14 +348,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// process's instance id (another replica takes a run over when this
 	// one dies mid-run and its lease expires).
 	runQueue := runs.New(db, runs.Options{})
-	box, err := secretbox.Load(cfg.DataDir, cfg.SecretKey)
-	if err != nil && cfg.SecretKey != "" {
-		return usageError{"--secret-key: " + err.Error()}
-	}
-	if err != nil {
-		return fmt.Errorf("the key for stored secrets: %w", err)
-	}
-	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Log: log})
+	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs, Log: log})
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),

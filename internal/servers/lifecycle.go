@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -133,6 +134,13 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 		if err := s.setDesired(ctx, id, "running"); err != nil {
 			return err
 		}
+		// Stopping from now on, not from whenever the background stop
+		// begins: whoever waits for the restarted server to run (a run's
+		// update step, a client polling) must not take the old instance's
+		// "running" for the new one's.
+		if sv.Status == StatusRunning || sv.Status == StatusStarting {
+			s.setStatus(ctx, id, StatusStopping)
+		}
 		s.goBackground(func(ctx context.Context) {
 			s.stop(ctx, id, false)
 			s.start(ctx, id)
@@ -235,6 +243,9 @@ func (s *Service) start(ctx context.Context, id string) {
 		return
 	}
 	spec, err := s.spec(sv)
+	if err == nil {
+		spec.Env, err = s.inject(ctx, sv, spec.Env)
+	}
 	if err == nil {
 		err = s.configure(sv)
 	}
@@ -521,6 +532,34 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 		MemoryMB: containerMemoryMB(sv.MemoryMB), CPUPercent: sv.CPUPercent, Port: sv.Port, BindHost: s.opts.PublicHost,
 		Image: p.Image(sv.javaMajor).Value,
 	}, nil
+}
+
+// inject appends the variables Options.Injected gives an owned server to
+// env, leaving out any the environment already sets (a profile's own
+// variable of the same name wins).
+func (s *Service) inject(ctx context.Context, sv Server, env []string) ([]string, error) {
+	if s.opts.Injected == nil || sv.ConfigurationID == nil {
+		return env, nil
+	}
+	var key string
+	if err := s.db.Read().QueryRowContext(ctx, `SELECT resource_key FROM servers WHERE id = $1`, sv.ID).Scan(&key); err != nil {
+		return nil, fmt.Errorf("read the resource key of %s: %w", sv.ID, err)
+	}
+	extra, err := s.opts.Injected.InjectedEnv(ctx, *sv.ConfigurationID, key)
+	if err != nil {
+		return nil, fmt.Errorf("environment of %s: %w", sv.ID, err)
+	}
+	set := map[string]bool{}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		set[k] = true
+	}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		if !set[k] {
+			env = append(env, k+"="+extra[k])
+		}
+	}
+	return env, nil
 }
 
 // configure writes the server's listen address and environment settings

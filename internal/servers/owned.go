@@ -72,6 +72,9 @@ type Change struct {
 	MemoryMB, DiskMB, CPUPercent *int
 	Env                          map[string]string
 	Version                      string
+	// Restart restarts a server that should run even when nothing
+	// recorded changed: what Options.Injected gives it did.
+	Restart bool
 }
 
 // UpdateOwned changes the server made for o in place, keeping its files:
@@ -131,7 +134,7 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 		if err := s.Reinstall(ctx, teamID, sv.ID, "", c.Version); err != nil {
 			return Server{}, err
 		}
-	case changed && sv.DesiredState == "running":
+	case (changed || c.Restart) && sv.DesiredState == "running":
 		if err := s.Power(ctx, teamID, sv.ID, "restart"); err != nil {
 			return Server{}, err
 		}

@@ -64,6 +64,16 @@ type Options struct {
 	// RestartBackoff is the first wait before restarting a crashed server;
 	// it doubles with each restart in the window.
 	RestartBackoff time.Duration
+	// Injected adds variables to the environment of servers a deployment
+	// owns (a dbservice's credentials), read at every start; nil for none.
+	Injected EnvSource
+}
+
+// EnvSource gives the variables Kiln adds to the environment of the
+// server a configuration's resource key names (*dbservice.Service): read
+// when it starts, never stored with the server.
+type EnvSource interface {
+	InjectedEnv(ctx context.Context, configurationID, resourceKey string) (map[string]string, error)
 }
 
 func (o *Options) defaults() {

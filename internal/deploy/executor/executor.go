@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/plan"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
@@ -48,7 +49,17 @@ type Options struct {
 	// Secrets seals the configurations' forwarding secrets (modern
 	// forwarding fails without it).
 	Secrets deploy.Sealer
-	Log     *slog.Logger
+	// Databases makes and drops the dbservices' databases
+	// (*dbservice.Service); a version with dbservices fails without it.
+	Databases Databases
+	Log       *slog.Logger
+}
+
+// Databases is what the executor needs of internal/dbservice.
+type Databases interface {
+	Ensure(ctx context.Context, teamID string, o dbservice.Owner, engine string, attach []string) (dbservice.Database, error)
+	Detach(ctx context.Context, teamID string, o dbservice.Owner) error
+	Drop(ctx context.Context, teamID string, o dbservice.Owner) error
 }
 
 func (o *Options) defaults() {
@@ -244,7 +255,7 @@ func (x *exec) do() error {
 	if err != nil {
 		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The version's spec is no longer valid: "+err.Error()+".", runs.FailValidation)
 	}
-	if msg := unsupported(sp); msg != "" {
+	if msg := unsupported(sp, e.opts.Databases != nil); msg != "" {
 		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, msg, runs.FailValidation)
 	}
 	live, err := e.deploy.Live(ctx, r.TeamID, r.ConfigurationID)
@@ -254,6 +265,21 @@ func (x *exec) do() error {
 	p, err := plan.Make(sp, live)
 	if err != nil {
 		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The run cannot be planned: "+err.Error()+".", runs.FailInternal)
+	}
+	for _, st := range p.Steps {
+		if st.Kind == plan.DBService && st.Action == plan.Replace {
+			return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, fmt.Sprintf("%s: changing a dbservice's engine would drop its database, and Kiln cannot snapshot a database; add a dbservice under a new name instead (and remove the old one when its data has moved). Nothing was changed.", st.Key), runs.FailValidation)
+		}
+	}
+	// A dbservice about to be deleted is attached to nothing from now on:
+	// the servers updated before its delete step must not get its
+	// credentials again.
+	for _, st := range p.Steps {
+		if st.Kind == plan.DBService && st.Action == plan.Delete && e.opts.Databases != nil {
+			if err := e.opts.Databases.Detach(ctx, r.TeamID, dbservice.Owner{ConfigurationID: r.ConfigurationID, ResourceKey: st.Key}); err != nil {
+				return err
+			}
+		}
 	}
 	done := map[string]bool{}
 	if resumed {
@@ -417,9 +443,9 @@ func (x *exec) skipRest() {
 }
 
 // unsupported says why this layer cannot apply sp, or "".
-func unsupported(sp *spec.Spec) string {
-	if len(sp.DBServices) > 0 {
-		return "This version of Kiln deploys servers and proxies: dbservices are not supported yet; nothing was changed."
+func unsupported(sp *spec.Spec, databases bool) string {
+	if len(sp.DBServices) > 0 && !databases {
+		return "This Kiln process was started without database support: dbservices cannot be applied; nothing was changed."
 	}
 	for _, name := range slices.Sorted(maps.Keys(sp.Servers)) {
 		s := sp.Servers[name]
@@ -500,6 +526,9 @@ func actionWord(a plan.Action) string {
 
 // apply does one attempt of a step; it returns the object's id.
 func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (string, *stepError) {
+	if st.Kind == plan.DBService {
+		return x.applyDatabase(ctx, st, res)
+	}
 	switch st.Action {
 	case plan.Replace, plan.Delete:
 		return "", fail(runs.FailInternal, "%s it needs a snapshot of the server first, and snapshots are not available in this version of Kiln; nothing was destroyed", map[plan.Action]string{plan.Replace: "replacing", plan.Delete: "deleting"}[st.Action])
@@ -534,7 +563,10 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	case plan.Update:
 		var before spec.Server
 		_ = json.Unmarshal(st.Before, &before)
-		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env}
+		// An attachment made or undone changes what the server gets in its
+		// environment at start: restart it.
+		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env,
+			Restart: slices.Contains(st.Changes, "databases")}
 		if c.Env == nil {
 			c.Env = map[string]string{}
 		}
@@ -587,6 +619,9 @@ func classify(err error) *stepError {
 	}
 	if le, ok := errors.AsType[*servers.TeamLimitError](err); ok {
 		return fail(runs.FailCapacity, "%s", le.Error())
+	}
+	if he, ok := errors.AsType[*dbservice.HostError](err); ok {
+		return &stepError{class: runs.FailDependency, msg: he.Error(), transient: true}
 	}
 	switch {
 	case errors.Is(err, servers.ErrNoPort):

@@ -32,6 +32,12 @@ type env struct {
 
 func newEnv(t *testing.T, db *store.DB) *env {
 	t.Helper()
+	return newEnvWith(t, db, servers.Options{})
+}
+
+// newEnvWith is newEnv with the servers' options so.
+func newEnvWith(t *testing.T, db *store.DB, so servers.Options) *env {
+	t.Helper()
 	a, err := auth.NewService(t.Context(), db)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +50,7 @@ func newEnv(t *testing.T, db *store.DB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	se := serverstest.New(t, db, serverstest.Options{Ports: 10})
+	se := serverstest.New(t, db, serverstest.Options{Ports: 10, Servers: so})
 	return &env{t: t, teamID: tm.ID, db: db, srv: se.Service, srvEnv: se, dep: deploy.New(db, se.Catalog), q: runs.New(db, runs.Options{})}
 }
 
@@ -202,12 +208,6 @@ func TestApplyNetwork(t *testing.T) {
 		}
 		if owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID); len(owned) != 3 {
 			t.Errorf("owned servers after a refused delete = %d, want 3", len(owned))
-		}
-		// Dbservices are refused at planning, before anything changes.
-		_, r4 := e.apply(cfgID, network+"dbservices:\n  stats:\n    engine: postgres\n    attach: [lobby]\n")
-		got = e.wait(r4.ID)
-		if got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "dbservices") {
-			t.Errorf("dbservice run = %s %s %q; want failed, validation", got.Status, got.FailureClass, got.Error)
 		}
 	})
 }

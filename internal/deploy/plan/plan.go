@@ -179,6 +179,14 @@ func (p *Plan) add(st Step, tiers map[Kind][]int) {
 	p.Steps = append(p.Steps, st)
 }
 
+// ServerState is a server's desired (and applied) state: the spec's
+// server and the dbservices attached to it, by name (omitted when none,
+// so servers without databases keep the JSON of the spec's server).
+type ServerState struct {
+	spec.Server
+	Databases []string `json:"databases,omitempty"`
+}
+
 // desiredOf is every resource of the spec as canonical JSON, by kind and
 // name.
 func desiredOf(s *spec.Spec) (map[Kind]map[string]json.RawMessage, error) {
@@ -188,8 +196,17 @@ func desiredOf(s *spec.Spec) (map[Kind]map[string]json.RawMessage, error) {
 		out[k][name] = raw
 		return err
 	}
+	// A server's desired state names the dbservices attached to it: an
+	// attachment made or undone changes the server (its environment), so
+	// it is updated — and restarted if it runs — after the dbservices.
+	databases := map[string][]string{}
+	for _, name := range slices.Sorted(maps.Keys(s.DBServices)) {
+		for _, srv := range s.DBServices[name].Attach {
+			databases[srv] = append(databases[srv], name)
+		}
+	}
 	for name, v := range s.Servers {
-		if err := put(Server, name, v); err != nil {
+		if err := put(Server, name, ServerState{Server: v, Databases: databases[name]}); err != nil {
 			return nil, err
 		}
 	}

@@ -143,16 +143,17 @@ dbservices:
 	}
 
 	// Removed from the spec: deleted after everything else, proxies
-	// first, then servers, then databases.
+	// first, then servers, then databases. lobby loses its database
+	// (stats was attached to it): an update, before the deletes.
 	p, err = Make(parse(t, "version: 1\nservers:\n  lobby: {software: paper, memory: 2G}\n"), live)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want = []string{
-		"0: proxy/edge delete",
-		"1: server/survival delete",
-		"2: dbservice/stats delete",
-		"-: server/lobby noop",
+		"0: server/lobby update databases",
+		"1: proxy/edge delete",
+		"2: server/survival delete",
+		"3: dbservice/stats delete",
 	}
 	wantPlan(t, p, want)
 	for _, st := range p.Steps {

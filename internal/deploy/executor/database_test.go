@@ -1,0 +1,210 @@
+package executor_test
+
+import (
+	"context"
+	"database/sql"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/kilnhq/kiln/internal/dbservice"
+	"github.com/kilnhq/kiln/internal/deploy/executor"
+	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/secretbox"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// processEnv is the environment of the game server process running in
+// root (its working directory), read from /proc: what the server really
+// got, not what Kiln meant to give it.
+func processEnv(t *testing.T, root string) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		dirs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, d := range dirs {
+			if cwd, err := os.Readlink(d + "/cwd"); err != nil || cwd != root {
+				continue
+			}
+			b, err := os.ReadFile(d + "/environ")
+			if err != nil {
+				continue
+			}
+			env := map[string]string{}
+			for kv := range strings.SplitSeq(string(b), "\x00") {
+				if k, v, ok := strings.Cut(kv, "="); ok {
+					env[k] = v
+				}
+			}
+			return env
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no process runs in %s", root)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// dbLogin logs in with the DB_* variables a server got.
+func dbLogin(ctx context.Context, engine string, env map[string]string) error {
+	var db *sql.DB
+	if engine == dbservice.MariaDB {
+		c := mysql.NewConfig()
+		c.Net, c.Addr = "tcp", net.JoinHostPort(env["DB_HOST"], env["DB_PORT"])
+		c.User, c.Passwd, c.DBName, c.Timeout = env["DB_USER"], env["DB_PASSWORD"], env["DB_NAME"], 5*time.Second
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			return err
+		}
+		db = sql.OpenDB(conn)
+	} else {
+		var err error
+		if db, err = sql.Open("pgx", env["DB_URL"]+"?sslmode=disable"); err != nil {
+			return err
+		}
+	}
+	defer db.Close()
+	_, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS stats (player VARCHAR(16))`)
+	return err
+}
+
+// TestDatabasesApplied: a network with a dbservice on a real PostgreSQL
+// and a real MariaDB host. Without a host the run fails (capacity) naming
+// the command that adds one; with one, the database is made, the attached
+// server's process gets working credentials (and the server record none
+// of them); moving the attachment restarts both servers with the
+// variables moved; removing the dbservice drops the database and user.
+func TestDatabasesApplied(t *testing.T) {
+	for _, engine := range []string{dbservice.Postgres, dbservice.MariaDB} {
+		t.Run(engine, func(t *testing.T) {
+			hostDSN := storetest.PostgresAdminURL
+			if engine == dbservice.MariaDB {
+				hostDSN = storetest.MariaDBURL
+			}
+			dsn := hostDSN(t)
+			storetest.Each(t, func(t *testing.T, db *store.DB) { testDatabasesApplied(t, db, engine, dsn) })
+		})
+	}
+}
+
+func testDatabasesApplied(t *testing.T, db *store.DB, engine, dsn string) {
+	ctx := t.Context()
+	box, err := secretbox.Load(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbs := dbservice.NewService(db, box, nil)
+	e := newEnvWith(t, db, servers.Options{Injected: dbs})
+	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: "inst_db", Poll: 20 * time.Millisecond,
+		Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second, Databases: dbs})
+	rctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	yaml := `version: 1
+servers:
+  lobby: {software: kiln-test, memory: 256M, disk: 1G}
+  survival: {software: kiln-test, memory: 256M, disk: 1G}
+dbservices:
+  stats: {engine: ` + engine + `, attach: [lobby]}
+`
+	cfgID, r := e.apply("", yaml)
+	got := e.wait(r.ID)
+	if got.Status != runs.Failed || got.FailureClass != runs.FailCapacity || !strings.Contains(got.Error, "kiln admin dbhost add") {
+		t.Fatalf("run without a host = %s %s %q; want failed, capacity, naming kiln admin dbhost add", got.Status, got.FailureClass, got.Error)
+	}
+	if got.Summary.Failed != 1 {
+		t.Errorf("summary = %+v, want the dbservice failed", got.Summary)
+	}
+	if owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID); len(owned) != 0 {
+		t.Errorf("servers made after the dbservice failed: %d, want 0 (skipped)", len(owned))
+	}
+
+	if _, err := dbs.AddHost(ctx, "h1", engine, dsn, ""); err != nil {
+		t.Fatal(err)
+	}
+	stats := dbservice.Owner{ConfigurationID: cfgID, ResourceKey: "dbservice/stats"}
+	t.Cleanup(func() { _ = dbs.Drop(context.Background(), e.teamID, stats) })
+	_, r = e.apply(cfgID, yaml) // the same version, queued again
+	if got = e.wait(r.ID); got.Status != runs.Succeeded || got.Summary.Create != 3 {
+		t.Fatalf("run with a host = %s %s %q, %+v; want succeeded creating 3", got.Status, got.FailureClass, got.Error, got.Summary)
+	}
+	made, err := dbs.Find(ctx, e.teamID, stats)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID)
+	lobby, survival := owned["server/lobby"], owned["server/survival"]
+	env := processEnv(t, e.srvEnv.Node.Root(lobby.ID))
+	if env["DB_NAME"] != made.Name || env["DB_USER"] != made.User || env["DB_STATS_NAME"] != made.Name || env["DB_PORT"] == "" {
+		t.Fatalf("lobby's process env has DB_NAME=%q DB_USER=%q DB_STATS_NAME=%q; want %s", env["DB_NAME"], env["DB_USER"], env["DB_STATS_NAME"], made.Name)
+	}
+	if err := dbLogin(ctx, engine, env); err != nil {
+		t.Errorf("log in with lobby's credentials: %v", err)
+	}
+	if _, ok := processEnv(t, e.srvEnv.Node.Root(survival.ID))["DB_NAME"]; ok {
+		t.Error("survival got database credentials without being attached")
+	}
+	for k := range lobby.Env {
+		if strings.HasPrefix(k, "DB_") {
+			t.Errorf("the server record carries %s (credentials must stay sealed)", k)
+		}
+	}
+
+	// Attached to survival instead: both restarted, the credentials moved.
+	lobbyPID := pidIn(t, e.srvEnv.Node.Root(lobby.ID))
+	_, r = e.apply(cfgID, strings.Replace(yaml, "attach: [lobby]", "attach: [survival]", 1))
+	if got = e.wait(r.ID); got.Status != runs.Succeeded || got.Summary.Update != 3 {
+		t.Fatalf("attach change = %s %q, %+v; want succeeded, 3 updates (dbservice, lobby, survival)", got.Status, got.Error, got.Summary)
+	}
+	if pid := pidIn(t, e.srvEnv.Node.Root(lobby.ID)); pid == lobbyPID {
+		t.Error("lobby was not restarted when its database was detached")
+	}
+	if _, ok := processEnv(t, e.srvEnv.Node.Root(lobby.ID))["DB_NAME"]; ok {
+		t.Error("lobby still has database credentials after being detached")
+	}
+	env = processEnv(t, e.srvEnv.Node.Root(survival.ID))
+	if err := dbLogin(ctx, engine, env); err != nil || env["DB_NAME"] != made.Name {
+		t.Errorf("survival's credentials (DB_NAME=%q): %v", env["DB_NAME"], err)
+	}
+
+	// Removed: survival restarted without it, the database dropped.
+	_, r = e.apply(cfgID, strings.Split(yaml, "dbservices:")[0])
+	if got = e.wait(r.ID); got.Status != runs.Succeeded || got.Summary.Delete != 1 || got.Summary.Update != 1 {
+		t.Fatalf("dbservice removed = %s %q, %+v; want succeeded, 1 delete, 1 update", got.Status, got.Error, got.Summary)
+	}
+	if _, err := dbs.Find(ctx, e.teamID, stats); err == nil {
+		t.Error("the dbservice's row is still there after its delete")
+	}
+	if err := dbLogin(ctx, engine, env); err == nil {
+		t.Error("the dropped dbservice's credentials still log in")
+	}
+	if _, ok := processEnv(t, e.srvEnv.Node.Root(survival.ID))["DB_NAME"]; ok {
+		t.Error("survival still has database credentials after the dbservice was removed")
+	}
+	if live, _ := e.dep.Live(ctx, e.teamID, cfgID); len(live) != 2 {
+		t.Errorf("applied state = %v, want the 2 servers only", live)
+	}
+}
+
+// pidIn is the pid of the process running in root.
+func pidIn(t *testing.T, root string) int {
+	t.Helper()
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		if cwd, err := os.Readlink(d + "/cwd"); err == nil && cwd == root {
+			pid, _ := strconv.Atoi(filepath.Base(d))
+			return pid
+		}
+	}
+	return 0
+}
