@@ -1,0 +1,576 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/google/uuid"
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
+)
+
+// Store is what the engine needs of a blob store (internal/blob's Store).
+type Store interface {
+	Put(ctx context.Context, key string, r io.Reader, size int64) (created bool, err error)
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	Stat(ctx context.Context, key string) (blob.Info, error)
+}
+
+// ErrExists is returned by Create when a manifest with the snapshot's ID
+// is already stored (manifests are never replaced).
+var ErrExists = errors.New("a snapshot with this id already exists")
+
+// IgnoreFunc reports whether rel (slash-separated, relative to the root,
+// no leading "/") is excluded from snapshots; isDir tells a directory
+// (whose whole content is then excluded). It is internal/snapshot/ignore's
+// (*Matcher).Match.
+type IgnoreFunc func(rel string, isDir bool) bool
+
+// CreateOptions are a snapshot's settings.
+type CreateOptions struct {
+	// ID is the snapshot's UUID (lower case, canonical form): the manifest
+	// is stored as manifests/<ID>. Empty: a new random one.
+	ID string
+	// Ignore excludes paths; nil excludes none.
+	Ignore IgnoreFunc
+	// Progress, when set, is called with the bytes of file content read
+	// and cut so far and the total the tree held when a first walk (stat
+	// only) measured it. Files that change meanwhile can make done pass
+	// total; the last call has done == total. It is called from one
+	// goroutine, one call at a time, about every MiB: it must not block.
+	Progress func(done, total int64)
+	// Known, when set, tells chunks the caller knows to be in the store
+	// (those of a snapshot it keeps, say): they are neither looked up nor
+	// uploaded. Any other chunk is looked up (Stat) and uploaded if
+	// missing.
+	Known func(key string) bool
+	// Workers hash, compress and upload chunks; 0 means runtime.NumCPU().
+	Workers int
+}
+
+// Result describes a snapshot made.
+type Result struct {
+	ID          string
+	ManifestKey string
+	// SizeBytes is the content of the files recorded (the tree's logical
+	// size).
+	SizeBytes int64
+	// StoredBytes is what this snapshot added to the store: the compressed
+	// chunks it uploaded (not those already there) and the manifest.
+	StoredBytes int64
+	// Chunks are the keys of every chunk the manifest references, sorted,
+	// each once: what a collector must keep while the snapshot exists.
+	Chunks    []string
+	NewChunks int // chunks uploaded by this snapshot
+
+	Files, Dirs, Symlinks int
+	Skipped               Skipped
+}
+
+// Skipped counts the entries a snapshot leaves out (besides the ignored
+// ones).
+type Skipped struct {
+	// HardLinks are regular files with more than one link: one of them may
+	// be a file outside the root (files.ErrHardLink), so Kiln never reads
+	// them.
+	HardLinks int
+	// Links are symlinks whose target leads outside the root, or could
+	// (linkAllowed): a restore would refuse them.
+	Links int
+	// Special are devices, FIFOs and sockets.
+	Special int
+}
+
+// Pipeline bounds (see doc.go): these, not the tree, bound Create's memory.
+const (
+	walkQueue  = 16 // entries walked ahead of the chunker (each may hold an open file)
+	orderQueue = 64 // entries cut, waiting for their chunks to be stored
+)
+
+// item is one entry on its way through Create: the walker makes it, the
+// chunker cuts its content into jobs, the workers fill its chunks in, and
+// the manifest writer waits for it (done) and writes it.
+type item struct {
+	en   entry
+	f    *os.File   // a regular file to cut; nil for others
+	refs []*chunkRef // filled in by the workers
+	left atomic.Int32
+	done chan struct{}
+}
+
+// finish drops one of the item's pending holds; the last one closes done.
+func (it *item) finish() {
+	if it.left.Add(-1) == 0 {
+		close(it.done)
+	}
+}
+
+// job is one chunk for a worker.
+type job struct {
+	it  *item
+	ref *chunkRef
+	buf *[]byte // from the creator's pool; data is (*buf)[:ref.len]
+}
+
+// creator is one Create in progress.
+type creator struct {
+	root  *files.Root
+	store Store
+	opts  CreateOptions
+
+	bufs chan *[]byte // free chunk buffers: a fixed number, so a bounded memory
+
+	mu      sync.Mutex
+	seen    map[[32]byte]struct{} // chunks referenced so far
+	stored  int64
+	created int
+	res     Result
+}
+
+// Create snapshots the tree of root into store: it walks the tree by
+// descriptor (files.Root.Walk: symlinks never followed, nothing opened
+// through one), leaves out what opts.Ignore excludes and what Skipped
+// counts, cuts every regular file into content-defined chunks, stores
+// each chunk that is not in the store yet under its SHA-256
+// (zstd-compressed), and stores the manifest last, once every chunk it
+// references is stored. Nothing is written to the root.
+//
+// Errors: ErrExists (the ID is taken), ctx.Err(), or the store's and the
+// file system's errors, wrapped. On error the chunks already stored stay
+// (a collector removes those no manifest references); the manifest is not
+// stored.
+func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptions) (Result, error) {
+	if opts.ID == "" {
+		opts.ID = uuid.NewString()
+	}
+	if u, err := uuid.Parse(opts.ID); err != nil || u.String() != opts.ID {
+		return Result{}, fmt.Errorf("snapshot id %q is not a canonical lower-case UUID", opts.ID)
+	}
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.NumCPU()
+	}
+	key := ManifestKey(opts.ID)
+	switch _, err := store.Stat(ctx, key); {
+	case err == nil:
+		return Result{}, ErrExists
+	case !errors.Is(err, blob.ErrNotFound):
+		return Result{}, fmt.Errorf("snapshot %s: %w", opts.ID, err)
+	}
+	var total int64
+	if opts.Progress != nil {
+		var err error
+		if total, err = measure(ctx, root, opts.Ignore); err != nil {
+			return Result{}, err
+		}
+	}
+	c := &creator{root: root, store: store, opts: opts, seen: make(map[[32]byte]struct{})}
+	// Two buffers per worker: one being worked on, one queued.
+	nbuf := 2*opts.Workers + 1
+	c.bufs = make(chan *[]byte, nbuf)
+	for range nbuf {
+		b := make([]byte, maxChunk)
+		c.bufs <- &b
+	}
+	c.res.ID, c.res.ManifestKey = opts.ID, key
+	if err := c.run(ctx, total); err != nil {
+		return Result{}, fmt.Errorf("snapshot %s: %w", opts.ID, err)
+	}
+	c.res.Chunks = make([]string, 0, len(c.seen))
+	for sum := range c.seen {
+		c.res.Chunks = append(c.res.Chunks, chunkKey(sum))
+	}
+	slices.Sort(c.res.Chunks)
+	c.res.StoredBytes += c.stored
+	c.res.NewChunks = c.created
+	return c.res, nil
+}
+
+// ManifestKey is the blob key of snapshot id's manifest.
+func ManifestKey(id string) string { return "manifests/" + id }
+
+// run is the pipeline: walk → cut → (workers) → write the manifest, with
+// the manifest streamed to the store as it is written.
+func (c *creator) run(ctx context.Context, total int64) error {
+	g, ctx := errgroup.WithContext(ctx)
+	walked := make(chan *item, walkQueue)
+	ordered := make(chan *item, orderQueue)
+	jobs := make(chan job, c.opts.Workers)
+	// A stage closes its output only when it succeeded: a failed walk
+	// must never look like the end of the tree to the manifest writer
+	// (the error cancels ctx, which every stage heeds).
+	g.Go(func() error {
+		err := panics.Catch(func() error { return c.walk(ctx, walked) })
+		if err == nil {
+			close(walked)
+		}
+		return err
+	})
+	g.Go(func() error {
+		defer close(jobs) // the workers end either way
+		err := panics.Catch(func() error { return c.cut(ctx, walked, ordered, jobs, total) })
+		if err == nil {
+			close(ordered)
+		}
+		return err
+	})
+	var workers sync.WaitGroup
+	for range c.opts.Workers {
+		workers.Add(1)
+		g.Go(func() error {
+			defer workers.Done()
+			return panics.Catch(func() error { return c.work(ctx, jobs) })
+		})
+	}
+	pr, pw := io.Pipe()
+	var manifestSize int64
+	g.Go(func() error {
+		return panics.Catch(func() error {
+			cr := &countingReader{r: pr}
+			created, err := c.store.Put(ctx, c.res.ManifestKey, cr, -1)
+			if err == nil && !created {
+				err = ErrExists
+			}
+			// The writer must not block on a reader that is gone.
+			pr.CloseWithError(errors.Join(err, io.ErrClosedPipe))
+			manifestSize = cr.n
+			if err != nil {
+				return fmt.Errorf("store manifest: %w", err)
+			}
+			return nil
+		})
+	})
+	g.Go(func() error {
+		return panics.Catch(func() error {
+			err := c.writeManifest(ctx, ordered, pw)
+			if err != nil {
+				pw.CloseWithError(err)
+				// Let the cutter and workers stop: the context is
+				// cancelled by the error returned.
+				return err
+			}
+			return pw.Close()
+		})
+	})
+	err := g.Wait()
+	workers.Wait()
+	// Whatever ended early, the files still queued are closed.
+	for len(walked) > 0 {
+		if it := <-walked; it.f != nil {
+			it.f.Close()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	c.res.StoredBytes += manifestSize
+	return nil
+}
+
+// countingReader counts what a Put read.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// measure is the first walk: the bytes of the files Create will read.
+func measure(ctx context.Context, root *files.Root, ignore IgnoreFunc) (int64, error) {
+	var total int64
+	err := root.Walk(ctx, ".", func(rel string, e files.Entry, _ func() (*os.File, error)) error {
+		if rel == "." {
+			return nil
+		}
+		if ignore != nil && ignore(rel, e.IsDir()) {
+			if e.IsDir() {
+				return files.ErrSkipDir
+			}
+			return nil
+		}
+		if e.IsFile() {
+			total += e.Size
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("measure the tree: %w", err)
+	}
+	return total, nil
+}
+
+// walk visits the tree and sends what the manifest records, in walk order
+// (parents first, names in byte order), regular files opened.
+func (c *creator) walk(ctx context.Context, out chan<- *item) error {
+	err := c.root.Walk(ctx, ".", func(rel string, e files.Entry, open func() (*os.File, error)) error {
+		if rel == "." {
+			return nil
+		}
+		if c.opts.Ignore != nil && c.opts.Ignore(rel, e.IsDir()) {
+			if e.IsDir() {
+				return files.ErrSkipDir
+			}
+			return nil
+		}
+		it := &item{en: entry{path: rel, mode: e.Mode.Perm(), mtime: e.ModTime.UnixNano()}}
+		switch {
+		case e.IsDir():
+			it.en.kind = kindDir
+			c.res.Dirs++
+		case e.IsSymlink():
+			target, err := c.root.Readlink(rel)
+			if errors.Is(err, files.ErrNotFound) {
+				return nil // gone meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			if !linkAllowed(rel, target) || !c.root.LinkInside(rel, target) {
+				c.res.Skipped.Links++
+				return nil
+			}
+			it.en.kind, it.en.target, it.en.mode = kindLink, target, 0
+			c.res.Symlinks++
+		case e.IsFile():
+			f, err := open()
+			if errors.Is(err, files.ErrNotFound) || errors.Is(err, files.ErrNotFile) {
+				return nil // gone or replaced meanwhile
+			}
+			if err != nil {
+				return err
+			}
+			if hardLinked(f) {
+				f.Close()
+				c.res.Skipped.HardLinks++
+				return nil
+			}
+			it.en.kind, it.f = kindFile, f
+			c.res.Files++
+		default:
+			c.res.Skipped.Special++
+			return nil
+		}
+		select {
+		case out <- it:
+			return nil
+		case <-ctx.Done():
+			if it.f != nil {
+				it.f.Close()
+			}
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("walk: %w", err)
+	}
+	return nil
+}
+
+// hardLinked reports whether open regular file f has other hard links (a
+// failed stat counts as linked: the file is left out, not read).
+func hardLinked(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Nlink > 1
+}
+
+// cut reads each file and hands its chunks to the workers, and passes
+// every entry on, in order, to the manifest writer.
+func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item, jobs chan<- job, total int64) error {
+	ch, err := newChunker()
+	if err != nil {
+		return err
+	}
+	var done int64
+	progress := func() {
+		if c.opts.Progress != nil {
+			c.opts.Progress(done, max(total, done))
+		}
+	}
+	for {
+		var it *item
+		select {
+		case it = <-in:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if it == nil {
+			break // in was closed: the walk is complete
+		}
+		it.done = make(chan struct{})
+		it.left.Store(1) // the cutter's own hold, dropped once the file is cut
+		if it.f != nil {
+			err := c.cutFile(ctx, ch, it, jobs, &done, progress)
+			it.f.Close()
+			it.f = nil
+			if err != nil {
+				return err
+			}
+		}
+		it.finish()
+		select {
+		case ordered <- it:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if c.opts.Progress != nil {
+		c.opts.Progress(done, done)
+	}
+	return nil
+}
+
+// cutFile cuts one file into jobs.
+func (c *creator) cutFile(ctx context.Context, ch *chunker, it *item, jobs chan<- job, done *int64, progress func()) error {
+	ch.reset(it.f)
+	for {
+		data, err := ch.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
+		}
+		var buf *[]byte
+		select {
+		case buf = <-c.bufs:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		*buf = append((*buf)[:0], data...)
+		ref := &chunkRef{len: int64(len(data))}
+		it.refs = append(it.refs, ref)
+		it.en.size += ref.len
+		it.left.Add(1)
+		select {
+		case jobs <- job{it: it, ref: ref, buf: buf}:
+		case <-ctx.Done():
+			c.bufs <- buf
+			return ctx.Err()
+		}
+		*done += ref.len
+		progress()
+	}
+}
+
+// work hashes, compresses and stores chunks until jobs is closed.
+func (c *creator) work(ctx context.Context, jobs <-chan job) error {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
+	if err != nil {
+		return fmt.Errorf("chunk encoder: %w", err)
+	}
+	defer enc.Close()
+	var out []byte
+	for j := range jobs {
+		err := c.store1(ctx, enc, &out, j)
+		c.bufs <- j.buf
+		if err != nil {
+			return err
+		}
+		j.it.finish()
+	}
+	return nil
+}
+
+// store1 names one chunk and stores it unless it is known, already
+// referenced by this snapshot, or in the store.
+func (c *creator) store1(ctx context.Context, enc *zstd.Encoder, out *[]byte, j job) error {
+	data := (*j.buf)[:j.ref.len]
+	j.ref.sum = sha256.Sum256(data)
+	c.mu.Lock()
+	_, seen := c.seen[j.ref.sum]
+	c.seen[j.ref.sum] = struct{}{}
+	c.mu.Unlock()
+	if seen {
+		// Stored (or being stored) for an earlier chunk of this snapshot;
+		// if that fails, so does the snapshot.
+		return nil
+	}
+	key := j.ref.key()
+	if c.opts.Known != nil && c.opts.Known(key) {
+		return nil
+	}
+	switch _, err := c.store.Stat(ctx, key); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, blob.ErrNotFound):
+		return fmt.Errorf("look up chunk %s: %w", key, err)
+	}
+	*out = enc.EncodeAll(data, (*out)[:0])
+	created, err := c.store.Put(ctx, key, bytes.NewReader(*out), int64(len(*out)))
+	if err != nil {
+		return fmt.Errorf("store chunk %s: %w", key, err)
+	}
+	if created {
+		c.mu.Lock()
+		c.stored += int64(len(*out))
+		c.created++
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// writeManifest writes each entry once its chunks are stored, in order,
+// then the end record: the manifest is complete only when every chunk it
+// names was stored.
+func (c *creator) writeManifest(ctx context.Context, ordered <-chan *item, w io.Writer) error {
+	enc, err := newEncoder(w)
+	if err != nil {
+		return err
+	}
+	for {
+		var it *item
+		select {
+		case it = <-ordered:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if it == nil {
+			break // every entry was cut and written
+		}
+		select {
+		case <-it.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if it.en.kind == kindFile {
+			it.en.chunks = it.en.chunks[:0]
+			for _, r := range it.refs {
+				it.en.chunks = append(it.en.chunks, *r)
+			}
+			c.mu.Lock()
+			c.res.SizeBytes += it.en.size
+			c.mu.Unlock()
+		}
+		if err := enc.add(&it.en); err != nil {
+			return fmt.Errorf("write manifest: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := enc.close(); err != nil {
+		return fmt.Errorf("write manifest: %w", err)
+	}
+	return nil
+}

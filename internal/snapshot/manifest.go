@@ -1,0 +1,440 @@
+package snapshot
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"io/fs"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// The manifest format, version 1 (doc.go tells why it is shaped so). The
+// stored blob is one zstd stream of:
+//
+//	magic    "KILNSNAP"
+//	version  uvarint (1)
+//	header   string chunker ("fastcdc-v1.0.0/262144/1048576/4194304")
+//	entries  one record each, in walk order (see below)
+//	end      'e', uvarint entries, uvarint files, uvarint bytes of content,
+//	         then the SHA-256 of every byte before it (magic to the counts)
+//
+// A record is a kind byte and fields; strings are a uvarint length and the
+// bytes; mode is the permission bits (uvarint), mtime Unix nanoseconds
+// (varint):
+//
+//	'd' path mode mtime
+//	'f' path mode mtime size(uvarint) n(uvarint) n × (sha256[32] len(uvarint))
+//	'l' path mtime target
+const (
+	manifestMagic   = "KILNSNAP"
+	manifestVersion = 1
+)
+
+// Record kinds.
+const (
+	kindDir  byte = 'd'
+	kindFile byte = 'f'
+	kindLink byte = 'l'
+	kindEnd  byte = 'e'
+)
+
+// Bounds a manifest must keep; beyond them it is refused as corrupt, so a
+// hostile one cannot make the reader allocate without bound.
+const (
+	maxStringLen   = 4096    // a path or a link target (files.MaxPathLen)
+	maxFileChunks  = 1 << 20 // chunks of one file: > 1 TiB at the mean chunk size
+	maxHeaderField = 256
+)
+
+// chunkerHeader names the cutter and its sizes; a restore does not need
+// it (chunks are named by content), but a later version that cuts
+// differently can tell the snapshots apart.
+func chunkerHeader() string {
+	return fmt.Sprintf("%s/%d/%d/%d", chunkAlgorithm, minChunk, avgChunk, maxChunk)
+}
+
+// chunkRef is one chunk of a file: the SHA-256 of its bytes (its name in
+// the store) and its length.
+type chunkRef struct {
+	sum [32]byte
+	len int64
+}
+
+// key is the chunk's blob key.
+func (c chunkRef) key() string { return chunkKey(c.sum) }
+
+// chunkKey is the blob key of a chunk of SHA-256 sum:
+// chunks/<first 2 hex>/<64 hex>.
+func chunkKey(sum [32]byte) string {
+	var b [7 + 2 + 1 + 64]byte
+	copy(b[:], "chunks/")
+	hex.Encode(b[7:9], sum[:1])
+	b[9] = '/'
+	hex.Encode(b[10:], sum[:])
+	return string(b[:])
+}
+
+// entry is one record of a manifest.
+type entry struct {
+	kind   byte
+	path   string      // root-relative, cleaned, never "."
+	mode   fs.FileMode // permission bits only
+	mtime  int64       // Unix nanoseconds
+	size   int64       // files: bytes of content (the sum of the chunks)
+	chunks []chunkRef  // files
+	target string      // links
+}
+
+// manifestTotals is what the end record counts.
+type manifestTotals struct {
+	entries, files, bytes int64
+}
+
+// encoder writes a manifest. It writes what it is given: checking entries
+// is the reader's job (a restore trusts nothing it reads), which is also
+// how tests craft hostile manifests.
+type encoder struct {
+	zw   *zstd.Encoder
+	bw   *bufio.Writer
+	sum  hash.Hash
+	mw   io.Writer // bw and sum
+	buf  []byte
+	tot  manifestTotals
+	err  error
+	done bool
+}
+
+// newEncoder starts a manifest on w and writes its magic and header.
+func newEncoder(w io.Writer) (*encoder, error) {
+	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+	if err != nil {
+		return nil, fmt.Errorf("manifest encoder: %w", err)
+	}
+	e := &encoder{zw: zw, bw: bufio.NewWriterSize(zw, 64<<10), sum: sha256.New()}
+	e.mw = io.MultiWriter(e.bw, e.sum)
+	e.buf = append(e.buf[:0], manifestMagic...)
+	e.buf = binary.AppendUvarint(e.buf, manifestVersion)
+	e.buf = appendString(e.buf, chunkerHeader())
+	e.flush()
+	return e, e.err
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func (e *encoder) flush() {
+	if e.err == nil {
+		_, e.err = e.mw.Write(e.buf)
+	}
+	e.buf = e.buf[:0]
+}
+
+// add writes one record.
+func (e *encoder) add(en *entry) error {
+	b := append(e.buf[:0], en.kind)
+	b = appendString(b, en.path)
+	switch en.kind {
+	case kindDir:
+		b = binary.AppendUvarint(b, uint64(en.mode.Perm()))
+		b = binary.AppendVarint(b, en.mtime)
+	case kindFile:
+		b = binary.AppendUvarint(b, uint64(en.mode.Perm()))
+		b = binary.AppendVarint(b, en.mtime)
+		b = binary.AppendUvarint(b, uint64(en.size))
+		b = binary.AppendUvarint(b, uint64(len(en.chunks)))
+		for _, c := range en.chunks {
+			b = append(b, c.sum[:]...)
+			b = binary.AppendUvarint(b, uint64(c.len))
+		}
+		e.tot.files++
+		e.tot.bytes += en.size
+	case kindLink:
+		b = binary.AppendVarint(b, en.mtime)
+		b = appendString(b, en.target)
+	default:
+		return fmt.Errorf("manifest encoder: unknown kind %q", en.kind)
+	}
+	e.tot.entries++
+	e.buf = b
+	e.flush()
+	return e.err
+}
+
+// close writes the end record and ends the zstd stream (not w).
+func (e *encoder) close() error {
+	if e.done {
+		return e.err
+	}
+	e.done = true
+	b := append(e.buf[:0], kindEnd)
+	b = binary.AppendUvarint(b, uint64(e.tot.entries))
+	b = binary.AppendUvarint(b, uint64(e.tot.files))
+	b = binary.AppendUvarint(b, uint64(e.tot.bytes))
+	e.buf = b
+	e.flush()
+	if e.err != nil {
+		return e.err
+	}
+	if _, err := e.bw.Write(e.sum.Sum(nil)); err != nil {
+		return err
+	}
+	if err := e.bw.Flush(); err != nil {
+		return err
+	}
+	return e.zw.Close()
+}
+
+// ErrInvalidManifest is a manifest refused before anything was written:
+// corrupt (truncated, a wrong checksum, an unknown version) or hostile (a
+// path that is not clean and relative, a duplicate, an entry under
+// something that is not a directory, a link leading out of the root,
+// chunks that do not add up to the file's size). It is wrapped with the
+// reason.
+var ErrInvalidManifest = errors.New("invalid snapshot manifest")
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidManifest, fmt.Sprintf(format, args...))
+}
+
+// decoder reads a manifest record by record, without holding more than
+// one: a manifest of any size is read in bounded memory. It checks the
+// format only; validator checks what the entries say.
+type decoder struct {
+	zr     *zstd.Decoder
+	br     *bufio.Reader
+	sum    hash.Hash
+	header string
+	tot    manifestTotals
+	end    bool
+	buf    []byte
+	one    [1]byte
+}
+
+// newDecoder starts reading the manifest r and checks its magic and
+// version. The caller closes it.
+func newDecoder(r io.Reader) (*decoder, error) {
+	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(8<<20), zstd.WithDecoderLowmem(true))
+	if err != nil {
+		return nil, fmt.Errorf("manifest decoder: %w", err)
+	}
+	d := &decoder{zr: zr, br: bufio.NewReaderSize(zr, 64<<10), sum: sha256.New()}
+	magic := make([]byte, len(manifestMagic))
+	if err := d.full(magic); err != nil || string(magic) != manifestMagic {
+		zr.Close()
+		return nil, invalidf("not a snapshot manifest")
+	}
+	v, err := d.uvarint()
+	if err == nil && v != manifestVersion {
+		err = invalidf("version %d (this Kiln reads version %d)", v, manifestVersion)
+	}
+	if err == nil {
+		d.header, err = d.string(maxHeaderField)
+	}
+	if err != nil {
+		zr.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *decoder) close() { d.zr.Close() }
+
+// corrupt turns a read error into ErrInvalidManifest (a manifest that
+// ends early or does not decompress is corrupt), keeping the cause.
+func corrupt(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return invalidf("truncated")
+	}
+	if errors.Is(err, ErrInvalidManifest) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidManifest, err)
+}
+
+// full reads len(p) bytes into the checksum.
+func (d *decoder) full(p []byte) error {
+	if _, err := io.ReadFull(d.br, p); err != nil {
+		return corrupt(err)
+	}
+	d.sum.Write(p)
+	return nil
+}
+
+func (d *decoder) byte() (byte, error) {
+	b, err := d.br.ReadByte()
+	if err != nil {
+		return 0, corrupt(err)
+	}
+	d.one[0] = b
+	d.sum.Write(d.one[:])
+	return b, nil
+}
+
+// sumReader feeds what binary.ReadUvarint reads into the checksum.
+type sumReader struct{ d *decoder }
+
+func (s sumReader) ReadByte() (byte, error) { return s.d.byte() }
+
+func (d *decoder) uvarint() (uint64, error) {
+	v, err := binary.ReadUvarint(sumReader{d})
+	if err != nil {
+		return 0, corrupt(err)
+	}
+	return v, nil
+}
+
+func (d *decoder) varint() (int64, error) {
+	v, err := binary.ReadVarint(sumReader{d})
+	if err != nil {
+		return 0, corrupt(err)
+	}
+	return v, nil
+}
+
+func (d *decoder) string(max int) (string, error) {
+	n, err := d.uvarint()
+	if err != nil {
+		return "", err
+	}
+	if n > uint64(max) {
+		return "", invalidf("a string of %d bytes (at most %d)", n, max)
+	}
+	if cap(d.buf) < int(n) {
+		d.buf = make([]byte, n)
+	}
+	b := d.buf[:n]
+	if err := d.full(b); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// next reads the next record into en (reusing its chunk slice), or
+// returns io.EOF after the end record, once its counts and the checksum
+// were found right and nothing follows it.
+func (d *decoder) next(en *entry) error {
+	if d.end {
+		return io.EOF
+	}
+	kind, err := d.byte()
+	if err != nil {
+		return err
+	}
+	if kind == kindEnd {
+		return d.finish()
+	}
+	*en = entry{kind: kind, chunks: en.chunks[:0]}
+	if en.path, err = d.string(maxStringLen); err != nil {
+		return err
+	}
+	switch kind {
+	case kindDir, kindFile:
+		mode, err := d.uvarint()
+		if err != nil {
+			return err
+		}
+		if mode&^0o777 != 0 {
+			return invalidf("%q: mode %o has bits beyond rwxrwxrwx", en.path, mode)
+		}
+		en.mode = fs.FileMode(mode)
+		if en.mtime, err = d.varint(); err != nil {
+			return err
+		}
+		if kind == kindFile {
+			if err := d.fileChunks(en); err != nil {
+				return err
+			}
+		}
+	case kindLink:
+		if en.mtime, err = d.varint(); err != nil {
+			return err
+		}
+		if en.target, err = d.string(maxStringLen); err != nil {
+			return err
+		}
+	default:
+		return invalidf("unknown record kind %#x", kind)
+	}
+	d.tot.entries++
+	return nil
+}
+
+// fileChunks reads a file record's size and chunk list, checking that
+// every chunk is 1 to maxChunk bytes and that they add up to the size.
+func (d *decoder) fileChunks(en *entry) error {
+	size, err := d.uvarint()
+	if err != nil {
+		return err
+	}
+	n, err := d.uvarint()
+	if err != nil {
+		return err
+	}
+	if n > maxFileChunks || size > 1<<62 {
+		return invalidf("%q: %d chunks, %d bytes", en.path, n, size)
+	}
+	var total uint64
+	for range n {
+		var c chunkRef
+		if err := d.full(c.sum[:]); err != nil {
+			return err
+		}
+		l, err := d.uvarint()
+		if err != nil {
+			return err
+		}
+		if l == 0 || l > maxChunk {
+			return invalidf("%q: a chunk of %d bytes", en.path, l)
+		}
+		c.len = int64(l)
+		total += l
+		en.chunks = append(en.chunks, c)
+	}
+	if total != size {
+		return invalidf("%q: chunks of %d bytes for a size of %d", en.path, total, size)
+	}
+	en.size = int64(size)
+	d.tot.files++
+	d.tot.bytes += en.size
+	return nil
+}
+
+// finish reads the end record: counts, checksum, then nothing.
+func (d *decoder) finish() error {
+	var got [3]uint64
+	for i := range got {
+		v, err := d.uvarint()
+		if err != nil {
+			return err
+		}
+		got[i] = v
+	}
+	if got != [3]uint64{uint64(d.tot.entries), uint64(d.tot.files), uint64(d.tot.bytes)} {
+		return invalidf("the end record counts %v, the manifest holds %d entries, %d files, %d bytes", got, d.tot.entries, d.tot.files, d.tot.bytes)
+	}
+	want := d.sum.Sum(nil)
+	var sum [32]byte
+	if _, err := io.ReadFull(d.br, sum[:]); err != nil {
+		return corrupt(err)
+	}
+	if !bytes.Equal(sum[:], want) {
+		return invalidf("checksum mismatch")
+	}
+	if _, err := d.br.ReadByte(); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return corrupt(err)
+		}
+		return invalidf("data after the end record")
+	}
+	d.end = true
+	return io.EOF
+}

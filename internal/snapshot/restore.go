@@ -1,0 +1,593 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
+	"github.com/kilnhq/kiln/internal/quota"
+)
+
+// ErrCorruptChunk is a stored chunk whose content is not what its name
+// says (its SHA-256 or its length differ, or it does not decompress): the
+// restore stops before anything is swapped in.
+var ErrCorruptChunk = errors.New("snapshot chunk is corrupt")
+
+// RestoreOptions are a restore's settings.
+type RestoreOptions struct {
+	// Ignore is the snapshot's exclusions: entries of the tree it
+	// excludes, and that the snapshot does not hold, are left as they are.
+	// nil excludes none (the tree becomes exactly the snapshot).
+	Ignore IgnoreFunc
+	// Progress, when set, is called with the bytes of file content
+	// written into the staging tree so far and the snapshot's total, one
+	// call at a time (from any goroutine): it must not block.
+	Progress func(done, total int64)
+	// Workers fetch, check and write chunks; 0 means runtime.NumCPU().
+	Workers int
+}
+
+// RestoreResult describes a restore done.
+type RestoreResult struct {
+	Files, Dirs, Symlinks int
+	SizeBytes             int64 // content of the files restored
+	// Replaced counts the entries of the tree that were replaced or
+	// removed (a directory with everything in it counts once).
+	Replaced int
+}
+
+// Names inside the root: the restore's directory (TempPrefix: invisible to
+// Walk, tracked by the reservation while the restore runs) and, inside it,
+// the staged tree, the entries swapped out, and the journal.
+const (
+	restorePrefix = quota.TempPrefix + "restore-"
+	stageTree     = "tree"
+	stageTrash    = "trash"
+	journalName   = "journal"
+	journalTemp   = "journal.tmp"
+)
+
+// Restore makes the tree of root equal to the snapshot stored under
+// manifestKey (see doc.go, "Restore"): every path the snapshot holds gets
+// its content, mode and mtime; every other path is removed unless
+// opts.Ignore excludes it, which is left as it is. The manifest is read
+// and checked whole first (ErrInvalidManifest, nothing written); the tree
+// is then built in a staging directory inside the root, every chunk
+// checked against its name (ErrCorruptChunk), and swapped in under a
+// journal. Until the journal is written (the commit point) an error or
+// ctx's end leaves the tree as it was; after it, the swap is finished
+// even if ctx ends, and a crash is finished by Recover.
+//
+// res is the server's disk reservation: the staged tree is reserved as it
+// is written (files.ErrQuota beyond the limit; the sizes the manifest
+// claims are checked against the free space first). What the swap
+// removed is recorded as a negative change. The caller commits or
+// releases res.
+//
+// Errors: ErrInvalidManifest, ErrCorruptChunk, files.ErrQuota, the
+// store's errors (blob.ErrNotFound for a missing manifest or chunk),
+// ctx.Err(), file system errors; all wrapped.
+func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, store Store, manifestKey string, opts RestoreOptions) (RestoreResult, error) {
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.NumCPU()
+	}
+	var out RestoreResult
+	// First pass: the whole manifest checked, nothing written.
+	var need int64
+	tot, err := scan(ctx, store, manifestKey, func(en *entry) error {
+		switch en.kind {
+		case kindFile:
+			need += quota.Cost(en.size)
+			out.Files++
+		case kindDir:
+			need += quota.EntryCost
+			out.Dirs++
+		case kindLink:
+			need += quota.EntryCost
+			out.Symlinks++
+		}
+		return nil
+	})
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	out.SizeBytes = tot.bytes
+	if need > res.Free() {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
+	}
+
+	rootDir, err := root.OpenDir(".")
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	defer rootDir.Close()
+	rootFD := int(rootDir.Fd())
+	st, err := newStaging(rootFD, res)
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			st.discard(rootFD)
+		}
+	}()
+
+	// Second pass: the tree built in the staging directory.
+	if err := st.build(ctx, store, manifestKey, tot.bytes, opts); err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	if err := unix.Syncfs(st.fd); err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: sync the staged tree: %w", manifestKey, err)
+	}
+	p, err := st.plan(ctx, rootFD, opts.Ignore)
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	// The commit point: from here on, the swap is finished, now or by
+	// Recover.
+	if err := st.commitJournal(); err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	committed = true
+	if err := finish(rootFD, st.name, st.fd); err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: swap (Recover finishes it): %w", manifestKey, err)
+	}
+	st.close()
+	res.Changed(-p.removedCost)
+	out.Replaced = p.replaced
+	return out, nil
+}
+
+// scan reads the manifest under key, checking every entry (validator) and
+// handing it to fn, and returns its totals once its end was checked.
+func scan(ctx context.Context, store Store, key string, fn func(*entry) error) (manifestTotals, error) {
+	rc, err := store.Get(ctx, key)
+	if err != nil {
+		return manifestTotals{}, fmt.Errorf("read manifest: %w", err)
+	}
+	defer rc.Close()
+	d, err := newDecoder(rc)
+	if err != nil {
+		return manifestTotals{}, err
+	}
+	defer d.close()
+	v := newValidator()
+	var en entry
+	for {
+		if err := ctx.Err(); err != nil {
+			return manifestTotals{}, err
+		}
+		err := d.next(&en)
+		if errors.Is(err, io.EOF) {
+			return d.tot, nil
+		}
+		if err != nil {
+			return manifestTotals{}, err
+		}
+		if err := v.check(&en); err != nil {
+			return manifestTotals{}, err
+		}
+		if err := fn(&en); err != nil {
+			return manifestTotals{}, err
+		}
+	}
+}
+
+// ChunkKeys returns the keys of the chunks the manifest under key
+// references, in manifest order, each once (what a collector must keep
+// for it). Errors: ErrInvalidManifest, the store's errors.
+func ChunkKeys(ctx context.Context, store Store, key string) ([]string, error) {
+	seen := make(map[[32]byte]struct{})
+	var keys []string
+	_, err := scan(ctx, store, key, func(en *entry) error {
+		for _, c := range en.chunks {
+			if _, ok := seen[c.sum]; !ok {
+				seen[c.sum] = struct{}{}
+				keys = append(keys, c.key())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chunks of %s: %w", key, err)
+	}
+	return keys, nil
+}
+
+// staging is a restore's directory in the root.
+type staging struct {
+	name    string // in the root
+	fd      int
+	tree    int // fd of stageTree
+	res     *quota.Reservation
+	changed atomic.Int64 // what was recorded on res (undone on discard)
+}
+
+// newStaging makes the restore's directory and its tree directory.
+func newStaging(rootFD int, res *quota.Reservation) (*staging, error) {
+	for range 10 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		name := restorePrefix + hex.EncodeToString(b[:])
+		if err := unix.Mkdirat(rootFD, name, 0o700); errors.Is(err, unix.EEXIST) {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("make the staging directory: %w", err)
+		}
+		st := &staging{name: name, fd: -1, tree: -1, res: res}
+		var err error
+		if st.fd, err = openDirAt(rootFD, name); err == nil {
+			err = res.Track(st.fd) // a walk leaves the staged tree out: res holds its bytes
+		}
+		if err == nil {
+			err = unix.Mkdirat(st.fd, stageTree, 0o700)
+		}
+		if err == nil {
+			err = unix.Mkdirat(st.fd, stageTrash, 0o700)
+		}
+		if err == nil {
+			st.tree, err = openDirAt(st.fd, stageTree)
+		}
+		if err != nil {
+			st.discard(rootFD)
+			return nil, fmt.Errorf("make the staging directory: %w", err)
+		}
+		return st, nil
+	}
+	return nil, errors.New("make the staging directory: no free name")
+}
+
+// close releases the descriptors.
+func (s *staging) close() {
+	if s.tree >= 0 {
+		unix.Close(s.tree)
+		s.tree = -1
+	}
+	if s.fd >= 0 {
+		unix.Close(s.fd)
+		s.fd = -1
+	}
+}
+
+// discard removes the staging directory and undoes what was recorded on
+// the reservation: the restore failed before its commit point.
+func (s *staging) discard(rootFD int) {
+	s.close()
+	_ = quota.RemoveAllAt(rootFD, s.name)
+	s.res.Changed(-s.changed.Load())
+}
+
+// grow reserves n bytes for something about to be staged.
+func (s *staging) grow(n int64) error {
+	if err := s.res.Grow(n); err != nil {
+		return files.ErrQuota
+	}
+	return nil
+}
+
+// made records n bytes staged.
+func (s *staging) made(n int64) {
+	s.res.Changed(n)
+	s.changed.Add(n)
+}
+
+// dirFlags open a directory to work relative to it, never through a
+// symlink.
+const dirFlags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+
+// openDirAt opens directory name of dirfd, never following a symlink.
+func openDirAt(dirfd int, name string) (int, error) {
+	for {
+		fd, err := unix.Openat(dirfd, name, dirFlags, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return -1, &os.PathError{Op: "openat", Path: name, Err: err}
+		}
+		return fd, nil
+	}
+}
+
+// timespec is an mtime in the form utimensat takes (atime = mtime).
+func timespec(ns int64) []unix.Timespec {
+	t := unix.NsecToTimespec(ns)
+	return []unix.Timespec{t, t}
+}
+
+// builder builds the staged tree from the manifest's entries, in order.
+// Directories, links and empty files are made by the reading goroutine;
+// file content is fetched, checked and written (pwrite at the chunk's
+// offset) by the workers, so the chunks of one file are fetched in
+// parallel too.
+type builder struct {
+	st    *staging
+	store Store
+	opts  RestoreOptions
+	total int64
+
+	stack []stagedDir // open directories of the path being built
+	jobs  chan fetch
+
+	mu       sync.Mutex
+	open     map[*stagedFile]struct{} // files still being written
+	done     int64
+	progress sync.Mutex
+}
+
+// stagedDir is an open directory of the staged tree.
+type stagedDir struct {
+	path  string
+	fd    int
+	mtime int64
+}
+
+// stagedFile is a staged file being written.
+type stagedFile struct {
+	fd    int
+	path  string
+	mtime int64
+	left  atomic.Int64 // chunks to write, plus the builder's hold
+	b     *builder
+}
+
+// fetch is one chunk for a worker.
+type fetch struct {
+	f   *stagedFile
+	ref chunkRef
+	off int64
+}
+
+// build reads the manifest again (checking it again: the store might not
+// answer the same) and builds the tree.
+func (s *staging) build(ctx context.Context, store Store, key string, total int64, opts RestoreOptions) error {
+	b := &builder{st: s, store: store, opts: opts, total: total,
+		stack: []stagedDir{{path: ".", fd: s.tree}},
+		jobs:  make(chan fetch, 2*opts.Workers),
+		open:  make(map[*stagedFile]struct{})}
+	defer b.closeAll()
+	g, gctx := errgroup.WithContext(ctx)
+	for range opts.Workers {
+		g.Go(func() error { return panics.Catch(func() error { return b.work(gctx) }) })
+	}
+	g.Go(func() error {
+		defer close(b.jobs)
+		return panics.Catch(func() error {
+			if _, err := scan(gctx, store, key, func(en *entry) error { return b.add(gctx, en) }); err != nil {
+				return err
+			}
+			return b.popTo(".")
+		})
+	})
+	return g.Wait()
+}
+
+// closeAll closes the directories and files left open (an error stopped
+// the build).
+func (b *builder) closeAll() {
+	for _, d := range b.stack[1:] {
+		unix.Close(d.fd)
+	}
+	b.stack = b.stack[:1]
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for f := range b.open {
+		unix.Close(f.fd)
+	}
+	clear(b.open)
+}
+
+// popTo closes the directories of the stack below parent, setting their
+// mtimes now that their entries are made.
+func (b *builder) popTo(parent string) error {
+	for len(b.stack) > 1 && b.stack[len(b.stack)-1].path != parent {
+		d := b.stack[len(b.stack)-1]
+		b.stack = b.stack[:len(b.stack)-1]
+		up := b.stack[len(b.stack)-1].fd
+		err := unix.UtimesNanoAt(up, path.Base(d.path), timespec(d.mtime), unix.AT_SYMLINK_NOFOLLOW)
+		unix.Close(d.fd)
+		if err != nil {
+			return fmt.Errorf("set the mtime of %s: %w", files.Display(d.path), err)
+		}
+	}
+	if b.stack[len(b.stack)-1].path != parent {
+		return fmt.Errorf("%w: %q is not an open directory", ErrInvalidManifest, parent)
+	}
+	return nil
+}
+
+// add stages one entry.
+func (b *builder) add(ctx context.Context, en *entry) error {
+	if err := b.popTo(path.Dir(en.path)); err != nil {
+		return err
+	}
+	dir := b.stack[len(b.stack)-1].fd
+	name := path.Base(en.path)
+	switch en.kind {
+	case kindDir:
+		if err := b.st.grow(quota.EntryCost); err != nil {
+			return err
+		}
+		if err := unix.Mkdirat(dir, name, 0o700); err != nil {
+			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+		}
+		b.st.made(quota.EntryCost)
+		fd, err := openDirAt(dir, name)
+		if err != nil {
+			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+		}
+		// A directory always keeps its owner's rwx (files' rule).
+		if err := unix.Fchmod(fd, uint32(en.mode.Perm()|0o700)); err != nil {
+			unix.Close(fd)
+			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+		}
+		b.stack = append(b.stack, stagedDir{path: en.path, fd: fd, mtime: en.mtime})
+	case kindLink:
+		if err := b.st.grow(quota.EntryCost); err != nil {
+			return err
+		}
+		if err := unix.Symlinkat(en.target, dir, name); err != nil {
+			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+		}
+		b.st.made(quota.EntryCost)
+		if err := unix.UtimesNanoAt(dir, name, timespec(en.mtime), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+		}
+	case kindFile:
+		return b.addFile(ctx, dir, name, en)
+	}
+	return nil
+}
+
+// addFile creates a staged file and hands its chunks to the workers. The
+// file's whole cost is reserved first: its size is the sum of its chunks,
+// and every chunk is checked to be exactly its length before it is
+// written, so what is reserved is what is written.
+func (b *builder) addFile(ctx context.Context, dir int, name string, en *entry) error {
+	cost := quota.Cost(en.size)
+	if err := b.st.grow(cost); err != nil {
+		return err
+	}
+	fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(en.mode.Perm()))
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+	}
+	b.st.made(cost)
+	f := &stagedFile{fd: fd, path: en.path, mtime: en.mtime, b: b}
+	b.mu.Lock()
+	b.open[f] = struct{}{}
+	b.mu.Unlock()
+	// The umask may have narrowed the mode openat was given.
+	if err := unix.Fchmod(fd, uint32(en.mode.Perm())); err != nil {
+		return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+	}
+	f.left.Store(int64(len(en.chunks)) + 1)
+	var off int64
+	for _, c := range en.chunks {
+		select {
+		case b.jobs <- fetch{f: f, ref: c, off: off}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		off += c.len
+	}
+	return f.finish()
+}
+
+// finish drops one hold on the file; the last sets its mtime and closes it.
+func (f *stagedFile) finish() error {
+	if f.left.Add(-1) != 0 {
+		return nil
+	}
+	f.b.mu.Lock()
+	delete(f.b.open, f)
+	f.b.mu.Unlock()
+	err := unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(f.fd), timespec(f.mtime), 0)
+	if cerr := unix.Close(f.fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("stage %s: %w", files.Display(f.path), err)
+	}
+	return nil
+}
+
+// work fetches chunks, checks them and writes them into their files.
+func (b *builder) work(ctx context.Context) error {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*maxChunk))
+	if err != nil {
+		return fmt.Errorf("chunk decoder: %w", err)
+	}
+	defer dec.Close()
+	var comp, data []byte
+	for j := range b.jobs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if data, err = b.fetch(ctx, dec, j.ref, &comp, data); err != nil {
+			return fmt.Errorf("stage %s: %w", files.Display(j.f.path), err)
+		}
+		if err := pwriteAll(j.f.fd, data, j.off); err != nil {
+			return fmt.Errorf("stage %s: %w", files.Display(j.f.path), err)
+		}
+		if err := j.f.finish(); err != nil {
+			return err
+		}
+		if b.opts.Progress != nil {
+			b.progress.Lock()
+			b.done += j.ref.len
+			b.opts.Progress(b.done, b.total)
+			b.progress.Unlock()
+		}
+	}
+	return nil
+}
+
+// fetch reads chunk ref from the store into data (reused) and checks it:
+// it must decompress to exactly ref.len bytes whose SHA-256 is its name.
+func (b *builder) fetch(ctx context.Context, dec *zstd.Decoder, ref chunkRef, comp *[]byte, data []byte) ([]byte, error) {
+	key := ref.key()
+	rc, err := b.store.Get(ctx, key)
+	if err != nil {
+		return data, fmt.Errorf("read chunk %s: %w", key, err)
+	}
+	buf := bytes.NewBuffer((*comp)[:0])
+	// A compressed chunk is never much larger than maxChunk; one that is
+	// is not a chunk of ours.
+	_, err = buf.ReadFrom(io.LimitReader(rc, 2*maxChunk+1))
+	rc.Close()
+	if err != nil {
+		return data, fmt.Errorf("read chunk %s: %w", key, err)
+	}
+	*comp = buf.Bytes()
+	if len(*comp) > 2*maxChunk {
+		return data, fmt.Errorf("%w: %s is %d bytes compressed", ErrCorruptChunk, key, len(*comp))
+	}
+	data, err = dec.DecodeAll(*comp, data[:0])
+	if err != nil {
+		return data, fmt.Errorf("%w: %s: %w", ErrCorruptChunk, key, err)
+	}
+	if int64(len(data)) != ref.len || sha256.Sum256(data) != ref.sum {
+		return data, fmt.Errorf("%w: %s does not hold what its name says", ErrCorruptChunk, key)
+	}
+	return data, nil
+}
+
+// pwriteAll writes all of p at off.
+func pwriteAll(fd int, p []byte, off int64) error {
+	for len(p) > 0 {
+		n, err := unix.Pwrite(fd, p, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrShortWrite
+		}
+		p, off = p[n:], off+int64(n)
+	}
+	return nil
+}
