@@ -19,12 +19,27 @@
 //     executed again, the others are, and each step converges (create
 //     finds the server made before the crash, update sets the same
 //     values), so a resumed run never duplicates an object.
-//   - Servers and proxies, for now. A version with dbservices, or a server
-//     with properties or an image, fails the run at planning with failure
-//     class validation and a sentence saying so, before anything is
-//     changed. Replace and delete need a snapshot of the old server first
-//     and snapshots are not built yet: such a step fails with class
-//     internal and destroys nothing.
+//   - Servers, proxies and dbservices. A server with properties or an
+//     image fails the run at planning with failure class validation and a
+//     sentence saying so, before anything is changed. Replace and delete
+//     of a server need a snapshot of the old server first and snapshots
+//     are not built yet: such a step fails with class internal and
+//     destroys nothing.
+//   - Dbservices (database.go, internal/dbservice): created and updated
+//     first (their tier comes before the servers'), so a server attached
+//     to one finds its credentials when it starts. The planner puts the
+//     names of the dbservices attached to a server into its desired state,
+//     so attaching or detaching updates the server, and the update
+//     restarts it (servers.Change.Restart) to give it the new environment.
+//     A dbservice about to be deleted is detached from every server before
+//     any step runs, so the servers restarted before its delete step no
+//     longer get its credentials; its delete drops the database and user.
+//     Changing a dbservice's engine (a replace) is refused at planning
+//     with class validation: it would drop the database and Kiln cannot
+//     snapshot one. No host of the engine fails the step with class
+//     capacity and a sentence naming `kiln admin dbhost add`; a host that
+//     fails (unreachable, login refused) is class dependency, retried as
+//     a transient failure first.
 //   - Proxies (proxy.go): after the install, the proxy's own config file
 //     (velocity.toml or config.yml) gets its backends — the servers of the
 //     configuration it names, at the addresses Kiln gave them — the try
