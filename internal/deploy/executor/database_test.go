@@ -18,6 +18,7 @@ import (
 	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
@@ -102,7 +103,7 @@ func testDatabasesApplied(t *testing.T, db *store.DB, engine, dsn string) {
 		t.Fatal(err)
 	}
 	dbs := dbservice.NewService(db, box, nil)
-	e := newEnvWith(t, db, servers.Options{Injected: dbs})
+	e := newEnvWith(t, db, serverstest.Options{Servers: servers.Options{Injected: dbs}})
 	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: "inst_db", Poll: 20 * time.Millisecond,
 		Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second, Databases: dbs})
 	rctx, cancel := context.WithCancel(context.Background())

@@ -32,11 +32,11 @@ type env struct {
 
 func newEnv(t *testing.T, db *store.DB) *env {
 	t.Helper()
-	return newEnvWith(t, db, servers.Options{})
+	return newEnvWith(t, db, serverstest.Options{})
 }
 
-// newEnvWith is newEnv with the servers' options so.
-func newEnvWith(t *testing.T, db *store.DB, so servers.Options) *env {
+// newEnvWith is newEnv with the servers' test options so.
+func newEnvWith(t *testing.T, db *store.DB, so serverstest.Options) *env {
 	t.Helper()
 	a, err := auth.NewService(t.Context(), db)
 	if err != nil {
@@ -50,7 +50,8 @@ func newEnvWith(t *testing.T, db *store.DB, so servers.Options) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	se := serverstest.New(t, db, serverstest.Options{Ports: 10, Servers: so})
+	so.Ports = 10
+	se := serverstest.New(t, db, so)
 	return &env{t: t, teamID: tm.ID, db: db, srv: se.Service, srvEnv: se, dep: deploy.New(db, se.Catalog), q: runs.New(db, runs.Options{})}
 }
 
