@@ -1,12 +1,10 @@
 package api
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
 	"github.com/kilnhq/kiln/internal/deploy"
-	"github.com/kilnhq/kiln/internal/deploy/runs"
 )
 
 // configurationJSON is the seed's Configuration; latest_pushed_* are null
@@ -123,37 +121,10 @@ func (s *Server) updateConfiguration(w http.ResponseWriter, r *http.Request) err
 
 func (s *Server) deleteConfiguration(w http.ResponseWriter, r *http.Request) error {
 	ctx, team, id := r.Context(), principal(r).TeamID, r.PathValue("configurationId")
-	if err := s.refuseBusy(ctx, team, id); err != nil {
-		return err
-	}
 	if err := s.deps.Deploy.Delete(ctx, team, id); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "deleted": true})
-	return nil
-}
-
-// errBusy refuses to delete a configuration with an open run: the delete
-// would take the run with it (runs cascade), under its executor's feet.
-var errBusy = newHTTPError(http.StatusConflict, codeConfigBusy,
-	"a run of the configuration is queued or executing; cancel it or wait for it to finish")
-
-// refuseBusy returns errBusy when a run of the team's configuration is
-// queued or executing (nothing without a run queue). A run queued after
-// this look and before the delete goes with the configuration.
-func (s *Server) refuseBusy(ctx context.Context, team, id string) error {
-	if s.deps.Runs == nil {
-		return nil
-	}
-	for _, st := range []runs.Status{runs.Queued, runs.Planning, runs.Executing, runs.Finalizing} {
-		open, err := s.deps.Runs.List(ctx, team, id, st, 1)
-		if err != nil {
-			return err
-		}
-		if len(open) > 0 {
-			return errBusy
-		}
-	}
 	return nil
 }
 

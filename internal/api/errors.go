@@ -146,6 +146,8 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeNotPushed}
 	case errors.Is(err, deploy.ErrInUse):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigInUse}
+	case errors.Is(err, deploy.ErrBusy):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigBusy}
 	case errors.Is(err, runs.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "run not found", Code: codeRunNotFound}
 	case errors.Is(err, runs.ErrConfigurationNotFound):

@@ -23,6 +23,7 @@ var (
 	ErrVersionNotFound = errors.New("configuration version not found")
 	ErrNameTaken       = errors.New("the team already has a configuration of that name")
 	ErrInUse           = errors.New("the configuration still owns deployed resources; remove them from its spec and apply it first")
+	ErrBusy            = errors.New("a run of the configuration is queued or executing; cancel it or wait for it to finish")
 )
 
 // Limits of the configuration fields (api.md §2; doc.go for the ones the
@@ -312,13 +313,32 @@ func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Confi
 	return out, nil
 }
 
-// Delete removes a configuration and its versions. Errors: ErrNotFound,
-// ErrInUse while a server, proxy or database (dbservice) created by one of
-// its runs still exists.
+// Delete removes a configuration and its versions (and its finished runs,
+// which cascade). Errors: ErrNotFound, ErrBusy while one of its runs is
+// queued or executing (the delete would take it from under its
+// executor), ErrInUse while a server, proxy or database (dbservice)
+// created by one of its runs still exists.
 func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	return s.db.Tx(ctx, func(tx *sql.Tx) error {
+		if s.db.Dialect() == store.Postgres {
+			// A run queued meanwhile checks its configuration's key (FOR
+			// KEY SHARE), which this lock makes wait: it is seen by the
+			// count below, or it fails because the configuration is gone.
+			// SQLite has one writer anyway.
+			if _, err := tx.ExecContext(ctx, `SELECT id FROM configurations WHERE id = $1 FOR UPDATE`, id); err != nil {
+				return fmt.Errorf("lock configuration: %w", err)
+			}
+		}
 		if _, err := s.get(ctx, tx, teamID, id); err != nil {
 			return err
+		}
+		var open int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM runs WHERE configuration_id = $1
+			AND status IN ('queued', 'planning', 'executing', 'finalizing')`, id).Scan(&open); err != nil {
+			return fmt.Errorf("count open runs: %w", err)
+		}
+		if open > 0 {
+			return ErrBusy
 		}
 		var n int
 		if err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM servers WHERE configuration_id = $1)

@@ -154,6 +154,22 @@ func TestConfigurations(t *testing.T) {
 		if _, err := db.Write().ExecContext(ctx, `DELETE FROM servers`); err != nil {
 			t.Fatal(err)
 		}
+		// Refused while a run of it is queued (or executing); a finished
+		// run goes with it.
+		v, _, err := s.Push(ctx, "team_a", cfg.ID, "user:test", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Write().ExecContext(ctx, `INSERT INTO runs (id, team_id, configuration_id, version_id, status, created_by, created_at, updated_at)
+			VALUES ('run_1', 'team_a', $1, $2, 'queued', 'user:test', 1, 1)`, cfg.ID, v.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, "team_a", cfg.ID); !errors.Is(err, ErrBusy) {
+			t.Fatalf("Delete with a queued run = %v, want ErrBusy", err)
+		}
+		if _, err := db.Write().ExecContext(ctx, `UPDATE runs SET status = 'succeeded'`); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.Delete(ctx, "team_b", cfg.ID); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("Delete by another team = %v", err)
 		}
