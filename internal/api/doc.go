@@ -95,8 +95,8 @@
 //     before it is planned. The per-kind counts read the pushed version's
 //     top-level mappings, not spec.Parse against today's catalog. Deleting
 //     a configuration with an open run is 409 CONFIGURATION_BUSY (its runs
-//     would go with it); the check precedes the delete, not in its
-//     transaction.
+//     would go with it), decided in the delete's transaction
+//     (deploy.ErrBusy).
 //
 // It must never contain domain logic or SQL, and never log a token, a
 // request body or an Authorization header.
