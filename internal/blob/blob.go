@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,7 +16,9 @@ import (
 var ErrNotFound = errors.New("blob not found")
 
 // ErrInvalidKey is returned (wrapped, with the reason) for a key or a List
-// prefix that breaks the key rules (see ValidateKey).
+// prefix that breaks the key rules (see ValidateKey), or a backend's
+// narrower limit: the file backend takes segments of at most 255 bytes (a
+// file name), the S3 backend at most 1,024 bytes of prefix and key.
 var ErrInvalidKey = errors.New("invalid blob key")
 
 // MaxKeyLen is the longest key, in bytes.
@@ -60,17 +63,18 @@ type Options struct {
 	// AccessKeyID and SecretAccessKey sign S3 requests. Both empty means
 	// anonymous requests. The file backend ignores them.
 	AccessKeyID     string
-	SecretAccessKey string
-	// Transport carries the S3 backend's requests; nil means a clone of
-	// http.DefaultTransport.
+	SecretAccessKey string `json:"-"`
+	// Transport carries the S3 backend's requests; nil means minio-go's
+	// default (http.DefaultTransport's settings).
 	Transport http.RoundTripper
 	// CleanBefore: the file backend removes its temporary files (writes
 	// in flight, so leftovers of a crash) modified before this time when it
 	// opens. cmd/kiln passes the time the process started; zero removes
 	// none.
 	CleanBefore time.Time
-	// PartSize is the S3 multipart part size for a Put of unknown size, and
-	// so the memory such a Put holds; 0 means 16 MiB (at least 5 MiB).
+	// PartSize is the S3 backend's part size: a larger blob is a
+	// multipart upload of parts this size, and a Put holds at most one part
+	// in memory. 0 means 16 MiB; S3's minimum is 5 MiB.
 	PartSize int64
 }
 
@@ -82,6 +86,11 @@ func (o Options) String() string {
 
 // GoString is String, so %#v does not print the secret either.
 func (o Options) GoString() string { return o.String() }
+
+// LogValue is what log/slog records of o: no secret.
+func (o Options) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("access_key_id", o.AccessKeyID), slog.String("secret_access_key", redacted(o.SecretAccessKey)))
+}
 
 func redacted(s string) string {
 	if s == "" {
@@ -95,9 +104,9 @@ func redacted(s string) string {
 //	file:///abs/dir                                  a local directory (created if missing)
 //	s3://bucket/prefix?endpoint=URL&region=REGION     an S3-compatible bucket, path-style
 //
-// For s3, endpoint is the server's base URL (https://…; http:// only for a
-// loopback address), region defaults to us-east-1 and prefix (optional) is
-// put before every key. Open checks the URL, not the server: the first
+// For s3, endpoint is the server's base URL (https://…; http:// to a
+// loopback address, or to another host with insecure=true), region
+// defaults to us-east-1 and prefix (optional) is put before every key. Open checks the URL, not the server: the first
 // request reports an unreachable endpoint or refused credentials.
 func Open(ctx context.Context, rawURL string, opts Options) (Store, error) {
 	u, err := url.Parse(rawURL)
@@ -106,11 +115,21 @@ func Open(ctx context.Context, rawURL string, opts Options) (Store, error) {
 		// contract, but keep the message short anyway.
 		return nil, fmt.Errorf("open blob store: invalid URL: %w", errors.Unwrap(err))
 	}
+	// Each case returns on error itself: a nil *fileStore in a Store
+	// would not be a nil Store.
 	switch u.Scheme {
 	case "file":
-		return openFile(ctx, u, opts)
+		s, err := openFile(ctx, u, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case "s3":
-		return openS3(ctx, u, opts)
+		s, err := openS3(ctx, u, opts)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	default:
 		return nil, fmt.Errorf("open blob store: unsupported scheme %q (want file:// or s3://)", u.Scheme)
 	}
@@ -175,40 +194,63 @@ func checkPrefix(prefix string) error {
 
 // sizeReader reads exactly size bytes from r (size >= 0) or everything
 // (size < 0), failing when r ends early or, for a known size, holds more;
-// it also stops when ctx is done.
+// it also stops when ctx is done. An excess is found before the last bytes
+// are handed on, so the write they were for fails instead of completing.
 type sizeReader struct {
 	ctx  context.Context
 	r    io.Reader
 	size int64 // -1: unknown
 	n    int64
+	done bool // r was found to end at size
 }
 
 func (s *sizeReader) Read(p []byte) (int, error) {
 	if err := s.ctx.Err(); err != nil {
 		return 0, err
 	}
-	if s.size >= 0 {
-		if s.n == s.size {
-			// Ask for one more byte: a reader longer than its declared
-			// size is the caller's mistake, not something to cut silently.
-			var b [1]byte
-			n, err := io.ReadFull(s.r, b[:])
-			if n > 0 {
-				return 0, fmt.Errorf("reader holds more than the declared %d bytes", s.size)
-			}
-			if err != nil && err != io.EOF {
-				return 0, err
-			}
-			return 0, io.EOF
-		}
-		if rest := s.size - s.n; int64(len(p)) > rest {
-			p = p[:rest]
-		}
+	if s.size < 0 {
+		n, err := s.r.Read(p)
+		s.n += int64(n)
+		return n, err
+	}
+	if s.done {
+		return 0, io.EOF
+	}
+	rest := s.size - s.n
+	if rest == 0 {
+		return 0, s.end()
+	}
+	if int64(len(p)) > rest {
+		p = p[:rest]
 	}
 	n, err := s.r.Read(p)
 	s.n += int64(n)
-	if err == io.EOF && s.size >= 0 && s.n < s.size {
-		err = fmt.Errorf("reader ended after %d of the declared %d bytes: %w", s.n, s.size, io.ErrUnexpectedEOF)
+	switch {
+	case s.n == s.size && err == io.EOF:
+		s.done = true
+		return n, io.EOF
+	case s.n == s.size && err == nil:
+		if err := s.end(); err != io.EOF {
+			return 0, err
+		}
+		return n, io.EOF
+	case err == io.EOF:
+		return n, fmt.Errorf("reader ended after %d of the declared %d bytes: %w", s.n, s.size, io.ErrUnexpectedEOF)
 	}
 	return n, err
+}
+
+// end checks that r holds nothing past the declared size: io.EOF if so.
+func (s *sizeReader) end() error {
+	var b [1]byte
+	n, err := io.ReadFull(s.r, b[:])
+	switch {
+	case n > 0:
+		return fmt.Errorf("reader holds more than the declared %d bytes", s.size)
+	case err == io.EOF:
+		s.done = true
+		return io.EOF
+	default:
+		return err
+	}
 }

@@ -100,7 +100,7 @@ func (s *fileStore) String() string {
 // system lacks that flag), so the blob appears whole or not at all and an
 // existing one is never replaced; then it syncs key's directory.
 func (s *fileStore) Put(ctx context.Context, key string, r io.Reader, size int64) (created bool, err error) {
-	if err := ValidateKey(key); err != nil {
+	if err := checkFileKey(key); err != nil {
 		return false, fmt.Errorf("put: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -220,6 +220,23 @@ func (s *fileStore) syncDir(dir string) error {
 	return nil
 }
 
+// nameMax is the longest file name Linux file systems take (NAME_MAX).
+const nameMax = 255
+
+// checkFileKey is ValidateKey, and each segment a file name this backend
+// can create.
+func checkFileKey(key string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	for seg := range strings.SplitSeq(key, "/") {
+		if len(seg) > nameMax {
+			return fmt.Errorf("%w %q: a segment longer than the %d bytes of a file name", ErrInvalidKey, key, nameMax)
+		}
+	}
+	return nil
+}
+
 // splitKey splits key into its directory ("." for the top) and its name.
 func splitKey(key string) (dir, name string) {
 	i := strings.LastIndexByte(key, '/')
@@ -237,7 +254,7 @@ func notFound(err error) bool {
 
 // Get opens key's file. A directory (of other keys) is not a blob.
 func (s *fileStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := checkFileKey(key); err != nil {
 		return nil, fmt.Errorf("get: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -264,7 +281,7 @@ func (s *fileStore) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 
 // Stat describes key's file. A directory (of other keys) is not a blob.
 func (s *fileStore) Stat(ctx context.Context, key string) (Info, error) {
-	if err := ValidateKey(key); err != nil {
+	if err := checkFileKey(key); err != nil {
 		return Info{}, fmt.Errorf("stat: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -288,7 +305,7 @@ func (s *fileStore) Stat(ctx context.Context, key string) (Info, error) {
 // a manifest before the chunks only it referenced). Directories stay: a
 // Put racing a Delete never finds its directory gone.
 func (s *fileStore) Delete(ctx context.Context, key string) error {
-	if err := ValidateKey(key); err != nil {
+	if err := checkFileKey(key); err != nil {
 		return fmt.Errorf("delete: %w", err)
 	}
 	if err := ctx.Err(); err != nil {

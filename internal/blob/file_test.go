@@ -184,3 +184,17 @@ func FuzzValidateKey(f *testing.F) {
 		}
 	})
 }
+
+// A segment longer than a file name is an invalid key here, not an I/O
+// error.
+func TestFileLongSegment(t *testing.T) {
+	s := openFileStore(t, t.TempDir(), Options{})
+	key := "manifests/" + strings.Repeat("a", nameMax+1)
+	if _, err := s.Put(t.Context(), key, strings.NewReader("x"), 1); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("Put(a %d-byte segment) error = %v, want ErrInvalidKey", nameMax+1, err)
+	}
+	if _, err := s.Stat(t.Context(), key); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("Stat(a %d-byte segment) error = %v, want ErrInvalidKey", nameMax+1, err)
+	}
+	put(t, s, "manifests/"+strings.Repeat("a", nameMax), []byte("x"))
+}
