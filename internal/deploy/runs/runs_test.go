@@ -810,13 +810,15 @@ func raceClaims(t *testing.T, e *env, queues []*runs.Queue) {
 	}
 }
 
-// TestConfigurationDelete: a deleted configuration's runs go with it.
+// TestConfigurationDelete: a deleted configuration's runs go with it; it
+// is refused while one of them is queued or executing.
 func TestConfigurationDelete(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		e := newEnv(t, db)
 		a := e.config(t, "team_a", "a")
 		r := e.enqueue(t, "team_a", a)
-		if _, _, err := e.q.Enqueue(t.Context(), "team_a", a.id, a.version, "user:a", "key"); err != nil {
+		queued, _, err := e.q.Enqueue(t.Context(), "team_a", a.id, a.version, "user:a", "key")
+		if err != nil {
 			t.Fatal(err)
 		}
 		e.mustClaim(t, "inst_one", r.ID)
@@ -825,8 +827,14 @@ func TestConfigurationDelete(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.finish(t, r.ID, "inst_one")
+		if err := e.cfgs.Delete(t.Context(), "team_a", a.id); !errors.Is(err, deploy.ErrBusy) {
+			t.Fatalf("Delete with a queued run = %v, want deploy.ErrBusy", err)
+		}
+		if _, err := e.q.RequestCancel(t.Context(), "team_a", queued.ID); err != nil {
+			t.Fatal(err)
+		}
 		if err := e.cfgs.Delete(t.Context(), "team_a", a.id); err != nil {
-			t.Fatalf("Delete of a configuration with runs = %v", err)
+			t.Fatalf("Delete of a configuration with finished runs = %v", err)
 		}
 		for _, table := range []string{"runs", "run_resources", "run_events", "run_idempotency_keys"} {
 			if n := count(t, db, `SELECT count(*) FROM `+table); n != 0 {
