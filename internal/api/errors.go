@@ -91,6 +91,9 @@ func apiError(err error) (int, errorBody) {
 		_ = mbe
 		return http.StatusRequestEntityTooLarge, errorBody{Error: "request body is too large", Code: codePayloadTooLarge}
 	}
+	if oe, ok := errors.AsType[*servers.OtherNodeError](err); ok {
+		return http.StatusConflict, errorBody{Error: oe.Error(), Code: codeConflict}
+	}
 	switch {
 	case errors.Is(err, auth.ErrInvalidToken):
 		return http.StatusUnauthorized, errorBody{Error: "missing, malformed, unknown or revoked bearer token", Code: codeInvalidToken}

@@ -348,7 +348,7 @@ func (s *Service) installFailed(ctx context.Context, l *live, id string, cause e
 // keeping world files; a running server is stopped first and started again
 // afterwards. Errors: ErrNotFound, ErrInstalling, ErrOwned, *validate.Error.
 func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version string) error {
-	sv, err := s.Get(ctx, teamID, id)
+	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
@@ -400,7 +400,7 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 // no server owns, which Run removes at the next start. Errors: ErrNotFound,
 // ErrOwned.
 func (s *Service) Delete(ctx context.Context, teamID, id string) error {
-	sv, err := s.Get(ctx, teamID, id)
+	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
 		return err
 	}

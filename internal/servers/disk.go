@@ -22,7 +22,7 @@ func (d Disk) Free() int64 { return max(0, d.LimitBytes-d.UsedBytes) }
 // user-named path below it must go through the files resolver, never be
 // joined onto it by hand. Errors: ErrNotFound.
 func (s *Service) Root(ctx context.Context, teamID, id string) (string, error) {
-	if _, err := s.Get(ctx, teamID, id); err != nil {
+	if _, err := s.getLocal(ctx, teamID, id); err != nil {
 		return "", err
 	}
 	return s.node.Root(id), nil
@@ -50,7 +50,7 @@ type Access struct {
 // operation of unknown effect made stale (DiskChanged), is walked before
 // the write.
 func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Access, error) {
-	sv, err := s.Get(ctx, teamID, id)
+	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
 		return Access{}, err
 	}

@@ -96,7 +96,7 @@ func (l *live) resources() Resources {
 // recorded; the action itself proceeds in the background. Errors:
 // ErrNotFound, ErrInstalling, *validate.Error.
 func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
-	sv, err := s.Get(ctx, teamID, id)
+	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func (s *Service) Command(ctx context.Context, teamID, id, line string) error {
 	if err := validCommand(line); err != nil {
 		return err
 	}
-	if _, err := s.Get(ctx, teamID, id); err != nil {
+	if _, err := s.getLocal(ctx, teamID, id); err != nil {
 		return err
 	}
 	inst := s.liveOf(id).instance()
@@ -203,7 +203,7 @@ func (s *Service) Command(ctx context.Context, teamID, id, line string) error {
 
 // Console returns the last n console lines (oldest first).
 func (s *Service) Console(ctx context.Context, teamID, id string, n int) ([]string, error) {
-	if _, err := s.Get(ctx, teamID, id); err != nil {
+	if _, err := s.getLocal(ctx, teamID, id); err != nil {
 		return nil, err
 	}
 	return s.liveOf(id).console.tail(n), nil
@@ -213,7 +213,7 @@ func (s *Service) Console(ctx context.Context, teamID, id string, n int) ([]stri
 // channel closes when the subscriber falls behind, the server is deleted
 // or the service stops. Errors: ErrNotFound, ErrTooManyStreams.
 func (s *Service) Stream(ctx context.Context, teamID, id string) (<-chan Event, func(), error) {
-	if _, err := s.Get(ctx, teamID, id); err != nil {
+	if _, err := s.getLocal(ctx, teamID, id); err != nil {
 		return nil, nil, err
 	}
 	return s.liveOf(id).console.subscribe()

@@ -86,7 +86,7 @@ type Change struct {
 // ErrInstalling (try again once installed), *validate.Error,
 // *TeamLimitError.
 func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Change) (Server, error) {
-	sv, err := s.FindOwned(ctx, teamID, o)
+	sv, err := s.findOwnedLocal(ctx, teamID, o)
 	if err != nil {
 		return Server{}, err
 	}
@@ -145,7 +145,7 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 // DeleteOwned deletes the server made for o, as Delete does for a server
 // made by hand; none (already deleted: a resumed step) is not an error.
 func (s *Service) DeleteOwned(ctx context.Context, teamID string, o Owner) error {
-	sv, err := s.FindOwned(ctx, teamID, o)
+	sv, err := s.findOwnedLocal(ctx, teamID, o)
 	if errors.Is(err, ErrNotFound) {
 		return nil
 	}

@@ -262,6 +262,36 @@ func (s *Service) listRows(ctx context.Context, teamID string) ([]Server, error)
 	return out, nil
 }
 
+// OtherNodeError refuses an operation on a server another node runs (with
+// PostgreSQL, replicas on several hosts share the servers table, and each
+// manages only its own node's processes and files).
+type OtherNodeError struct {
+	Node, Here string
+}
+
+func (e *OtherNodeError) Error() string {
+	return fmt.Sprintf("the server runs on node %q and this Kiln process manages node %q; send the request to that node's Kiln", e.Node, e.Here)
+}
+
+// getLocal is Get for an operation on the server's processes or files:
+// a server of another node is *OtherNodeError.
+func (s *Service) getLocal(ctx context.Context, teamID, id string) (Server, error) {
+	sv, err := s.Get(ctx, teamID, id)
+	if err == nil && sv.Node != s.node.Name() {
+		return Server{}, &OtherNodeError{Node: sv.Node, Here: s.node.Name()}
+	}
+	return sv, err
+}
+
+// findOwnedLocal is FindOwned for an operation on the server itself.
+func (s *Service) findOwnedLocal(ctx context.Context, teamID string, o Owner) (Server, error) {
+	sv, err := s.FindOwned(ctx, teamID, o)
+	if err == nil && sv.Node != s.node.Name() {
+		return Server{}, &OtherNodeError{Node: sv.Node, Here: s.node.Name()}
+	}
+	return sv, err
+}
+
 // Get returns one of the team's servers; ErrNotFound otherwise.
 func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
 	// Prepared once (parsing the query was half the cost of a GET of a

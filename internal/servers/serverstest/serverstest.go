@@ -107,6 +107,7 @@ type Options struct {
 	Ports     int             // size of the port range, default 20
 	Servers   servers.Options // lifecycle tuning; PublicHost and BindHost are forced to 127.0.0.1
 	DataDir   string          // default: t.TempDir()
+	NodeName  string          // default: "local"
 	Log       *slog.Logger    // default: the test's output
 }
 
@@ -150,7 +151,10 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 	if err != nil {
 		t.Fatalf("installer: %v", err)
 	}
-	n, err := node.NewLocal("local", filepath.Join(o.DataDir, "servers"), PortRange(t, o.Ports), o.Runtime)
+	if o.NodeName == "" {
+		o.NodeName = "local"
+	}
+	n, err := node.NewLocal(o.NodeName, filepath.Join(o.DataDir, "servers"), PortRange(t, o.Ports), o.Runtime)
 	if err != nil {
 		t.Fatalf("node: %v", err)
 	}
