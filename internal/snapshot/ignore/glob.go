@@ -1,87 +1,6 @@
 package ignore
 
-import (
-	"math/bits"
-	"strings"
-)
-
-// kind is how a pattern is matched once compiled.
-type kind uint8
-
-const (
-	kindNever   kind = iota // matches nothing (empty, unclosed "[", trailing "\" …)
-	kindLiteral             // the whole subject equals lit
-	kindSuffix              // the subject ends with lit ("*.log")
-	kindGlob                // the subject starts with lit, prog matches the rest
-)
-
-// pattern is one compiled line of the ignore text.
-type pattern struct {
-	negative bool // "!" in front: a match re-includes
-	dirOnly  bool // "/" at the end: matches directories only
-	basename bool // no "/" left: matched against the entry's name at any depth
-	kind     kind
-	lit      string
-	prog     program
-}
-
-// match reports whether p matches the entry at path, whose last
-// element is name.
-func (p *pattern) match(path, name string) bool {
-	s := path
-	if p.basename {
-		s = name
-	}
-	switch p.kind {
-	case kindLiteral:
-		return s == p.lit
-	case kindSuffix:
-		return strings.HasSuffix(s, p.lit)
-	case kindGlob:
-		return strings.HasPrefix(s, p.lit) && p.prog.match(s[len(p.lit):])
-	}
-	return false
-}
-
-// compile turns one pattern line, its trailing spaces already trimmed,
-// into a pattern, following git's parse_path_pattern, match_basename
-// and match_pathname.
-func compile(line string) pattern {
-	var p pattern
-	if strings.HasPrefix(line, "!") {
-		p.negative = true
-		line = line[1:]
-	}
-	if strings.HasSuffix(line, "/") {
-		p.dirOnly = true
-		line = line[:len(line)-1]
-	}
-	p.basename = !strings.Contains(line, "/")
-	if !p.basename {
-		// One leading "/" anchors; a pattern with a "/" elsewhere is
-		// anchored anyway. A second "/" stays and then matches nothing.
-		line = strings.TrimPrefix(line, "/")
-	}
-	if line == "" {
-		return p // kindNever: git compares an empty pattern with non-empty names
-	}
-	// git compares the part before the first wildcard as it is and hands
-	// only the rest to wildmatch. That rest is the "pattern" whose start
-	// lets a "**" be special, so "foo**/bar" is "foo" then "**/bar".
-	n := strings.IndexAny(line, `*?[\`)
-	switch {
-	case n < 0:
-		p.kind, p.lit = kindLiteral, line
-	case p.basename && n == 0 && line[0] == '*' && !strings.ContainsAny(line[1:], `*?[\`):
-		p.kind, p.lit = kindSuffix, line[1:]
-	default:
-		prog, ok := compileGlob(line[n:], !p.basename)
-		if ok {
-			p.kind, p.lit, p.prog = kindGlob, line[:n], prog
-		}
-	}
-	return p
-}
+import "strings"
 
 // opcode is one step of a compiled wildmatch pattern.
 type opcode uint8
@@ -95,6 +14,12 @@ const (
 	opDirs                   // "**/", first: nothing, or go on to opDirsLoop
 	opDirsLoop               // "**/", second: any run of bytes ending in "/"
 )
+
+// glob is a wildmatch pattern compiled to instructions: instruction i
+// is the way from state i to state i+1, and the last state accepts.
+type glob struct {
+	insts []inst
+}
 
 type inst struct {
 	op  opcode
@@ -113,39 +38,30 @@ func (s *byteSet) addRange(lo, hi byte) {
 	}
 }
 
-// program is a compiled wildmatch pattern, matched by simulating it as an
-// NFA over its instructions: time O(len(text) × len(insts)), no
-// backtracking, whatever the pattern.
-type program struct {
-	insts  []inst
-	minLen int // bytes any match consumes at least
-}
-
-// compileGlob compiles s, a wildmatch pattern, as git's dowild reads it
-// with WM_PATHNAME when pathname is set and without it otherwise; a
-// subject matched without WM_PATHNAME never holds a "/" here, so
-// "*" and "?" may exclude "/" in both modes. It reports false for a
-// pattern dowild can never match: one ending in "\" or holding a
-// malformed "[…]".
-func compileGlob(s string, pathname bool) (program, bool) {
-	var pr program
+// compile appends s, a wildmatch pattern, as git's dowild reads it
+// with WM_PATHNAME when pathname is set and without it otherwise. A
+// subject matched without WM_PATHNAME never holds a "/" here, so "*",
+// "?" and classes never match "/" in either mode, and a "**" is special
+// only with WM_PATHNAME. It reports false for a pattern dowild can never
+// match: one ending in "\" or holding a malformed "[…]".
+func (g *glob) compile(s string, pathname bool) bool {
 	for i := 0; i < len(s); {
 		switch c := s[i]; c {
 		case '\\':
 			if i+1 == len(s) {
-				return pr, false
+				return false
 			}
-			pr.emit(inst{op: opByte, b: s[i+1]})
+			g.emit(inst{op: opByte, b: s[i+1]})
 			i += 2
 		case '?':
-			pr.emit(inst{op: opAny})
+			g.emit(inst{op: opAny})
 			i++
 		case '[':
 			set, next, ok := compileClass(s, i)
 			if !ok {
-				return pr, false
+				return false
 			}
-			pr.emit(inst{op: opClass, set: set})
+			g.emit(inst{op: opClass, set: set})
 			i = next
 		case '*':
 			j := i + 1
@@ -158,41 +74,37 @@ func compileGlob(s string, pathname bool) (program, bool) {
 				(j == len(s) || s[j] == '/' || (s[j] == '\\' && j+1 < len(s) && s[j+1] == '/'))
 			switch {
 			case !special:
-				pr.emit(inst{op: opStar})
+				g.emit(inst{op: opStar})
 			case j < len(s) && s[j] == '/':
-				pr.emit(inst{op: opDirs})
+				g.emit(inst{op: opDirs})
 				j++ // the "/" belongs to opDirsLoop
 			default:
-				pr.emit(inst{op: opAll})
+				g.emit(inst{op: opAll})
 			}
 			i = j
 		default:
-			pr.emit(inst{op: opByte, b: c})
+			g.emit(inst{op: opByte, b: c})
 			i++
 		}
 	}
-	return pr, true
+	return true
 }
 
 // emit appends in; opDirs brings its opDirsLoop along. It folds
 // "**/**/" into one "**/" and "**/**" into one "**" (the same
 // languages), so that "**/**/**/…" costs no more than "**/".
-func (pr *program) emit(in inst) {
-	if n := len(pr.insts); n > 0 && pr.insts[n-1].op == opDirsLoop {
+func (g *glob) emit(in inst) {
+	if n := len(g.insts); n > 0 && g.insts[n-1].op == opDirsLoop {
 		switch in.op {
 		case opDirs:
 			return
 		case opAll:
-			pr.insts = pr.insts[:n-2]
+			g.insts = g.insts[:n-2]
 		}
 	}
-	switch in.op {
-	case opByte, opAny, opClass:
-		pr.minLen++
-	}
-	pr.insts = append(pr.insts, in)
+	g.insts = append(g.insts, in)
 	if in.op == opDirs {
-		pr.insts = append(pr.insts, inst{op: opDirsLoop})
+		g.insts = append(g.insts, inst{op: opDirsLoop})
 	}
 }
 
@@ -315,100 +227,4 @@ func addNamedClass(s *byteSet, name string) bool {
 		return false
 	}
 	return true
-}
-
-// match reports whether pr matches all of text. The states are the
-// positions 0…len(insts) in the program, len(insts) accepting; a set of
-// them is a bitset.
-func (pr *program) match(text string) bool {
-	if len(text) < pr.minLen {
-		return false
-	}
-	n := len(pr.insts)
-	words := n/64 + 1
-	var buf [8]uint64 // two sets of up to 256 states without allocating
-	var cur, next []uint64
-	if 2*words <= len(buf) {
-		cur, next = buf[:words], buf[words:2*words]
-	} else {
-		b := make([]uint64, 2*words)
-		cur, next = b[:words], b[words:]
-	}
-	pr.add(cur, 0)
-	for i := 0; i < len(text); i++ {
-		c := text[i]
-		clear(next)
-		live := false
-		for w, word := range cur {
-			for word != 0 {
-				j := w*64 + bits.TrailingZeros64(word)
-				word &= word - 1
-				if j == n {
-					continue
-				}
-				switch in := &pr.insts[j]; in.op {
-				case opByte:
-					if c == in.b {
-						pr.add(next, j+1)
-						live = true
-					}
-				case opAny:
-					if c != '/' {
-						pr.add(next, j+1)
-						live = true
-					}
-				case opClass:
-					if in.set.has(c) {
-						pr.add(next, j+1)
-						live = true
-					}
-				case opStar:
-					if c != '/' {
-						pr.add(next, j)
-						live = true
-					}
-				case opAll:
-					if j+1 == n {
-						return true // the rest of text is all opAll's
-					}
-					pr.add(next, j)
-					live = true
-				case opDirsLoop:
-					pr.add(next, j)
-					if c == '/' {
-						pr.add(next, j+1)
-					}
-					live = true
-				}
-			}
-		}
-		if !live {
-			return false
-		}
-		cur, next = next, cur
-	}
-	return cur[n/64]&(1<<(n%64)) != 0
-}
-
-// add puts state j in set with the states it reaches matching nothing.
-func (pr *program) add(set []uint64, j int) {
-	for {
-		bit := uint64(1) << (j % 64)
-		if set[j/64]&bit != 0 {
-			return // added before, with its followers
-		}
-		set[j/64] |= bit
-		if j == len(pr.insts) {
-			return
-		}
-		switch pr.insts[j].op {
-		case opStar, opAll:
-			j++
-		case opDirs:
-			pr.add(set, j+1) // into the loop (which stops there)…
-			j += 2           // …or past it
-		default:
-			return
-		}
-	}
 }

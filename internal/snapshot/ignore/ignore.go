@@ -28,8 +28,8 @@ func (e *ParseError) Error() string {
 // Matcher decides which paths an ignore text excludes. It is immutable
 // and safe for concurrent use. A nil *Matcher excludes nothing.
 type Matcher struct {
-	patterns []pattern // in text order; the last one matching a path decides
-	empty    bool
+	prog  *program // nil when empty
+	empty bool
 }
 
 // Parse reads gitignore text: one pattern a line, as if it were the only
@@ -46,7 +46,8 @@ func Parse(text string) (*Matcher, error) {
 	}
 	text = strings.TrimPrefix(text, "\ufeff")
 	m := &Matcher{empty: true}
-	n := 0
+	var patterns []pattern // in text order; the last one matching a path decides
+	n, lines := 0, 0
 	for line := range strings.SplitSeq(text, "\n") {
 		n++
 		if i := strings.IndexByte(line, 0); i >= 0 {
@@ -58,14 +59,20 @@ func Parse(text string) (*Matcher, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		if len(m.patterns) == MaxPatterns {
+		if lines++; lines > MaxPatterns {
 			return nil, &ParseError{Line: n, Msg: fmt.Sprintf("more than %d patterns", MaxPatterns)}
 		}
 		p := compile(trimTrailingSpaces(strings.TrimSuffix(line, "\r")))
-		if !p.negative && p.kind != kindNever {
+		if p.never {
+			continue
+		}
+		if !p.negative {
 			m.empty = false
 		}
-		m.patterns = append(m.patterns, p)
+		patterns = append(patterns, p)
+	}
+	if !m.empty {
+		m.prog = newProgram(patterns)
 	}
 	return m, nil
 }
@@ -85,36 +92,15 @@ func (m *Matcher) Empty() bool {
 // The answer is git's: the last pattern matching rel decides, and a path
 // under an excluded directory is excluded whatever later negations say
 // ("it is not possible to re-include a file if a parent directory of that
-// file is excluded"). So Match checks each parent directory of rel first
-// and returns true under an excluded one. A walker that skips excluded
-// directories never asks about such paths; Match is for callers that
-// don't walk too.
+// file is excluded"). So Match decides each parent directory of rel too,
+// in the same pass, and returns true under an excluded one. A walker that
+// skips excluded directories never asks about such paths; Match answers
+// callers that don't walk.
 func (m *Matcher) Match(rel string, isDir bool) bool {
 	if m.Empty() {
 		return false
 	}
-	for i := 0; i < len(rel); i++ {
-		if rel[i] == '/' && m.excluded(rel[:i], true) {
-			return true
-		}
-	}
-	return m.excluded(rel, isDir)
-}
-
-// excluded is git's last_matching_pattern for path alone, its parents
-// left out.
-func (m *Matcher) excluded(path string, isDir bool) bool {
-	name := path[strings.LastIndexByte(path, '/')+1:]
-	for i := len(m.patterns) - 1; i >= 0; i-- {
-		p := &m.patterns[i]
-		if p.dirOnly && !isDir {
-			continue
-		}
-		if p.match(path, name) {
-			return !p.negative
-		}
-	}
-	return false
+	return m.prog.match(rel, isDir)
 }
 
 // trimTrailingSpaces drops the spaces ending line unless the first of

@@ -186,9 +186,9 @@ func TestEmpty(t *testing.T) {
 	}
 }
 
-// TestPathological checks that patterns which make a backtracking
-// matcher take exponential time finish: the NFA is linear in the text
-// for a given pattern.
+// TestPathological checks that ignore texts which make a backtracking
+// matcher take exponential time, or a matcher with a pass per pattern
+// or per parent take long, get their answer: one pass over the path.
 func TestPathological(t *testing.T) {
 	long := strings.Repeat("a/", 2000) + "b"
 	tests := []struct {
@@ -203,6 +203,10 @@ func TestPathological(t *testing.T) {
 		{strings.Repeat("a/**/", 2000) + "c", long, false},
 		{strings.Repeat("?", 4000) + "/**", long, false},
 		{strings.Repeat("[a-z]*", 1000) + "/b", long, false},
+		{strings.Repeat("a/**/b\n", 8000), long, true},
+		{strings.Repeat("a/**/?c\n", 8000) + "!b", long, false},
+		{strings.Repeat("?\n!a\n", 4000), long, true},
+		{strings.Repeat("?\n!a\n", 4000), long[:len(long)-2], false},
 	}
 	for _, tt := range tests {
 		m, err := Parse(tt.text)
