@@ -14,6 +14,7 @@ require (
 	github.com/moby/moby/client v0.6.2
 	github.com/pb33f/libopenapi v0.38.6
 	github.com/pb33f/libopenapi-validator v0.14.0
+	github.com/pkg/sftp v1.13.12
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/ulikunitz/xz v0.5.17
@@ -22,6 +23,8 @@ require (
 	golang.org/x/sys v0.49.0
 	modernc.org/sqlite v1.61.1
 )
+
+require github.com/kr/fs v0.1.0 // indirect
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -38,7 +41,7 @@ require (
 	github.com/tinylib/msgp v1.6.4 // indirect
 	github.com/zeebo/blake3 v0.2.4 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
-	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/crypto v0.58.0
 	gopkg.in/ini.v1 v1.67.3 // indirect
 )
 

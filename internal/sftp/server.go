@@ -1,0 +1,465 @@
+package sftp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/kilnhq/kiln/internal/files"
+)
+
+// Config tunes a Server. Zero fields take the defaults in brackets.
+type Config struct {
+	DataDir string // holds the host key (HostKeyFile), made on the first start
+
+	CheckInterval    time.Duration // re-check of sessions' credentials and idleness [5 s]
+	IdleTimeout      time.Duration // a session without SFTP traffic ends [15 min]
+	HandshakeTimeout time.Duration // from connect to logged in [30 s]
+	MaxSessions      int           // per credential [8]
+	MaxHandles       int           // open files and directories per session [256]
+	MaxChannels      int           // SSH channels per connection [4]
+	MaxFailures      int           // failed logins from one address… [10]
+	FailureWindow    time.Duration // …within this window… [5 min]
+	LockoutFor       time.Duration // …lock it out this long [15 min]
+	MaxTxPacket      uint32        // largest data packet sent [256 KiB - 1 KiB, what OpenSSH allows]
+
+	Now func() time.Time // the clock of the lockout and idle checks [time.Now]
+}
+
+func (c *Config) defaults() {
+	set := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	setInt := func(d *int, v int) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	set(&c.CheckInterval, 5*time.Second)
+	set(&c.IdleTimeout, 15*time.Minute)
+	set(&c.HandshakeTimeout, 30*time.Second)
+	set(&c.FailureWindow, 5*time.Minute)
+	set(&c.LockoutFor, 15*time.Minute)
+	setInt(&c.MaxSessions, 8)
+	setInt(&c.MaxHandles, 256)
+	setInt(&c.MaxChannels, 4)
+	setInt(&c.MaxFailures, 10)
+	if c.MaxTxPacket == 0 {
+		c.MaxTxPacket = 256<<10 - 1024
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Algorithms offered: key exchanges on curve25519 (and its ML-KEM
+// hybrid), AEAD ciphers only (so no MAC is ever used; SHA-2 ones are
+// listed for completeness, never SHA-1).
+var (
+	keyExchanges = []string{ssh.KeyExchangeMLKEM768X25519, ssh.KeyExchangeCurve25519, "curve25519-sha256@libssh.org"}
+	ciphers      = []string{ssh.CipherAES128GCM, ssh.CipherAES256GCM, ssh.CipherChaCha20Poly1305}
+	macs         = []string{ssh.HMACSHA256ETM, ssh.HMACSHA512ETM}
+)
+
+// Stats are the server's counters since it started, and its live
+// sessions.
+type Stats struct {
+	Logins   int64 // successful logins
+	Failures int64 // failed logins (wrong name or password, locked out)
+	Lockouts int64 // addresses locked out
+	Cut      int64 // sessions ended by a revocation, rotation or deletion
+	Sessions int64 // live sessions
+}
+
+// Server is Kiln's SSH server: password logins with SFTP credentials, the
+// SFTP subsystem only, each session inside its server's root.
+type Server struct {
+	svc     *Service
+	cfg     Config
+	log     *slog.Logger
+	hostKey ssh.Signer
+	locks   *lockout
+
+	logins, failures, lockouts, cut atomic.Int64
+
+	mu    sync.Mutex
+	conns map[net.Conn]struct{} // every connection, logged in or not
+}
+
+// NewServer returns a Server for svc's credentials, reading (or creating)
+// its host key in cfg.DataDir.
+func NewServer(svc *Service, cfg Config, log *slog.Logger) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("sftp: no data directory for the host key")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg.defaults()
+	key, err := loadHostKey(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{
+		svc: svc, cfg: cfg, log: log.With("component", "sftp"), hostKey: key,
+		locks: newLockout(cfg.MaxFailures, cfg.FailureWindow, cfg.LockoutFor),
+		conns: map[net.Conn]struct{}{},
+	}, nil
+}
+
+// HostKey is the server's public host key (for known_hosts, and for
+// clients checking it).
+func (s *Server) HostKey() ssh.PublicKey { return s.hostKey.PublicKey() }
+
+// Stats reads the counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Logins: s.logins.Load(), Failures: s.failures.Load(), Lockouts: s.lockouts.Load(), Cut: s.cut.Load(),
+		Sessions: int64(s.sessions()),
+	}
+}
+
+// Counts is Stats by name, in the shape of metrics.CountFunc (register it
+// with Metrics.RegisterCounts as kiln_sftp{event=…}).
+func (s *Server) Counts(context.Context) (map[string]int, error) {
+	st := s.Stats()
+	return map[string]int{
+		"logins": int(st.Logins), "login_failures": int(st.Failures), "lockouts": int(st.Lockouts),
+		"sessions_cut": int(st.Cut), "sessions": int(st.Sessions),
+	}, nil
+}
+
+func (s *Server) sessions() int {
+	return len(s.svc.sessions.matching(func(se *session) bool { return se.srv == s }))
+}
+
+// Serve accepts connections on ln until ctx ends, then closes ln and
+// every connection (sessions included) and returns once all their
+// goroutines are done: nil after ctx ended, the listener's error if it
+// failed.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		<-ctx.Done()
+		ln.Close()
+		s.closeAll()
+	})
+	wg.Go(func() { s.recheck(ctx) })
+	var serveErr error
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() == nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					continue
+				}
+				serveErr = fmt.Errorf("sftp: accept: %w", err)
+			}
+			break
+		}
+		if !s.track(c) {
+			c.Close()
+			break
+		}
+		wg.Go(func() {
+			defer s.untrack(c)
+			s.handle(ctx, c)
+		})
+	}
+	cancel()
+	wg.Wait()
+	return serveErr
+}
+
+// track registers c; false once closeAll has run.
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.conns, c)
+}
+
+// closeAll closes every connection and refuses new ones.
+func (s *Server) closeAll() {
+	s.mu.Lock()
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// addrKey is what the lockout counts by: the client's IP, an IPv6
+// client's /64 (one host has a whole /64 to rotate through).
+func addrKey(a net.Addr) string {
+	ta, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if ip4 := ta.IP.To4(); ip4 != nil {
+		return ip4.String()
+	}
+	return (&net.IPNet{IP: ta.IP.Mask(net.CIDRMask(64, 128)), Mask: net.CIDRMask(64, 128)}).String()
+}
+
+// errLocked refuses every login from a locked-out address.
+var errLocked = errors.New("sftp: too many failed logins from this address")
+
+// sshConfig is the SSH server configuration for one connection.
+func (s *Server) sshConfig(ctx context.Context) *ssh.ServerConfig {
+	c := &ssh.ServerConfig{
+		Config:        ssh.Config{KeyExchanges: keyExchanges, Ciphers: ciphers, MACs: macs},
+		MaxAuthTries:  6,
+		ServerVersion: "SSH-2.0-Kiln",
+		PasswordCallback: func(meta ssh.ConnMetadata, password []byte) (*ssh.Permissions, error) {
+			return s.authenticate(ctx, meta, password)
+		},
+	}
+	c.AddHostKey(s.hostKey)
+	return c
+}
+
+// authenticate checks one password login (the username and address are
+// logged, never the password).
+func (s *Server) authenticate(ctx context.Context, meta ssh.ConnMetadata, password []byte) (*ssh.Permissions, error) {
+	addr := addrKey(meta.RemoteAddr())
+	now := s.cfg.Now()
+	log := s.log.With("username", meta.User(), "addr", meta.RemoteAddr().String())
+	if s.locks.locked(addr, now) {
+		s.failures.Add(1)
+		log.WarnContext(ctx, "sftp login refused: address locked out")
+		return nil, &ssh.BannerError{Err: errLocked, Message: "Too many failed logins from your address; try again later.\n"}
+	}
+	c, err := s.svc.login(ctx, meta.User(), password)
+	if err != nil {
+		s.failures.Add(1)
+		if !errors.Is(err, errBadLogin) {
+			log.ErrorContext(ctx, "sftp login failed", "err", err)
+			return nil, errBadLogin
+		}
+		log.WarnContext(ctx, "sftp login failed")
+		if s.locks.fail(addr, now) {
+			s.lockouts.Add(1)
+			log.WarnContext(ctx, "sftp address locked out", "for", s.cfg.LockoutFor.String(), "lock_key", addr)
+		}
+		return nil, errBadLogin
+	}
+	return &ssh.Permissions{ExtraData: map[any]any{credKey{}: c}}, nil
+}
+
+type credKey struct{}
+
+// handle serves one connection: the handshake and login within
+// HandshakeTimeout, then its channels until it closes or is cut.
+func (s *Server) handle(ctx context.Context, c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	sconn, chans, reqs, err := ssh.NewServerConn(c, s.sshConfig(ctx))
+	if err != nil {
+		s.log.DebugContext(ctx, "ssh handshake ended", "addr", c.RemoteAddr().String(), "err", err)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	var wg sync.WaitGroup
+	var root *files.Root
+	defer func() {
+		// The connection first (its channels and requests end), then
+		// the goroutines serving them, then the root they used.
+		sconn.Close()
+		wg.Wait()
+		if root != nil {
+			root.Close()
+		}
+	}()
+	wg.Go(func() { ssh.DiscardRequests(reqs) })
+
+	cred := sconn.Permissions.ExtraData[credKey{}].(credRow)
+	log := s.log.With("username", cred.login, "server_id", cred.serverID, "credential_id", cred.id, "addr", c.RemoteAddr().String())
+	se := &session{cred: cred, srv: s}
+	se.touch(s.cfg.Now())
+	se.close = func(reason string) {
+		log.InfoContext(ctx, "sftp session ended", "reason", reason)
+		s.cut.Add(1)
+		sconn.Close()
+	}
+	if !s.svc.sessions.add(se, s.cfg.MaxSessions) {
+		log.WarnContext(ctx, "sftp session refused: too many sessions", "max", s.cfg.MaxSessions)
+		for nc := range chans {
+			_ = nc.Reject(ssh.ResourceShortage, fmt.Sprintf("too many SFTP sessions for this login (at most %d)", s.cfg.MaxSessions))
+			break
+		}
+		return
+	}
+	defer s.svc.sessions.remove(se)
+	a, err := s.svc.servers.Access(ctx, cred.teamID, cred.serverID, false)
+	if err == nil {
+		root, err = files.Open(a.Root)
+	}
+	if err != nil {
+		log.WarnContext(ctx, "sftp session refused: server root", "err", err)
+		return
+	}
+	s.logins.Add(1)
+	log.InfoContext(ctx, "sftp login")
+
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fs := &fsys{ctx: sctx, se: se, root: root, servers: s.svc.servers, maxHandles: s.cfg.MaxHandles, log: log}
+	channels := 0
+	for nc := range chans {
+		if nc.ChannelType() != "session" {
+			_ = nc.Reject(ssh.UnknownChannelType, "only sessions (the sftp subsystem) are served")
+			continue
+		}
+		if channels >= s.cfg.MaxChannels {
+			_ = nc.Reject(ssh.ResourceShortage, "too many channels")
+			continue
+		}
+		ch, creqs, err := nc.Accept()
+		if err != nil {
+			continue
+		}
+		channels++
+		wg.Go(func() { s.channel(fs, ch, creqs, &wg) })
+	}
+}
+
+// channel answers a session channel's requests: the "sftp" subsystem is
+// served; shells, commands, ptys and the rest are refused.
+func (s *Server) channel(fs *fsys, ch ssh.Channel, reqs <-chan *ssh.Request, wg *sync.WaitGroup) {
+	started := false
+	for req := range reqs {
+		ok := req.Type == "subsystem" && !started && subsystem(req.Payload) == "sftp"
+		if req.WantReply {
+			_ = req.Reply(ok, nil)
+		}
+		if !ok {
+			continue
+		}
+		started = true
+		wg.Go(func() {
+			defer ch.Close()
+			rs := sftp.NewRequestServer(&activity{ch: ch, se: fs.se, now: s.cfg.Now},
+				sftp.Handlers{FileGet: fs, FilePut: fs, FileCmd: fs, FileList: fs},
+				sftp.WithRSMaxTxPacket(s.cfg.MaxTxPacket))
+			if err := rs.Serve(); err != nil && !errors.Is(err, io.EOF) {
+				fs.log.DebugContext(fs.ctx, "sftp subsystem ended", "err", err)
+			}
+			rs.Close()
+		})
+	}
+	if !started {
+		ch.Close()
+	}
+}
+
+// subsystem reads the name of a "subsystem" request's payload.
+func subsystem(payload []byte) string {
+	if len(payload) < 4 {
+		return ""
+	}
+	n := binary.BigEndian.Uint32(payload)
+	if uint64(n) > uint64(len(payload)-4) {
+		return ""
+	}
+	return string(payload[4 : 4+n])
+}
+
+// activity is a channel that records when the client last sent
+// something (the idle check reads it).
+type activity struct {
+	ch  ssh.Channel
+	se  *session
+	now func() time.Time
+}
+
+func (a *activity) Read(p []byte) (int, error) {
+	n, err := a.ch.Read(p)
+	if n > 0 {
+		a.se.touch(a.now())
+	}
+	return n, err
+}
+
+func (a *activity) Write(p []byte) (int, error) { return a.ch.Write(p) }
+func (a *activity) Close() error                { return a.ch.Close() }
+
+// recheck ends, every CheckInterval, the sessions of this server that
+// went idle or whose credentials stopped being valid in the database
+// (rotated, their token revoked, their server deleted: also by another
+// process, which cannot reach this one's sessions otherwise).
+func (s *Server) recheck(ctx context.Context) {
+	t := time.NewTicker(s.cfg.CheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.recheckOnce(ctx)
+	}
+}
+
+func (s *Server) recheckOnce(ctx context.Context) {
+	live := s.svc.sessions.matching(func(se *session) bool { return se.srv == s })
+	if len(live) == 0 {
+		return
+	}
+	now := s.cfg.Now()
+	seen := map[string]bool{}
+	var ids []string
+	for _, se := range live {
+		if now.Sub(time.Unix(0, se.lastActive.Load())) > s.cfg.IdleTimeout {
+			se.end("idle")
+			continue
+		}
+		if !seen[se.cred.id] {
+			seen[se.cred.id] = true
+			ids = append(ids, se.cred.id)
+		}
+	}
+	states, err := s.svc.states(ctx, ids)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.ErrorContext(ctx, "sftp re-check failed; sessions kept until the next one", "err", err)
+		}
+		return
+	}
+	for _, se := range live {
+		st, ok := states[se.cred.id]
+		switch {
+		case !ok:
+			se.end("credentials removed (server deleted)")
+		case st.revoked:
+			se.end("token revoked")
+		case st.generation != se.cred.generation:
+			se.end("credentials rotated")
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package sftp
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// session is one logged-in SSH connection.
+type session struct {
+	cred       credRow
+	srv        *Server      // the server it is connected to
+	lastActive atomic.Int64 // Unix ns of the last SFTP packet
+	handles    atomic.Int32 // open SFTP handles, across its channels
+	closeOnce  sync.Once
+	close      func(reason string) // ends the connection (set before registering)
+}
+
+// end closes the session's connection once, for reason.
+func (se *session) end(reason string) {
+	se.closeOnce.Do(func() { se.close(reason) })
+}
+
+// touch records activity.
+func (se *session) touch(now time.Time) { se.lastActive.Store(now.UnixNano()) }
+
+// registry is the live sessions, by credential. A mutex around a map:
+// sessions come and go at human pace.
+type registry struct {
+	mu     sync.Mutex
+	byCred map[string]map[*session]struct{}
+	total  int
+}
+
+func newRegistry() *registry { return &registry{byCred: map[string]map[*session]struct{}{}} }
+
+// add registers se unless its credential already has max sessions.
+func (g *registry) add(se *session, max int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	set := g.byCred[se.cred.id]
+	if len(set) >= max {
+		return false
+	}
+	if set == nil {
+		set = map[*session]struct{}{}
+		g.byCred[se.cred.id] = set
+	}
+	set[se] = struct{}{}
+	g.total++
+	return true
+}
+
+// remove forgets se.
+func (g *registry) remove(se *session) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	set := g.byCred[se.cred.id]
+	if _, ok := set[se]; !ok {
+		return
+	}
+	delete(set, se)
+	g.total--
+	if len(set) == 0 {
+		delete(g.byCred, se.cred.id)
+	}
+}
+
+// matching returns the sessions for which match is true.
+func (g *registry) matching(match func(*session) bool) []*session {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*session
+	for _, set := range g.byCred {
+		for se := range set {
+			if match(se) {
+				out = append(out, se)
+			}
+		}
+	}
+	return out
+}
+
+// cut ends the sessions for which match is true, at once.
+func (g *registry) cut(match func(*session) bool, reason string) int {
+	found := g.matching(match)
+	for _, se := range found {
+		se.end(reason)
+	}
+	return len(found)
+}
