@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"os"
 	"runtime"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/files"
@@ -58,8 +60,12 @@ type CreateOptions struct {
 	// uploaded. Any other chunk is looked up (Stat) and uploaded if
 	// missing.
 	Known func(key string) bool
-	// Workers hash, compress and upload chunks; 0 means runtime.NumCPU().
+	// Workers compress chunks at once; 0 means runtime.NumCPU().
 	Workers int
+	// Transfers look chunks up and upload them at once (hashing them
+	// first); 0 means 16. Stores answer with a latency (a file store's
+	// fsync, an S3 round trip) that many transfers at once hide.
+	Transfers int
 }
 
 // Result describes a snapshot made.
@@ -97,8 +103,10 @@ type Skipped struct {
 
 // Pipeline bounds (see doc.go): these, not the tree, bound Create's memory.
 const (
-	walkQueue  = 16 // entries walked ahead of the chunker (each may hold an open file)
-	orderQueue = 64 // entries cut, waiting for their chunks to be stored
+	walkQueue        = 16       // entries walked ahead of the chunker (each may hold an open file)
+	orderQueue       = 64       // entries cut, waiting for their chunks to be stored
+	defaultTransfers = 16       // chunks looked up or uploaded at once
+	inFlightBytes    = 64 << 20 // chunk bytes (and room for their compressed form) between cutter and store
 )
 
 // item is one entry on its way through Create: the walker makes it, the
@@ -106,10 +114,16 @@ const (
 // the manifest writer waits for it (done) and writes it.
 type item struct {
 	en   entry
-	f    *os.File   // a regular file to cut; nil for others
-	refs []*chunkRef // filled in by the workers
+	f    *os.File // a regular file to cut; nil for others
+	ext  []pendingExtent
 	left atomic.Int32
 	done chan struct{}
+}
+
+// pendingExtent is an extent whose chunk a worker names (ref.sum) later.
+type pendingExtent struct {
+	ref      *chunkRef
+	off, len int64
 }
 
 // finish drops one of the item's pending holds; the last one closes done.
@@ -119,11 +133,11 @@ func (it *item) finish() {
 	}
 }
 
-// job is one chunk for a worker.
+// job is one chunk for a transfer.
 type job struct {
-	it  *item
-	ref *chunkRef
-	buf *[]byte // from the creator's pool; data is (*buf)[:ref.len]
+	items []*item // the file it is cut from, or the files of a pack
+	ref   *chunkRef
+	data  []byte // its bytes: 2*len(data) of the budget are held for it
 }
 
 // creator is one Create in progress.
@@ -132,7 +146,8 @@ type creator struct {
 	store Store
 	opts  CreateOptions
 
-	bufs chan *[]byte // free chunk buffers: a fixed number, so a bounded memory
+	budget   *semaphore.Weighted // inFlightBytes: what bounds Create's memory
+	encoders chan *zstd.Encoder  // Workers of them: what bounds its CPU
 
 	mu      sync.Mutex
 	seen    map[[32]byte]struct{} // chunks referenced so far
@@ -163,6 +178,9 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.NumCPU()
 	}
+	if opts.Transfers <= 0 {
+		opts.Transfers = defaultTransfers
+	}
 	key := ManifestKey(opts.ID)
 	switch _, err := store.Stat(ctx, key); {
 	case err == nil:
@@ -177,13 +195,16 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 			return Result{}, err
 		}
 	}
-	c := &creator{root: root, store: store, opts: opts, seen: make(map[[32]byte]struct{})}
-	// Two buffers per worker: one being worked on, one queued.
-	nbuf := 2*opts.Workers + 1
-	c.bufs = make(chan *[]byte, nbuf)
-	for range nbuf {
-		b := make([]byte, maxChunk)
-		c.bufs <- &b
+	c := &creator{root: root, store: store, opts: opts, seen: make(map[[32]byte]struct{}),
+		budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers)}
+	for range opts.Workers {
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+			zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(maxChunk))
+		if err != nil {
+			return Result{}, fmt.Errorf("chunk encoder: %w", err)
+		}
+		defer enc.Close()
+		c.encoders <- enc
 	}
 	c.res.ID, c.res.ManifestKey = opts.ID, key
 	if err := c.run(ctx, total); err != nil {
@@ -208,7 +229,7 @@ func (c *creator) run(ctx context.Context, total int64) error {
 	g, ctx := errgroup.WithContext(ctx)
 	walked := make(chan *item, walkQueue)
 	ordered := make(chan *item, orderQueue)
-	jobs := make(chan job, c.opts.Workers)
+	jobs := make(chan job, c.opts.Transfers)
 	// A stage closes its output only when it succeeded: a failed walk
 	// must never look like the end of the tree to the manifest writer
 	// (the error cancels ctx, which every stage heeds).
@@ -228,7 +249,7 @@ func (c *creator) run(ctx context.Context, total int64) error {
 		return err
 	})
 	var workers sync.WaitGroup
-	for range c.opts.Workers {
+	for range c.opts.Transfers {
 		workers.Add(1)
 		g.Go(func() error {
 			defer workers.Done()
@@ -361,7 +382,7 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 				c.res.Skipped.HardLinks++
 				return nil
 			}
-			it.en.kind, it.f = kindFile, f
+			it.en.kind, it.f, it.en.size = kindFile, f, e.Size
 			c.res.Files++
 		default:
 			c.res.Skipped.Special++
@@ -394,19 +415,51 @@ func hardLinked(f *os.File) bool {
 	return !ok || st.Nlink > 1
 }
 
-// cut reads each file and hands its chunks to the workers, and passes
-// every entry on, in order, to the manifest writer.
+// Packs (doc.go): a file of at most packFileMax bytes would be one chunk
+// of its own (FastCDC never cuts before minChunk); it is put in a pack
+// with its neighbours instead, so that a world's thousands of small
+// files make a few hundred chunks, not thousands of store requests.
+const (
+	packFileMax  = minChunk
+	packMaxFiles = 1024 // files in one pack
+	packMaxHeld  = 4096 // entries held back while a pack is open
+)
+
+// packEnds tells whether the pack ends after a small file: the file's
+// path decides, with a chance of size/avgChunk (about avgChunk bytes a
+// pack), so the decision is the file's own. A file that changes changes
+// its pack, and the next at most; the others stay the same chunks.
+func packEnds(rel string, size int64) bool {
+	h := fnv.New64a()
+	h.Write([]byte(rel))
+	return int64(h.Sum64()%avgChunk) < size
+}
+
+// cutter is the cutting stage of Create.
+type cutter struct {
+	c       *creator
+	ch      *chunker
+	jobs    chan<- job
+	ordered chan<- *item
+	total   int64
+	done    int64
+
+	small  []byte  // a small file's content, read whole
+	pack   []byte  // the open pack
+	packed []*item // the files in it
+	held   []*item // entries from the pack's first file on, in walk order
+}
+
+// cut reads each file and hands its chunks to the transfers, and passes
+// every entry on, in order, to the manifest writer; an entry behind an
+// open pack waits for the pack to be handed over.
 func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item, jobs chan<- job, total int64) error {
 	ch, err := newChunker()
 	if err != nil {
 		return err
 	}
-	var done int64
-	progress := func() {
-		if c.opts.Progress != nil {
-			c.opts.Progress(done, max(total, done))
-		}
-	}
+	k := &cutter{c: c, ch: ch, jobs: jobs, ordered: ordered, total: total,
+		small: make([]byte, packFileMax+1), pack: make([]byte, 0, maxChunk)}
 	for {
 		var it *item
 		select {
@@ -420,7 +473,7 @@ func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item
 		it.done = make(chan struct{})
 		it.left.Store(1) // the cutter's own hold, dropped once the file is cut
 		if it.f != nil {
-			err := c.cutFile(ctx, ch, it, jobs, &done, progress)
+			err := k.file(ctx, it)
 			it.f.Close()
 			it.f = nil
 			if err != nil {
@@ -428,75 +481,169 @@ func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item
 			}
 		}
 		it.finish()
-		select {
-		case ordered <- it:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := k.pass(ctx, it); err != nil {
+			return err
 		}
 	}
+	if err := k.flush(ctx); err != nil {
+		return err
+	}
 	if c.opts.Progress != nil {
-		c.opts.Progress(done, done)
+		c.opts.Progress(k.done, k.done)
 	}
 	return nil
 }
 
-// cutFile cuts one file into jobs.
-func (c *creator) cutFile(ctx context.Context, ch *chunker, it *item, jobs chan<- job, done *int64, progress func()) error {
-	ch.reset(it.f)
+func (k *cutter) progress(n int64) {
+	k.done += n
+	if k.c.opts.Progress != nil {
+		k.c.opts.Progress(k.done, max(k.total, k.done))
+	}
+}
+
+// pass hands an entry to the manifest writer, or holds it behind the
+// open pack.
+func (k *cutter) pass(ctx context.Context, it *item) error {
+	if len(k.packed) > 0 {
+		k.held = append(k.held, it)
+		if len(k.held) >= packMaxHeld {
+			return k.flush(ctx)
+		}
+		return nil
+	}
+	select {
+	case k.ordered <- it:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// file reads a regular file: a small one into the open pack, a larger one
+// cut into chunks of its own.
+func (k *cutter) file(ctx context.Context, it *item) error {
+	walked := it.en.size
+	it.en.size = 0 // what is read, whatever the walk saw
+	if walked > packFileMax {
+		return k.cutFile(ctx, it, it.f)
+	}
+	n, err := io.ReadFull(it.f, k.small)
+	switch {
+	case err == nil:
+		// Larger than the walk saw: cut it alone, from what was read on.
+		return k.cutFile(ctx, it, io.MultiReader(bytes.NewReader(k.small), it.f))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+	default:
+		return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
+	}
+	if n == 0 {
+		return nil
+	}
+	if len(k.pack)+n > maxChunk {
+		if err := k.flush(ctx); err != nil {
+			return err
+		}
+	}
+	it.ext = append(it.ext, pendingExtent{off: int64(len(k.pack)), len: int64(n)})
+	it.en.size = int64(n)
+	it.left.Add(1) // the pack's hold
+	k.pack = append(k.pack, k.small[:n]...)
+	k.packed = append(k.packed, it)
+	k.progress(int64(n))
+	if packEnds(it.en.path, int64(n)) || len(k.packed) >= packMaxFiles {
+		// The pack ends with this file: handed over with the entries
+		// held before it; the file itself follows them (pass).
+		return k.flush(ctx)
+	}
+	return nil
+}
+
+// flush hands the open pack over, then the entries held behind it.
+func (k *cutter) flush(ctx context.Context) error {
+	if len(k.packed) == 0 {
+		return k.release(ctx)
+	}
+	if err := k.send(ctx, k.packed, k.pack); err != nil {
+		return err
+	}
+	k.packed, k.pack = k.packed[:0], k.pack[:0]
+	return k.release(ctx)
+}
+
+// release sends the held entries on.
+func (k *cutter) release(ctx context.Context) error {
+	for _, it := range k.held {
+		select {
+		case k.ordered <- it:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	k.held = k.held[:0]
+	return nil
+}
+
+// send hands one chunk to the transfers: data (copied), which items'
+// extents point to (their ref is set here).
+func (k *cutter) send(ctx context.Context, items []*item, data []byte) error {
+	// Room for the chunk and its compressed form (never much more than
+	// the chunk): released once it is stored.
+	if err := k.c.budget.Acquire(ctx, 2*int64(len(data))); err != nil {
+		return err
+	}
+	ref := &chunkRef{len: int64(len(data))}
+	for _, it := range items {
+		it.ext[len(it.ext)-1].ref = ref
+	}
+	select {
+	case k.jobs <- job{items: slices.Clone(items), ref: ref, data: bytes.Clone(data)}:
+		return nil
+	case <-ctx.Done():
+		k.c.budget.Release(2 * int64(len(data)))
+		return ctx.Err()
+	}
+}
+
+// cutFile cuts one file (r: its content) into chunks of its own.
+func (k *cutter) cutFile(ctx context.Context, it *item, r io.Reader) error {
+	k.ch.reset(r)
 	for {
-		data, err := ch.next()
+		data, err := k.ch.next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
 		}
-		var buf *[]byte
-		select {
-		case buf = <-c.bufs:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		*buf = append((*buf)[:0], data...)
-		ref := &chunkRef{len: int64(len(data))}
-		it.refs = append(it.refs, ref)
-		it.en.size += ref.len
+		it.ext = append(it.ext, pendingExtent{len: int64(len(data))})
+		it.en.size += int64(len(data))
 		it.left.Add(1)
-		select {
-		case jobs <- job{it: it, ref: ref, buf: buf}:
-		case <-ctx.Done():
-			c.bufs <- buf
-			return ctx.Err()
+		if err := k.send(ctx, []*item{it}, data); err != nil {
+			return err
 		}
-		*done += ref.len
-		progress()
+		k.progress(int64(len(data)))
 	}
 }
 
 // work hashes, compresses and stores chunks until jobs is closed.
 func (c *creator) work(ctx context.Context, jobs <-chan job) error {
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithLowerEncoderMem(true))
-	if err != nil {
-		return fmt.Errorf("chunk encoder: %w", err)
-	}
-	defer enc.Close()
-	var out []byte
 	for j := range jobs {
-		err := c.store1(ctx, enc, &out, j)
-		c.bufs <- j.buf
+		err := c.store1(ctx, j)
+		c.budget.Release(2 * j.ref.len)
 		if err != nil {
 			return err
 		}
-		j.it.finish()
+		for _, it := range j.items {
+			it.finish()
+		}
 	}
 	return nil
 }
 
 // store1 names one chunk and stores it unless it is known, already
 // referenced by this snapshot, or in the store.
-func (c *creator) store1(ctx context.Context, enc *zstd.Encoder, out *[]byte, j job) error {
-	data := (*j.buf)[:j.ref.len]
-	j.ref.sum = sha256.Sum256(data)
+func (c *creator) store1(ctx context.Context, j job) error {
+	j.ref.sum = sha256.Sum256(j.data)
 	c.mu.Lock()
 	_, seen := c.seen[j.ref.sum]
 	c.seen[j.ref.sum] = struct{}{}
@@ -516,14 +663,21 @@ func (c *creator) store1(ctx context.Context, enc *zstd.Encoder, out *[]byte, j 
 	case !errors.Is(err, blob.ErrNotFound):
 		return fmt.Errorf("look up chunk %s: %w", key, err)
 	}
-	*out = enc.EncodeAll(data, (*out)[:0])
-	created, err := c.store.Put(ctx, key, bytes.NewReader(*out), int64(len(*out)))
+	var enc *zstd.Encoder
+	select {
+	case enc = <-c.encoders:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	out := enc.EncodeAll(j.data, make([]byte, 0, len(j.data)+len(j.data)/64+64))
+	c.encoders <- enc
+	created, err := c.store.Put(ctx, key, bytes.NewReader(out), int64(len(out)))
 	if err != nil {
 		return fmt.Errorf("store chunk %s: %w", key, err)
 	}
 	if created {
 		c.mu.Lock()
-		c.stored += int64(len(*out))
+		c.stored += int64(len(out))
 		c.created++
 		c.mu.Unlock()
 	}
@@ -554,9 +708,8 @@ func (c *creator) writeManifest(ctx context.Context, ordered <-chan *item, w io.
 			return ctx.Err()
 		}
 		if it.en.kind == kindFile {
-			it.en.chunks = it.en.chunks[:0]
-			for _, r := range it.refs {
-				it.en.chunks = append(it.en.chunks, *r)
+			for _, x := range it.ext {
+				it.en.extents = append(it.en.extents, extent{chunk: *x.ref, off: x.off, len: x.len})
 			}
 			c.mu.Lock()
 			c.res.SizeBytes += it.en.size

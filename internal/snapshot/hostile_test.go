@@ -60,11 +60,12 @@ func TestHostileManifests(t *testing.T) {
 	missing := chunkRef{sum: sha256Sum([]byte("never stored")), len: 12}
 
 	file := func(p string, chunks ...chunkRef) entry {
-		var size int64
+		en := entry{kind: kindFile, path: p, mode: 0o644}
 		for _, c := range chunks {
-			size += c.len
+			en.extents = append(en.extents, extent{chunk: c, len: c.len})
+			en.size += c.len
 		}
-		return entry{kind: kindFile, path: p, mode: 0o644, size: size, chunks: chunks}
+		return en
 	}
 	dir := func(p string) entry { return entry{kind: kindDir, path: p, mode: 0o755} }
 	link := func(p, target string) entry { return entry{kind: kindLink, path: p, target: target} }
@@ -92,7 +93,10 @@ func TestHostileManifests(t *testing.T) {
 		{"link out from below", []entry{dir("d"), link("d/l", "../../x")}, ErrInvalidManifest},
 		{"link dot dot after a name", []entry{dir("d"), link("d/l", "x/../y")}, ErrInvalidManifest},
 		{"link through a link", []entry{link("self", "."), link("x", "self/..")}, ErrInvalidManifest},
-		{"sizes do not add up", []entry{{kind: kindFile, path: "a", size: 99, chunks: []chunkRef{good}}}, ErrInvalidManifest},
+		{"sizes do not add up", []entry{{kind: kindFile, path: "a", size: 99, extents: []extent{{chunk: good, len: good.len}}}}, ErrInvalidManifest},
+		{"extent beyond its chunk", []entry{{kind: kindFile, path: "a", size: good.len, extents: []extent{{chunk: good, off: 1, len: good.len}}}}, ErrInvalidManifest},
+		{"chunk too large", []entry{{kind: kindFile, path: "a", size: 1, extents: []extent{{chunk: chunkRef{len: maxChunk + 1}, len: 1}}}}, ErrInvalidManifest},
+		{"chunk shorter than said", []entry{{kind: kindFile, path: "a", size: 1, extents: []extent{{chunk: chunkRef{sum: good.sum, len: good.len + 1}, len: 1}}}}, ErrCorruptChunk},
 		{"chunk that lies", []entry{file("a", good), file("b", liar)}, ErrCorruptChunk},
 		{"chunk that is not zstd", []entry{file("a", junk)}, ErrCorruptChunk},
 		{"chunk missing", []entry{file("a", missing)}, blob.ErrNotFound},
@@ -128,7 +132,7 @@ func TestCorruptManifests(t *testing.T) {
 	}
 	for _, en := range []entry{
 		{kind: kindDir, path: "d", mode: 0o755},
-		{kind: kindFile, path: "d/f", mode: 0o644, size: good.len, chunks: []chunkRef{good}},
+		{kind: kindFile, path: "d/f", mode: 0o644, size: good.len, extents: []extent{{chunk: good, len: good.len}}},
 	} {
 		if err := enc.add(&en); err != nil {
 			t.Fatal(err)
@@ -206,7 +210,7 @@ func FuzzManifest(f *testing.F) {
 	}
 	for _, en := range []entry{
 		{kind: kindDir, path: "d", mode: 0o755, mtime: 1},
-		{kind: kindFile, path: "d/f", mode: 0o644, size: 3, chunks: []chunkRef{{len: 3}}},
+		{kind: kindFile, path: "d/f", mode: 0o644, size: 3, extents: []extent{{chunk: chunkRef{len: 5}, off: 1, len: 3}}},
 		{kind: kindLink, path: "d/l", target: "f"},
 	} {
 		_ = enc.add(&en)

@@ -30,8 +30,13 @@ import (
 // (varint):
 //
 //	'd' path mode mtime
-//	'f' path mode mtime size(uvarint) n(uvarint) n × (sha256[32] len(uvarint))
+//	'f' path mode mtime size(uvarint) n(uvarint) n × extent
 //	'l' path mtime target
+//
+// An extent is a slice of a chunk: sha256[32] and chunk length (uvarint)
+// name the chunk, then offset and length (uvarint) in it. A file cut
+// alone has extents that are whole chunks; small files share packs
+// (doc.go).
 const (
 	manifestMagic   = "KILNSNAP"
 	manifestVersion = 1
@@ -49,7 +54,7 @@ const (
 // hostile one cannot make the reader allocate without bound.
 const (
 	maxStringLen   = 4096    // a path or a link target (files.MaxPathLen)
-	maxFileChunks  = 1 << 20 // chunks of one file: > 1 TiB at the mean chunk size
+	maxFileChunks  = 1 << 20 // extents of one file: > 1 TiB at the mean chunk size
 	maxHeaderField = 256
 )
 
@@ -81,15 +86,21 @@ func chunkKey(sum [32]byte) string {
 	return string(b[:])
 }
 
+// extent is a slice of a chunk, part of a file's content.
+type extent struct {
+	chunk    chunkRef
+	off, len int64
+}
+
 // entry is one record of a manifest.
 type entry struct {
-	kind   byte
-	path   string      // root-relative, cleaned, never "."
-	mode   fs.FileMode // permission bits only
-	mtime  int64       // Unix nanoseconds
-	size   int64       // files: bytes of content (the sum of the chunks)
-	chunks []chunkRef  // files
-	target string      // links
+	kind    byte
+	path    string      // root-relative, cleaned, never "."
+	mode    fs.FileMode // permission bits only
+	mtime   int64       // Unix nanoseconds
+	size    int64       // files: bytes of content (the sum of the extents)
+	extents []extent    // files, in order
+	target  string      // links
 }
 
 // manifestTotals is what the end record counts.
@@ -150,10 +161,12 @@ func (e *encoder) add(en *entry) error {
 		b = binary.AppendUvarint(b, uint64(en.mode.Perm()))
 		b = binary.AppendVarint(b, en.mtime)
 		b = binary.AppendUvarint(b, uint64(en.size))
-		b = binary.AppendUvarint(b, uint64(len(en.chunks)))
-		for _, c := range en.chunks {
-			b = append(b, c.sum[:]...)
-			b = binary.AppendUvarint(b, uint64(c.len))
+		b = binary.AppendUvarint(b, uint64(len(en.extents)))
+		for _, x := range en.extents {
+			b = append(b, x.chunk.sum[:]...)
+			b = binary.AppendUvarint(b, uint64(x.chunk.len))
+			b = binary.AppendUvarint(b, uint64(x.off))
+			b = binary.AppendUvarint(b, uint64(x.len))
 		}
 		e.tot.files++
 		e.tot.bytes += en.size
@@ -318,7 +331,7 @@ func (d *decoder) string(max int) (string, error) {
 	return string(b), nil
 }
 
-// next reads the next record into en (reusing its chunk slice), or
+// next reads the next record into en (reusing its extent slice), or
 // returns io.EOF after the end record, once its counts and the checksum
 // were found right and nothing follows it.
 func (d *decoder) next(en *entry) error {
@@ -332,7 +345,7 @@ func (d *decoder) next(en *entry) error {
 	if kind == kindEnd {
 		return d.finish()
 	}
-	*en = entry{kind: kind, chunks: en.chunks[:0]}
+	*en = entry{kind: kind, extents: en.extents[:0]}
 	if en.path, err = d.string(maxStringLen); err != nil {
 		return err
 	}
@@ -350,7 +363,7 @@ func (d *decoder) next(en *entry) error {
 			return err
 		}
 		if kind == kindFile {
-			if err := d.fileChunks(en); err != nil {
+			if err := d.fileExtents(en); err != nil {
 				return err
 			}
 		}
@@ -368,9 +381,10 @@ func (d *decoder) next(en *entry) error {
 	return nil
 }
 
-// fileChunks reads a file record's size and chunk list, checking that
-// every chunk is 1 to maxChunk bytes and that they add up to the size.
-func (d *decoder) fileChunks(en *entry) error {
+// fileExtents reads a file record's size and extents, checking that
+// every chunk is 1 to maxChunk bytes, that every extent is a non-empty
+// slice of its chunk, and that they add up to the size.
+func (d *decoder) fileExtents(en *entry) error {
 	size, err := d.uvarint()
 	if err != nil {
 		return err
@@ -380,27 +394,30 @@ func (d *decoder) fileChunks(en *entry) error {
 		return err
 	}
 	if n > maxFileChunks || size > 1<<62 {
-		return invalidf("%q: %d chunks, %d bytes", en.path, n, size)
+		return invalidf("%q: %d extents, %d bytes", en.path, n, size)
 	}
 	var total uint64
 	for range n {
-		var c chunkRef
-		if err := d.full(c.sum[:]); err != nil {
+		var x extent
+		if err := d.full(x.chunk.sum[:]); err != nil {
 			return err
 		}
-		l, err := d.uvarint()
-		if err != nil {
-			return err
+		var v [3]uint64
+		for i := range v {
+			if v[i], err = d.uvarint(); err != nil {
+				return err
+			}
 		}
-		if l == 0 || l > maxChunk {
-			return invalidf("%q: a chunk of %d bytes", en.path, l)
+		clen, off, l := v[0], v[1], v[2]
+		if clen == 0 || clen > maxChunk || l == 0 || off >= clen || l > clen-off {
+			return invalidf("%q: an extent of %d bytes at %d of a chunk of %d", en.path, l, off, clen)
 		}
-		c.len = int64(l)
+		x.chunk.len, x.off, x.len = int64(clen), int64(off), int64(l)
 		total += l
-		en.chunks = append(en.chunks, c)
+		en.extents = append(en.extents, x)
 	}
 	if total != size {
-		return invalidf("%q: chunks of %d bytes for a size of %d", en.path, total, size)
+		return invalidf("%q: extents of %d bytes for a size of %d", en.path, total, size)
 	}
 	en.size = int64(size)
 	d.tot.files++

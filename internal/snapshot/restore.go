@@ -18,6 +18,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnhq/kiln/internal/files"
@@ -85,9 +86,6 @@ const (
 // store's errors (blob.ErrNotFound for a missing manifest or chunk),
 // ctx.Err(), file system errors; all wrapped.
 func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, store Store, manifestKey string, opts RestoreOptions) (RestoreResult, error) {
-	if opts.Workers <= 0 {
-		opts.Workers = runtime.NumCPU()
-	}
 	var out RestoreResult
 	// First pass: the whole manifest checked, nothing written.
 	var need int64
@@ -119,9 +117,26 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	}
 	defer rootDir.Close()
 	rootFD := int(rootDir.Fd())
-	st, err := newStaging(rootFD, res)
+	st, p, err := prepare(ctx, rootFD, res, store, manifestKey, tot.bytes, opts)
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	defer st.close()
+	if err := finish(rootFD, st.name, st.fd, -1); err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: swap (Recover finishes it): %w", manifestKey, err)
+	}
+	res.Changed(-p.removedCost)
+	out.Replaced = p.replaced
+	return out, nil
+}
+
+// prepare is Restore up to its commit point: the tree staged and synced,
+// the swap planned and its journal in place. On error it leaves nothing
+// behind.
+func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Store, key string, total int64, opts RestoreOptions) (*staging, swapPlan, error) {
+	st, err := newStaging(rootFD, res)
+	if err != nil {
+		return nil, swapPlan{}, err
 	}
 	committed := false
 	defer func() {
@@ -129,34 +144,27 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 			st.discard(rootFD)
 		}
 	}()
-
 	// Second pass: the tree built in the staging directory.
-	if err := st.build(ctx, store, manifestKey, tot.bytes, opts); err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	if err := st.build(ctx, store, key, total, opts); err != nil {
+		return nil, swapPlan{}, err
 	}
 	if err := unix.Syncfs(st.fd); err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: sync the staged tree: %w", manifestKey, err)
+		return nil, swapPlan{}, fmt.Errorf("sync the staged tree: %w", err)
 	}
 	p, err := st.plan(ctx, rootFD, opts.Ignore)
 	if err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+		return nil, swapPlan{}, err
 	}
 	if err := ctx.Err(); err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+		return nil, swapPlan{}, err
 	}
 	// The commit point: from here on, the swap is finished, now or by
 	// Recover.
 	if err := st.commitJournal(); err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+		return nil, swapPlan{}, err
 	}
 	committed = true
-	if err := finish(rootFD, st.name, st.fd); err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: swap (Recover finishes it): %w", manifestKey, err)
-	}
-	st.close()
-	res.Changed(-p.removedCost)
-	out.Replaced = p.replaced
-	return out, nil
+	return st, p, nil
 }
 
 // scan reads the manifest under key, checking every entry (validator) and
@@ -201,10 +209,10 @@ func ChunkKeys(ctx context.Context, store Store, key string) ([]string, error) {
 	seen := make(map[[32]byte]struct{})
 	var keys []string
 	_, err := scan(ctx, store, key, func(en *entry) error {
-		for _, c := range en.chunks {
-			if _, ok := seen[c.sum]; !ok {
-				seen[c.sum] = struct{}{}
-				keys = append(keys, c.key())
+		for _, x := range en.extents {
+			if _, ok := seen[x.chunk.sum]; !ok {
+				seen[x.chunk.sum] = struct{}{}
+				keys = append(keys, x.chunk.key())
 			}
 		}
 		return nil
@@ -329,6 +337,8 @@ type builder struct {
 
 	stack []stagedDir // open directories of the path being built
 	jobs  chan fetch
+	cur   fetch               // the chunk being gathered: consecutive extents of one chunk share a fetch
+	files *semaphore.Weighted // maxStagedOpen: staged files open at once
 
 	mu       sync.Mutex
 	open     map[*stagedFile]struct{} // files still being written
@@ -352,19 +362,38 @@ type stagedFile struct {
 	b     *builder
 }
 
-// fetch is one chunk for a worker.
+// fetch is one chunk for a worker, and the parts of files it fills.
 type fetch struct {
-	f   *stagedFile
-	ref chunkRef
-	off int64
+	ref   chunkRef
+	parts []part
 }
+
+// part is an extent to write: len bytes from off in the chunk, at at in
+// file f.
+type part struct {
+	f            *stagedFile
+	off, len, at int64
+}
+
+// maxStagedOpen bounds the staged files open at once (created, their
+// content not all written yet), and so the descriptors a restore holds.
+const maxStagedOpen = 256
+
+// maxParts bounds the parts of one fetch (and so the files a fetch keeps
+// open): a pack holds at most packMaxFiles files, a hostile manifest may
+// name one chunk for any number (it is then fetched more than once).
+const maxParts = packMaxFiles
 
 // build reads the manifest again (checking it again: the store might not
 // answer the same) and builds the tree.
 func (s *staging) build(ctx context.Context, store Store, key string, total int64, opts RestoreOptions) error {
+	if opts.Workers <= 0 {
+		opts.Workers = runtime.NumCPU()
+	}
 	b := &builder{st: s, store: store, opts: opts, total: total,
 		stack: []stagedDir{{path: ".", fd: s.tree}},
 		jobs:  make(chan fetch, 2*opts.Workers),
+		files: semaphore.NewWeighted(maxStagedOpen),
 		open:  make(map[*stagedFile]struct{})}
 	defer b.closeAll()
 	g, gctx := errgroup.WithContext(ctx)
@@ -375,6 +404,9 @@ func (s *staging) build(ctx context.Context, store Store, key string, total int6
 		defer close(b.jobs)
 		return panics.Catch(func() error {
 			if _, err := scan(gctx, store, key, func(en *entry) error { return b.add(gctx, en) }); err != nil {
+				return err
+			}
+			if err := b.dispatch(gctx); err != nil {
 				return err
 			}
 			return b.popTo(".")
@@ -469,8 +501,19 @@ func (b *builder) addFile(ctx context.Context, dir int, name string, en *entry) 
 	if err := b.st.grow(cost); err != nil {
 		return err
 	}
+	if !b.files.TryAcquire(1) {
+		// The open files wait for their chunks: the gathered one must go
+		// to the workers before this waits for them.
+		if err := b.dispatch(ctx); err != nil {
+			return err
+		}
+		if err := b.files.Acquire(ctx, 1); err != nil {
+			return err
+		}
+	}
 	fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(en.mode.Perm()))
 	if err != nil {
+		b.files.Release(1)
 		return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
 	}
 	b.st.made(cost)
@@ -482,17 +525,33 @@ func (b *builder) addFile(ctx context.Context, dir int, name string, en *entry) 
 	if err := unix.Fchmod(fd, uint32(en.mode.Perm())); err != nil {
 		return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
 	}
-	f.left.Store(int64(len(en.chunks)) + 1)
-	var off int64
-	for _, c := range en.chunks {
-		select {
-		case b.jobs <- fetch{f: f, ref: c, off: off}:
-		case <-ctx.Done():
-			return ctx.Err()
+	f.left.Store(int64(len(en.extents)) + 1)
+	var at int64
+	for _, x := range en.extents {
+		if len(b.cur.parts) > 0 && (b.cur.ref != x.chunk || len(b.cur.parts) >= maxParts) {
+			if err := b.dispatch(ctx); err != nil {
+				return err
+			}
 		}
-		off += c.len
+		b.cur.ref = x.chunk
+		b.cur.parts = append(b.cur.parts, part{f: f, off: x.off, len: x.len, at: at})
+		at += x.len
 	}
 	return f.finish()
+}
+
+// dispatch hands the gathered fetch to the workers.
+func (b *builder) dispatch(ctx context.Context) error {
+	if len(b.cur.parts) == 0 {
+		return nil
+	}
+	select {
+	case b.jobs <- b.cur:
+		b.cur = fetch{}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // finish drops one hold on the file; the last sets its mtime and closes it.
@@ -503,6 +562,7 @@ func (f *stagedFile) finish() error {
 	f.b.mu.Lock()
 	delete(f.b.open, f)
 	f.b.mu.Unlock()
+	defer f.b.files.Release(1)
 	err := unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(f.fd), timespec(f.mtime), 0)
 	if cerr := unix.Close(f.fd); err == nil {
 		err = cerr
@@ -526,17 +586,21 @@ func (b *builder) work(ctx context.Context) error {
 			return err
 		}
 		if data, err = b.fetch(ctx, dec, j.ref, &comp, data); err != nil {
-			return fmt.Errorf("stage %s: %w", files.Display(j.f.path), err)
+			return fmt.Errorf("stage %s: %w", files.Display(j.parts[0].f.path), err)
 		}
-		if err := pwriteAll(j.f.fd, data, j.off); err != nil {
-			return fmt.Errorf("stage %s: %w", files.Display(j.f.path), err)
-		}
-		if err := j.f.finish(); err != nil {
-			return err
+		var n int64
+		for _, p := range j.parts {
+			if err := pwriteAll(p.f.fd, data[p.off:p.off+p.len], p.at); err != nil {
+				return fmt.Errorf("stage %s: %w", files.Display(p.f.path), err)
+			}
+			if err := p.f.finish(); err != nil {
+				return err
+			}
+			n += p.len
 		}
 		if b.opts.Progress != nil {
 			b.progress.Lock()
-			b.done += j.ref.len
+			b.done += n
 			b.opts.Progress(b.done, b.total)
 			b.progress.Unlock()
 		}

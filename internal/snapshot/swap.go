@@ -325,8 +325,9 @@ func join(dir, name string) string {
 
 // finish runs the journal of the restore directory name (fd) from its
 // start, then removes the directory: the end of Restore, and Recover.
-func finish(rootFD int, name string, fd int) error {
-	if err := runJournal(rootFD, fd); err != nil {
+// Tests stop it after steps steps (errStopped); -1 runs them all.
+func finish(rootFD int, name string, fd int, steps int) error {
+	if err := runJournal(rootFD, fd, steps); err != nil {
 		return err
 	}
 	// The renames are durable before the journal goes: a crash after this
@@ -384,8 +385,12 @@ func openPath(top int, rel string) (int, error) {
 	return fd, nil
 }
 
-// runJournal carries out every step of the journal in directory fd.
-func runJournal(rootFD, fd int) error {
+// errStopped: a test stopped the swap here, as a crash would.
+var errStopped = errors.New("swap stopped")
+
+// runJournal carries out the steps of the journal in directory fd: all
+// of them, or the first limit (then errStopped).
+func runJournal(rootFD, fd, limit int) error {
 	jfd, err := unix.Openat(fd, journalName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open the journal: %w", err)
@@ -420,6 +425,9 @@ func runJournal(rootFD, fd int) error {
 				return fmt.Errorf("the journal ends after %d steps, its end says %s", n-1, rest)
 			}
 			return nil
+		}
+		if n-1 == limit {
+			return errStopped
 		}
 		var err error
 		switch op {
@@ -621,7 +629,7 @@ func Recover(ctx context.Context, root *files.Root) (Recovered, error) {
 		}
 		_, journal, err := lstat(fd, journalName)
 		if err == nil && journal {
-			err = finish(rootFD, name, fd)
+			err = finish(rootFD, name, fd, -1)
 			if err == nil {
 				out.Finished++
 			}

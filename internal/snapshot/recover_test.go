@@ -1,0 +1,150 @@
+package snapshot
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// swapFixtures: the tree a snapshot is taken of, and the tree it is
+// restored over, unlike it in every way a swap handles.
+func snapshotSide(t testing.TB) *tree {
+	tr := newTree(t)
+	tr.file("a.txt", []byte("snapshot a"), 0o644)
+	tr.file("kind/was-dir", []byte("a file in the snapshot"), 0o644)
+	tr.file("kind/was-file/inside", []byte("a directory in the snapshot"), 0o644)
+	tr.file("world/region/r.0.0.mca", tr.random(300<<10), 0o644)
+	tr.file("world/level.dat", []byte("level"), 0o644)
+	tr.mkdir("world/empty", 0o755)
+	tr.symlink("../a.txt", "world/link")
+	tr.file("z/only-in-snapshot", []byte("new"), 0o600)
+	tr.stampDirs()
+	return tr
+}
+
+func liveSide(t testing.TB) *tree {
+	tr := newTree(t)
+	tr.tree0()
+	return tr
+}
+
+// tree0 builds the live tree the snapshot is restored over.
+func (tr *tree) tree0() {
+	tr.file("a.txt", []byte("live a, changed since"), 0o600)
+	tr.file("kind/was-dir/x", []byte("a directory now"), 0o644)
+	tr.file("kind/was-dir/logs/keep.log", []byte("ignored, but under a path the snapshot holds as a file"), 0o644)
+	tr.file("kind/was-file", []byte("a file now"), 0o644)
+	tr.file("world/region/r.0.0.mca", tr.random(200<<10), 0o644)
+	tr.file("world/region/r.9.9.mca", tr.random(10<<10), 0o644)
+	tr.symlink("region", "world/link")
+	tr.file("logs/latest.log", []byte("ignored: stays"), 0o644)
+	tr.file("extra/deep/er", []byte("removed"), 0o644)
+	tr.file("extra/x.log", []byte("ignored: stays, and so does extra/"), 0o644)
+	tr.file("gone/y", []byte("removed with gone/"), 0o644)
+	tr.stampDirs()
+}
+
+// TestRecoverAtEveryStep cuts the swap before each of its steps, as a
+// kill -9 would, and checks that Recover then leaves exactly the restored
+// tree; and that a restore cut before its commit point leaves the old one.
+func TestRecoverAtEveryStep(t *testing.T) {
+	logs := func(rel string, isDir bool) bool { return strings.HasSuffix(rel, ".log") }
+	snap := snapshotSide(t)
+	store := newStore(t)
+	res := create(t, openRoot(t, snap.dir), store, CreateOptions{Ignore: logs})
+	opts := RestoreOptions{Ignore: logs}
+
+	// What a finished restore leaves.
+	done := liveSide(t)
+	restore(t, openRoot(t, done.dir), store, res.ManifestKey, opts)
+	want := keptDir(state(t, done.dir))
+	for _, p := range []string{"logs/latest.log", "extra/x.log"} {
+		if _, ok := want[p]; !ok {
+			t.Fatalf("ignored %s was removed", p)
+		}
+	}
+	for p := range want {
+		if strings.HasPrefix(p, "kind/was-dir/") || strings.HasPrefix(p, "gone") || strings.HasPrefix(p, "extra/deep") {
+			t.Errorf("%s is left; the snapshot does not hold it", p)
+		}
+	}
+
+	steps := -1
+	for k := 0; steps < 0 || k <= steps+1; k++ {
+		live := liveSide(t)
+		old := state(t, live.dir)
+		root := openRoot(t, live.dir)
+		dir, err := root.OpenDir(".")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rootFD := int(dir.Fd())
+		st, p, err := prepare(t.Context(), rootFD, unlimited(t), store, res.ManifestKey, res.SizeBytes, opts)
+		if err != nil {
+			t.Fatalf("prepare: %v", err)
+		}
+		steps = p.steps
+		if k == 0 {
+			// Cut before the commit point: the journal is not there yet.
+			if err := os.Remove(filepath.Join(live.dir, st.name, journalName)); err != nil {
+				t.Fatal(err)
+			}
+			if d := diffState(old, withoutStaging(state(t, live.dir))); d != "" {
+				t.Errorf("staging changed the tree:\n%s", d)
+			}
+		} else {
+			err := runJournal(rootFD, st.fd, k-1)
+			if k-1 < steps && !errors.Is(err, errStopped) || k-1 == steps && err != nil {
+				t.Fatalf("runJournal(%d of %d) = %v", k-1, steps, err)
+			}
+		}
+		st.close()
+		dir.Close()
+
+		got, err := Recover(t.Context(), openRoot(t, live.dir))
+		if err != nil {
+			t.Fatalf("cut before step %d: Recover: %v", k, err)
+		}
+		if k == 0 {
+			if got != (Recovered{Discarded: 1}) {
+				t.Errorf("Recover = %+v, want one discarded", got)
+			}
+			if d := diffState(old, state(t, live.dir)); d != "" {
+				t.Errorf("cut before the commit point: the tree is not the old one:\n%s", d)
+			}
+			continue
+		}
+		if got != (Recovered{Finished: 1}) {
+			t.Errorf("cut before step %d: Recover = %+v, want one finished", k, got)
+		}
+		if d := diffState(want, keptDir(state(t, live.dir))); d != "" {
+			t.Errorf("cut before step %d of %d: the recovered tree differs:\n%s", k, steps, d)
+		}
+	}
+	if steps < 8 {
+		t.Errorf("the swap had %d steps; the fixture should need more", steps)
+	}
+	t.Logf("cut at each of %d steps", steps+1)
+}
+
+// keptDir forgets the mtime of extra/: the snapshot does not hold it, it
+// stays for the ignored file in it, and it is changed (now) by the removal
+// of the rest.
+func keptDir(s map[string]string) map[string]string {
+	if d, ok := s["extra"]; ok {
+		s["extra"] = d[:strings.Index(d, " mtime=")]
+	}
+	return s
+}
+
+// withoutStaging leaves the restore's own directory out of a state.
+func withoutStaging(s map[string]string) map[string]string {
+	for p := range s {
+		if strings.HasPrefix(p, restorePrefix) {
+			delete(s, p)
+		}
+	}
+	return s
+}
