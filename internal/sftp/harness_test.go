@@ -253,10 +253,11 @@ func needClients(t *testing.T) {
 // commands of batch; it returns the output and whether sftp succeeded.
 func (e *env) openssh(c Credentials, dir, batch string, extra ...string) (string, error) {
 	e.t.Helper()
-	args := []string{"-e", "sftp", "-oBatchMode=no", "-b", "-", "-P", strconv.Itoa(e.port),
+	// ssh keeps the first value of an option: extra ones go first.
+	args := append([]string{"-e", "sftp"}, extra...)
+	args = append(args, "-oBatchMode=no", "-b", "-", "-P", strconv.Itoa(e.port),
 		"-oStrictHostKeyChecking=no", "-oUserKnownHostsFile=/dev/null", "-oLogLevel=ERROR",
-		"-oPreferredAuthentications=password", "-oPubkeyAuthentication=no", "-oNumberOfPasswordPrompts=1"}
-	args = append(args, extra...)
+		"-oPreferredAuthentications=password", "-oPubkeyAuthentication=no", "-oNumberOfPasswordPrompts=1")
 	args = append(args, c.ComputedUsername+"@127.0.0.1")
 	ctx, cancel := context.WithTimeout(e.t.Context(), 60*time.Second)
 	defer cancel()

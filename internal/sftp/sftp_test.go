@@ -1,0 +1,405 @@
+package sftp
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// TestCredentials: get-or-create per (token, server), the seed's fields,
+// a rotation, another team's server, and the password sealed at rest.
+func TestCredentials(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, Config{})
+		sv, _ := e.newServer("creds")
+		c := e.creds(sv.ID, false)
+		prefix := strings.ReplaceAll(sv.ID, "-", "")[:8]
+		want := Credentials{Username: "alice", Password: c.Password, ComputedUsername: "alice." + prefix,
+			Host: "127.0.0.1", Port: e.port, URI: fmt.Sprintf("sftp://alice.%s@127.0.0.1:%d", prefix, e.port)}
+		if c != want {
+			t.Errorf("Credentials = %+v, want %+v", c, want)
+		}
+		if len(c.Password) != passwordLen {
+			t.Errorf("password of %d characters, want %d", len(c.Password), passwordLen)
+		}
+		if again := e.creds(sv.ID, false); again != c {
+			t.Errorf("a second get = %+v, want the same %+v", again, c)
+		}
+		var sealed string
+		if err := db.Read().QueryRowContext(t.Context(), `SELECT password_sealed FROM sftp_credentials`).Scan(&sealed); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(sealed, c.Password) || !strings.HasPrefix(sealed, "v1:") {
+			t.Errorf("stored password %q is not sealed", sealed)
+		}
+		if s := c.LogValue().String(); strings.Contains(s, c.Password) {
+			t.Errorf("LogValue shows the password: %s", s)
+		}
+		r := e.creds(sv.ID, true)
+		if r.Password == c.Password || r.ComputedUsername != c.ComputedUsername {
+			t.Errorf("rotate = %+v, want a new password for the same user", r)
+		}
+		if _, _, err := e.dial(c.ComputedUsername, c.Password); err == nil {
+			t.Error("the old password still logs in after a rotation")
+		}
+		sc, conn, err := e.dial(r.ComputedUsername, r.Password)
+		if err != nil {
+			t.Fatalf("login with the rotated password: %v", err)
+		}
+		sc.Close()
+		conn.Close()
+
+		// Another team's server is not found.
+		a := e.auth
+		other, err := a.CreateTeam(t.Context(), "other")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.svc.Credentials(t.Context(), other.ID, e.tokenID, "alice", sv.ID, false)
+		if !errors.Is(err, servers.ErrNotFound) {
+			t.Errorf("Credentials on another team's server = %v, want servers.ErrNotFound", err)
+		}
+	})
+}
+
+// TestSessionsCut: an open session ends at once when its server is
+// deleted, when its credentials are rotated, and when its token is
+// revoked (in the database only, as another process does).
+func TestSessionsCut(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, Config{})
+		sv, _ := e.newServer("cut")
+
+		sc := e.mustDial(e.creds(sv.ID, false))
+		if _, err := sc.ReadDir("/"); err != nil {
+			t.Fatal(err)
+		}
+		e.creds(sv.ID, true)
+		waitEnded(t, sc, "a rotation")
+
+		sc = e.mustDial(e.creds(sv.ID, false))
+		if err := e.auth.RevokeToken(t.Context(), e.tokenID); err != nil {
+			t.Fatal(err)
+		}
+		waitEnded(t, sc, "the token's revocation")
+		if _, _, err := e.dial(e.creds(sv.ID, false).ComputedUsername, e.creds(sv.ID, false).Password); err == nil {
+			t.Error("a revoked token's credentials still log in")
+		}
+
+		_, tok, err := e.auth.CreateToken(t.Context(), auth.BootstrapTeam, auth.KindUser, "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.tokenID, e.label = tok.ID, "bob"
+		c := e.creds(sv.ID, false)
+		sc = e.mustDial(c)
+		if err := e.servers.Delete(t.Context(), e.teamID, sv.ID); err != nil {
+			t.Fatal(err)
+		}
+		waitEnded(t, sc, "the server's deletion")
+		if _, _, err := e.dial(c.ComputedUsername, c.Password); err == nil {
+			t.Error("a deleted server's credentials still log in")
+		}
+		if st := e.srv.Stats(); st.Cut < 3 || st.Sessions != 0 {
+			t.Errorf("Stats = %+v, want 3 cut and none live", st)
+		}
+	})
+}
+
+// TestLockout: 10 failed logins from one address in 5 minutes lock it out
+// for 15, the right password included; afterwards it logs in again.
+func TestLockout(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, Config{})
+		sv, _ := e.newServer("lock")
+		c := e.creds(sv.ID, false)
+		for i := range 10 {
+			if _, _, err := e.dial(c.ComputedUsername, "wrong"); err == nil {
+				t.Fatalf("wrong password %d logged in", i)
+			}
+		}
+		if _, _, err := e.dial(c.ComputedUsername, c.Password); err == nil {
+			t.Fatal("the right password logged in from a locked-out address")
+		}
+		if st := e.srv.Stats(); st.Lockouts != 1 || st.Failures != 11 {
+			t.Errorf("Stats = %+v, want 1 lockout and 11 failures", st)
+		}
+		e.clock.Advance(15*time.Minute + time.Second)
+		sc, conn, err := e.dial(c.ComputedUsername, c.Password)
+		if err != nil {
+			t.Fatalf("login after the lockout: %v", err)
+		}
+		sc.Close()
+		conn.Close()
+	})
+}
+
+// TestLimits: 8 sessions per credential, 256 open handles per session,
+// and an idle session ends.
+func TestLimits(t *testing.T) {
+	db := storetest.SQLite(t)
+	e := newEnv(t, db, Config{IdleTimeout: time.Hour})
+	sv, root := e.newServer("limits")
+	c := e.creds(sv.ID, false)
+	var clients []*sftp.Client
+	for range 8 {
+		clients = append(clients, e.mustDial(c))
+	}
+	if sc, conn, err := e.dial(c.ComputedUsername, c.Password); err == nil {
+		sc.Close()
+		conn.Close()
+		t.Fatal("a 9th session was served")
+	} else if !strings.Contains(err.Error(), "too many SFTP sessions") {
+		t.Errorf("9th session: %v, want too many SFTP sessions", err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "h.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var open []*sftp.File
+	for range 256 {
+		f, err := clients[0].Open("/h.txt")
+		if err != nil {
+			t.Fatalf("open %d: %v", len(open), err)
+		}
+		open = append(open, f)
+	}
+	if _, err := clients[0].Open("/h.txt"); err == nil || !strings.Contains(err.Error(), "too many open files") {
+		t.Errorf("257th open = %v, want too many open files", err)
+	}
+	open[0].Close()
+	if f, err := clients[0].Open("/h.txt"); err != nil {
+		t.Errorf("open after a close: %v", err)
+	} else {
+		f.Close()
+	}
+	for _, f := range open[1:] {
+		f.Close()
+	}
+	// Idle: the clock jumps past the timeout, the next check ends them.
+	e.clock.Advance(time.Hour + time.Minute)
+	waitEnded(t, clients[1], "an hour idle")
+}
+
+// TestQuota: an upload past the disk limit fails at the write that would
+// pass it, with a "no space" failure; the partial file stays and the
+// ledger matches what is on disk.
+func TestQuota(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, Config{})
+		sv, root := e.newServer("quota")
+		c := e.creds(sv.ID, false)
+		// Leave 2 MiB free under the 1 GiB limit (a sparse file's size counts).
+		used, err := quota.Usage(root, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const free = 2 << 20
+		size := int64(1024<<20) - used - free
+		size -= size % quota.BlockSize
+		f, err := os.Create(filepath.Join(root, "fill.bin"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		e.servers.DiskChanged(sv.ID)
+
+		sc := e.mustDial(c)
+		w, err := sc.Create("/up.bin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		chunk := bytes.Repeat([]byte("q"), 64<<10)
+		written := 0
+		var werr error
+		for written < 4<<20 {
+			n, err := w.Write(chunk)
+			written += n
+			if err != nil {
+				werr = err
+				break
+			}
+		}
+		w.Close()
+		if werr == nil {
+			t.Fatalf("4 MiB written with 2 MiB free")
+		}
+		if code := statusCode(werr); code != 4 || !strings.Contains(werr.Error(), "no space left") {
+			t.Errorf("write past the limit = %s, want SSH_FX_FAILURE (4) with no space left", fmtErr(werr))
+		}
+		fi, err := os.Stat(filepath.Join(root, "up.bin"))
+		if err != nil {
+			t.Fatalf("the partial file is gone: %v", err)
+		}
+		if fi.Size() == 0 || fi.Size() > free {
+			t.Errorf("partial file of %d bytes, want some, at most %d", fi.Size(), free)
+		}
+		// The ledger is exact: what it says is what a walk finds.
+		a, err := e.servers.Access(t.Context(), e.teamID, sv.ID, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		walked, err := quota.Usage(root, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fig := a.Disk.Figures(); fig.Used != walked || fig.Reserved != 0 {
+			t.Errorf("ledger %+v, want used %d (the walk) and nothing reserved", fig, walked)
+		}
+		// statvfs reports the limit.
+		vfs, err := sc.StatVFS("/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vfs.TotalSpace() != 1024<<20 || vfs.FreeSpace() > free {
+			t.Errorf("statvfs total %d free %d, want the 1 GiB limit and at most %d free", vfs.TotalSpace(), vfs.FreeSpace(), free)
+		}
+		// Removing the partial file gives its bytes back.
+		if err := sc.Remove("/up.bin"); err != nil {
+			t.Fatal(err)
+		}
+		walked, _ = quota.Usage(root, time.Time{})
+		if fig := a.Disk.Figures(); fig.Used != walked {
+			t.Errorf("after remove: ledger used %d, walk %d", fig.Used, walked)
+		}
+	})
+}
+
+// TestConcurrentTransfers: 8 sessions of 4 files each at once, as
+// FileZilla transfers; sizes and SHA-256 checked on disk and downloaded.
+func TestConcurrentTransfers(t *testing.T) {
+	db := storetest.SQLite(t)
+	e := newEnv(t, db, Config{})
+	sv, root := e.newServer("many")
+	c := e.creds(sv.ID, false)
+	local := t.TempDir()
+	type file struct {
+		name string
+		sum  [32]byte
+		size int
+	}
+	var want []file
+	for s := range 8 {
+		for f := range 4 {
+			name := fmt.Sprintf("s%d-f%d.bin", s, f)
+			b := writeRandom(t, filepath.Join(local, name), (s*4+f)*37_000+1, int64(s*4+f+10))
+			want = append(want, file{name, sha256.Sum256(b), len(b)})
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	var first *sftp.Client
+	for s := range 8 {
+		sc := e.mustDial(c)
+		if first == nil {
+			first = sc
+		}
+		if err := sc.MkdirAll(fmt.Sprintf("/s%d", s)); err != nil {
+			t.Fatal(err)
+		}
+		for f := range 4 {
+			wg.Go(func() {
+				fl := want[s*4+f]
+				src, err := os.Open(filepath.Join(local, fl.name))
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer src.Close()
+				dst, err := sc.Create(fmt.Sprintf("/s%d/%s", s, fl.name))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if _, err := dst.ReadFrom(src); err != nil {
+					errs <- fmt.Errorf("upload %s: %w", fl.name, err)
+				}
+				if err := dst.Close(); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	sc := first
+	for i, fl := range want {
+		rel := fmt.Sprintf("s%d/%s", i/4, fl.name)
+		b := mustRead(t, root, rel)
+		if len(b) != fl.size || sha256.Sum256(b) != fl.sum {
+			t.Errorf("%s on disk: %d bytes, want %d with its sha256", rel, len(b), fl.size)
+		}
+		r, err := sc.Open("/" + rel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, r)
+		r.Close()
+		if err != nil || int(n) != fl.size || !bytes.Equal(h.Sum(nil), fl.sum[:]) {
+			t.Errorf("%s downloaded: %d bytes (%v), want %d with its sha256", rel, n, err, fl.size)
+		}
+	}
+}
+
+// TestHostKeyStable: the host key is made once (0600) and kept across a
+// restart; a client that trusted it connects again.
+func TestHostKeyStable(t *testing.T) {
+	db := storetest.SQLite(t)
+	e := newEnv(t, db, Config{})
+	sv, _ := e.newServer("key")
+	c := e.creds(sv.ID, false)
+	first := e.srv.HostKey()
+	fi, err := os.Stat(filepath.Join(e.dataDir, HostKeyFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("host key file: %v %v, want mode 0600", fi, err)
+	}
+	if first.Type() != ssh.KeyAlgoED25519 {
+		t.Errorf("host key type %s, want ed25519", first.Type())
+	}
+	e.restart(Config{})
+	if !bytes.Equal(e.srv.HostKey().Marshal(), first.Marshal()) {
+		t.Fatal("the host key changed across a restart")
+	}
+	sc, conn, err := e.dial(c.ComputedUsername, c.Password) // FixedHostKey of the new server
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.Close()
+	conn.Close()
+	// And with OpenSSH, strictly checking a known_hosts of the first key.
+	needClients(t)
+	{
+		kh := filepath.Join(t.TempDir(), "known_hosts")
+		line := fmt.Sprintf("[127.0.0.1]:%d %s", e.port, ssh.MarshalAuthorizedKey(first))
+		if err := os.WriteFile(kh, []byte(line), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out, err := e.openssh(c, t.TempDir(), "pwd\n", "-oStrictHostKeyChecking=yes", "-oUserKnownHostsFile="+kh)
+		if err != nil {
+			t.Fatalf("OpenSSH with the first key in known_hosts: %v\n%s", err, out)
+		}
+	}
+}
