@@ -92,7 +92,9 @@ func (g *glob) compile(s string, pathname bool) bool {
 
 // emit appends in; opDirs brings its opDirsLoop along. It folds
 // "**/**/" into one "**/" and "**/**" into one "**" (the same
-// languages), so that "**/**/**/…" costs no more than "**/".
+// languages): "**/**/**/…" costs no more than "**/", and no chain of
+// ε-edges is longer than two (opDirs, then opStar), which bounds
+// program.close.
 func (g *glob) emit(in inst) {
 	if n := len(g.insts); n > 0 && g.insts[n-1].op == opDirsLoop {
 		switch in.op {
