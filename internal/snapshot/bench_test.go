@@ -36,10 +36,14 @@ func BenchmarkCreate(b *testing.B) {
 	var size int64
 	b.Run("first", func(b *testing.B) {
 		for b.Loop() {
-			res := create(b, root, newStore(b), CreateOptions{})
+			store := newStore(b)
+			res := create(b, root, store, CreateOptions{})
 			size = res.SizeBytes
 			b.ReportMetric(float64(res.StoredBytes)/float64(res.SizeBytes), "stored/size")
 			b.ReportMetric(float64(len(res.Chunks)), "chunks")
+			if info, err := store.Stat(b.Context(), res.ManifestKey); err == nil {
+				b.ReportMetric(float64(info.Size), "manifest-bytes")
+			}
 		}
 		b.SetBytes(size)
 	})

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	chunkers "github.com/PlakarKorp/go-cdc-chunkers"
 	restic "github.com/restic/chunker"
 )
 
@@ -44,29 +43,6 @@ func BenchmarkChunker(b *testing.B) {
 					b.Fatal(err)
 				}
 				n++
-			}
-		}
-		b.ReportMetric(float64(len(data))*float64(b.N)/float64(n), "B/chunk")
-	})
-	b.Run("fastcdc-lib-default-buffer", func(b *testing.B) {
-		b.SetBytes(int64(len(data)))
-		n := 0
-		for b.Loop() {
-			c, err := chunkers.NewChunker(chunkAlgorithm, bytes.NewReader(data), chunkOptions())
-			if err != nil {
-				b.Fatal(err)
-			}
-			for {
-				ch, err := c.Next()
-				if len(ch) > 0 {
-					n++
-				}
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
 			}
 		}
 		b.ReportMetric(float64(len(data))*float64(b.N)/float64(n), "B/chunk")
