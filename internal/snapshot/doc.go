@@ -135,7 +135,8 @@
 //     gone, an "attr" is the same each time. So Recover, finding a
 //     journal, runs it again from the start: whatever instant a kill -9
 //     hit, every path ends as the snapshot's (TestRecoverAtEveryStep cuts
-//     before every step). Then a syncfs, the journal is removed, and the
+//     before every step; TestKillDuringSwap kills a real restoring
+//     process mid-swap). Then a syncfs, the journal is removed, and the
 //     staging directory with the old entries. A failure during the swap
 //     (an I/O error) leaves the journal for Recover. Where the file system
 //     has no RENAME_EXCHANGE or RENAME_NOREPLACE (EINVAL) the old entry is

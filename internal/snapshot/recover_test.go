@@ -71,6 +71,11 @@ func TestRecoverAtEveryStep(t *testing.T) {
 		}
 	}
 
+	// Nothing to recover in a root without a restore.
+	if got, err := Recover(t.Context(), openRoot(t, done.dir)); err != nil || got != (Recovered{}) {
+		t.Errorf("Recover(a clean root) = %+v, %v; want nothing", got, err)
+	}
+
 	steps := -1
 	for k := 0; steps < 0 || k <= steps+1; k++ {
 		live := liveSide(t)

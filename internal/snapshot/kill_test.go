@@ -1,0 +1,115 @@
+package snapshot
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/files"
+)
+
+// The child side of TestKillDuringSwap: a process that restores and is
+// killed.
+func TestRestoreChild(t *testing.T) {
+	dir, storeURL, key := os.Getenv("KILN_SNAPSHOT_CHILD_ROOT"), os.Getenv("KILN_SNAPSHOT_CHILD_STORE"), os.Getenv("KILN_SNAPSHOT_CHILD_KEY")
+	if dir == "" {
+		t.Skip("the child of TestKillDuringSwap")
+	}
+	store, err := blob.Open(t.Context(), storeURL, blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := files.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(t.Context(), root, nil, store, key, RestoreOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKillDuringSwap kills (SIGKILL) a real process restoring a tree in
+// the middle of its swap (once 100 of the 3,000 extra entries went to the
+// trash), then runs Recover: the tree is the snapshot's. The test logs
+// where the kill landed.
+func TestKillDuringSwap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a child process")
+	}
+	snap := newTree(t)
+	for i := range 3000 {
+		snap.file(fmt.Sprintf("f%04d", i), fmt.Appendf(nil, "snapshot %d", i), 0o644)
+	}
+	snap.stampDirs()
+	want := state(t, snap.dir)
+	storeDir := t.TempDir()
+	store, err := blob.Open(t.Context(), "file://"+storeDir, blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := create(t, openRoot(t, snap.dir), store, CreateOptions{})
+
+	live := newTree(t)
+	for i := range 3000 {
+		live.file(fmt.Sprintf("f%04d", i), fmt.Appendf(nil, "live %d", i), 0o600)
+		live.file(fmt.Sprintf("extra%04d", i), []byte("removed"), 0o644)
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRestoreChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "KILN_SNAPSHOT_CHILD_ROOT="+live.dir,
+		"KILN_SNAPSHOT_CHILD_STORE=file://"+storeDir, "KILN_SNAPSHOT_CHILD_KEY="+res.ManifestKey)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	killed := false
+	deadline := time.Now().Add(60 * time.Second)
+wait:
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			t.Logf("the child finished before the kill (%v)", err)
+			break wait
+		default:
+		}
+		// Mid-swap: the journal is in place and the first steps (the
+		// extra entries, first in name order, go to the trash) are done.
+		if trash, _ := filepath.Glob(filepath.Join(live.dir, restorePrefix+"*", stageTrash, "*")); len(trash) >= 100 {
+			_ = cmd.Process.Signal(syscall.SIGKILL)
+			<-exited
+			killed = true
+			break
+		}
+		time.Sleep(200 * time.Microsecond) // polling the child's progress, not waiting for time
+	}
+	mid := state(t, live.dir)
+	pending, swapped, extras := 0, 0, 0
+	for p, d := range mid {
+		if strings.HasPrefix(p, "extra") {
+			extras++
+		}
+		if strings.HasPrefix(p, restorePrefix) && strings.HasSuffix(p, "/"+journalName) {
+			pending++
+		}
+		if want[p] == d {
+			swapped++
+		}
+	}
+	t.Logf("killed: %v; journal left: %d; at the kill, %d of 3000 extra entries were left and %d of %d entries were the snapshot's",
+		killed, pending, extras, swapped, len(want))
+
+	got, err := Recover(t.Context(), openRoot(t, live.dir))
+	if err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	t.Logf("Recover = %+v", got)
+	if d := diffState(want, state(t, live.dir)); d != "" {
+		t.Errorf("after the kill and Recover, the tree differs:\n%.2000s", d)
+	}
+}
