@@ -28,7 +28,7 @@ require github.com/kr/fs v0.1.0 // indirect
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
-	github.com/PlakarKorp/go-cdc-chunkers v1.1.0 // indirect
+	github.com/PlakarKorp/go-cdc-chunkers v1.1.0
 	github.com/go-sql-driver/mysql v1.10.1 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
@@ -36,7 +36,7 @@ require (
 	github.com/minio/md5-simd v1.1.2 // indirect
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/philhofer/fwd v1.2.0 // indirect
-	github.com/restic/chunker v0.4.0 // indirect
+	github.com/restic/chunker v0.4.0
 	github.com/rs/xid v1.6.0 // indirect
 	github.com/tinylib/msgp v1.6.4 // indirect
 	github.com/zeebo/blake3 v0.2.4 // indirect
