@@ -53,7 +53,8 @@ type CreateOptions struct {
 	// and cut so far and the total the tree held when a first walk (stat
 	// only) measured it. Files that change meanwhile can make done pass
 	// total; the last call has done == total. It is called from one
-	// goroutine, one call at a time, about every MiB: it must not block.
+	// goroutine, one call at a time, after each chunk cut and each small
+	// file packed: it must not block.
 	Progress func(done, total int64)
 	// Known, when set, tells chunks the caller knows to be in the store
 	// (those of a snapshot it keeps, say): they are neither looked up nor
