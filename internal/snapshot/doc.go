@@ -138,7 +138,9 @@
 //     before every step; TestKillDuringSwap kills a real restoring
 //     process mid-swap). Then a syncfs, the journal is removed, and the
 //     staging directory with the old entries. A failure during the swap
-//     (an I/O error) leaves the journal for Recover. Where the file system
+//     (an I/O error) leaves the journal for Recover, and Restore refuses
+//     to start while one is left (ErrRestorePending): replayed after a
+//     newer restore, it would undo it. Where the file system
 //     has no RENAME_EXCHANGE or RENAME_NOREPLACE (EINVAL) the old entry is
 //     moved to the trash first; a crash between the two renames leaves the
 //     path missing until Recover, which finishes the step.

@@ -128,6 +128,30 @@ func TestRecoverAtEveryStep(t *testing.T) {
 			t.Errorf("cut before step %d of %d: the recovered tree differs:\n%s", k, steps, d)
 		}
 	}
+	// A restore refuses to start over a swap left to finish.
+	live := liveSide(t)
+	root := openRoot(t, live.dir)
+	dir, err := root.OpenDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, res.SizeBytes, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.close()
+	dir.Close()
+	if _, err := Restore(t.Context(), root, unlimited(t), store, res.ManifestKey, opts); !errors.Is(err, ErrRestorePending) {
+		t.Errorf("Restore over a pending swap: %v, want ErrRestorePending", err)
+	}
+	if _, err := Recover(t.Context(), root); err != nil {
+		t.Fatal(err)
+	}
+	restore(t, root, store, res.ManifestKey, opts)
+	if d := diffState(want, keptDir(state(t, live.dir))); d != "" {
+		t.Errorf("recovered, then restored again: the tree differs:\n%s", d)
+	}
+
 	if steps < 8 {
 		t.Errorf("the swap had %d steps; the fixture should need more", steps)
 	}

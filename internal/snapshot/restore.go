@@ -31,6 +31,11 @@ import (
 // restore stops before anything is swapped in.
 var ErrCorruptChunk = errors.New("snapshot chunk is corrupt")
 
+// ErrRestorePending is returned by Restore when the root holds a restore
+// cut during its swap (a crash, or an I/O error): Recover must finish it
+// first, or it would later replay its old swap over the new restore.
+var ErrRestorePending = errors.New("an interrupted restore must be recovered first")
+
 // RestoreOptions are a restore's settings.
 type RestoreOptions struct {
 	// Ignore is the snapshot's exclusions: entries of the tree it
@@ -82,8 +87,8 @@ const (
 // removed is recorded as a negative change. The caller commits or
 // releases res.
 //
-// Errors: ErrInvalidManifest, ErrCorruptChunk, files.ErrQuota, the
-// store's errors (blob.ErrNotFound for a missing manifest or chunk),
+// Errors: ErrInvalidManifest, ErrCorruptChunk, files.ErrQuota,
+// ErrRestorePending, the store's errors (blob.ErrNotFound for a missing manifest or chunk),
 // ctx.Err(), file system errors; all wrapped.
 func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, store Store, manifestKey string, opts RestoreOptions) (RestoreResult, error) {
 	var out RestoreResult
@@ -117,6 +122,9 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	}
 	defer rootDir.Close()
 	rootFD := int(rootDir.Fd())
+	if pending, err := journaled(rootDir); err != nil || pending {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, errors.Join(err, ErrRestorePending))
+	}
 	st, p, err := prepare(ctx, rootFD, res, store, manifestKey, tot.bytes, opts)
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)

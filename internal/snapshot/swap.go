@@ -589,6 +589,31 @@ func renameNoReplace(fromFD int, from string, toFD int, to string) error {
 	return err
 }
 
+// journaled reports whether the root (dir) holds a restore directory
+// with a journal: a swap Recover has to finish.
+func journaled(dir *os.File) (bool, error) {
+	fd, err := unix.Dup(int(dir.Fd()))
+	if err != nil {
+		return false, err
+	}
+	f := os.NewFile(uintptr(fd), ".")
+	defer f.Close()
+	list, err := f.Readdirnames(-1)
+	if err != nil {
+		return false, fmt.Errorf("list the root: %w", err)
+	}
+	for _, name := range list {
+		if !strings.HasPrefix(name, restorePrefix) {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(dir.Fd()), name+"/"+journalName, &st, unix.AT_SYMLINK_NOFOLLOW); err == nil {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // Recovered is what Recover found.
 type Recovered struct {
 	Finished  int // restores cut during their swap, finished now
