@@ -79,4 +79,9 @@
 // every operation to our handlers with a path, so nothing reaches the file
 // system except through internal/files. Its data packets are raised to
 // 255 KiB (WithRSMaxTxPacket) so a client asking for large reads gets them.
+// pkg/sftp lacks OpenSSH's limits@openssh.com extension, without which
+// OpenSSH's client moves 32 KiB per request (255 KiB with OpenSSH's own
+// server) and uploads measured 0.57x OpenSSH's speed: limitsConn (a
+// framing-only shim on the channel) advertises it and answers it, and
+// sends each outgoing packet in one channel write.
 package sftp

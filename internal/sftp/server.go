@@ -364,7 +364,8 @@ func (s *Server) channel(fs *fsys, ch ssh.Channel, reqs <-chan *ssh.Request, wg 
 		started = true
 		wg.Go(func() {
 			defer ch.Close()
-			rs := sftp.NewRequestServer(&activity{ch: ch, se: fs.se, now: s.cfg.Now},
+			conn := newLimitsConn(&activity{ch: ch, se: fs.se, now: s.cfg.Now}, s.cfg.MaxTxPacket, s.cfg.MaxHandles)
+			rs := sftp.NewRequestServer(conn,
 				sftp.Handlers{FileGet: fs, FilePut: fs, FileCmd: fs, FileList: fs},
 				sftp.WithRSMaxTxPacket(s.cfg.MaxTxPacket))
 			if err := rs.Serve(); err != nil && !errors.Is(err, io.EOF) {
