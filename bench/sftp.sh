@@ -33,11 +33,11 @@ want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 unset_kiln_env
 
 [ "$(id -u)" = 0 ] || die "run as root (it starts an sshd)"
-if ! command -v sshd >/dev/null || ! command -v sftp >/dev/null || ! command -v sshpass >/dev/null || [ ! -x /usr/lib/openssh/sftp-server ]; then
-  echo "== installing openssh-server openssh-client sshpass (apt-get)"
+if ! command -v sshd >/dev/null || ! command -v sftp >/dev/null || ! command -v sshpass >/dev/null || ! command -v bc >/dev/null || [ ! -x /usr/lib/openssh/sftp-server ]; then
+  echo "== installing openssh-server openssh-client sshpass bc (apt-get)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
-  apt-get install -y -qq openssh-server openssh-client sshpass >/dev/null
+  apt-get install -y -qq openssh-server openssh-client sshpass bc >/dev/null
 fi
 SSHD=$(command -v sshd || echo /usr/sbin/sshd)
 
