@@ -20,6 +20,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/api"
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/dbservice"
@@ -38,6 +39,7 @@ import (
 	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/snapshot"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -104,6 +106,9 @@ type serveConfig struct {
 	pullAllow          []netip.Prefix
 	NodeName           string
 	SecretKey          string
+	BlobURL            string
+	BlobAccessKeyID    string
+	BlobSecretKey      string
 }
 
 var serveCommand = command{
@@ -131,6 +136,9 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
 	s.fs.StringVar(&c.NodeName, "node-name", "", `this machine's node name, stored on its servers (default "local" with SQLite, the host name with PostgreSQL: replicas sharing a database need distinct names)`)
 	s.fs.StringVar(&c.SecretKey, "secret-key", "", "base64 of the 32-byte key that seals stored secrets (default: <data-dir>/secret.key, made on first start; replicas sharing a database need the same key)")
+	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
+	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
+	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
 	if err != nil {
@@ -234,6 +242,7 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, *bufferedLog, e
 }
 
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	started := time.Now()
 	cfg, err := parseServe(args, stdout, stderr)
 	if err != nil {
 		return err
@@ -323,6 +332,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// Restores a crash cut short are finished or undone before any server
+	// starts and before the disk ledger's first walk.
+	snapshot.RecoverRoots(ctx, filepath.Join(cfg.DataDir, "servers"), log)
+	blobs, err := openBlobs(ctx, cfg, started)
+	if err != nil {
+		return err
+	}
 	box, err := secretbox.Load(cfg.DataDir, cfg.SecretKey)
 	if err != nil && cfg.SecretKey != "" {
 		return usageError{"--secret-key: " + err.Error()}
@@ -348,12 +364,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// process's instance id (another replica takes a run over when this
 	// one dies mid-run and its lease expires).
 	runQueue := runs.New(db, runs.Options{})
-	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs, Log: log})
+	// Snapshots: taken, restored and deleted in the background; the
+	// executor takes one before a replace or delete.
+	snaps := snapshot.New(db, blobs, serverSvc, cat, snapshot.Options{Owner: self.ID, Node: cfg.NodeName}, log)
+	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs,
+		Snapshots: snaps, Log: log})
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
 		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue,
-		Metrics: m, Ready: db.Ping,
+		Snapshots: snaps, Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {
 		return err
@@ -388,6 +408,26 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	exeCtx, stopExe := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopExe()
 	exeDone := make(chan struct{})
+	// Snapshots read and write servers: they start once servers are
+	// recovered and stop after the executor (which waits for them) and
+	// before servers.
+	snapCtx, stopSnaps := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSnaps()
+	snapsDone := make(chan struct{})
+	g.Go(func() error {
+		defer close(snapsDone)
+		select {
+		case <-serverSvc.Recovered():
+		case <-snapCtx.Done():
+			snaps.Close()
+			return nil
+		}
+		if serverSvc.RecoveryFailed() {
+			snaps.Close()
+			return nil
+		}
+		return snaps.Run(snapCtx)
+	})
 	g.Go(func() error {
 		defer close(exeDone)
 		select {
@@ -445,6 +485,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		err := srv.Shutdown(sctx)
 		stopExe()
 		<-exeDone
+		stopSnaps()
+		<-snapsDone
 		stopPulls()
 		<-pullsDone
 		stopSvc()
@@ -460,6 +502,25 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// openBlobs opens the snapshot store of --blob-url (default: the data
+// dir's blobs directory), removing what writes a crash cut short before
+// started left there.
+func openBlobs(ctx context.Context, cfg serveConfig, started time.Time) (blob.Store, error) {
+	u := cfg.BlobURL
+	if u == "" {
+		dir, err := filepath.Abs(filepath.Join(cfg.DataDir, "blobs"))
+		if err != nil {
+			return nil, err
+		}
+		u = "file://" + dir
+	}
+	st, err := blob.Open(ctx, u, blob.Options{AccessKeyID: cfg.BlobAccessKeyID, SecretAccessKey: cfg.BlobSecretKey, CleanBefore: started})
+	if err != nil {
+		return nil, usageError{"--blob-url: " + err.Error()}
+	}
+	return st, nil
 }
 
 // sweepLoop forgets rate-limit keys whose quota is full again.

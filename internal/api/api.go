@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/snapshot"
 )
 
 // Prefix is the base path of the client API.
@@ -74,8 +76,10 @@ type Deps struct {
 	// Runs is the queue of deployment runs; nil until kiln serve runs an
 	// executor, and then the run routes answer 503 UNAVAILABLE (nothing
 	// would execute what they queue).
-	Runs    *runs.Queue
-	Metrics *metrics.Metrics
+	Runs *runs.Queue
+	// Snapshots takes, restores and deletes snapshots. Required.
+	Snapshots *snapshot.Service
+	Metrics   *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error
 }
@@ -96,6 +100,9 @@ type Server struct {
 func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RateLimit < 1 {
 		return nil, fmt.Errorf("rate limit must be at least 1 request per minute, got %d", cfg.RateLimit)
+	}
+	if deps.Snapshots == nil {
+		return nil, errors.New("api: Deps.Snapshots is required")
 	}
 	doc, err := openAPIJSON()
 	if err != nil {

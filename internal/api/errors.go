@@ -14,6 +14,8 @@ import (
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/snapshot"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -37,6 +39,7 @@ const (
 	codeConfigNotFound     = "CONFIGURATION_NOT_FOUND"
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
 	codeConfigBusy         = "CONFIGURATION_BUSY"
+	codeSnapshotNotFound   = "SNAPSHOT_NOT_FOUND"
 	codeNotPushed          = "NOT_PUSHED"
 	codeRunNotFound        = "RUN_NOT_FOUND"
 	codeIdempotencyReused  = "IDEMPOTENCY_KEY_REUSED"
@@ -151,6 +154,12 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigInUse}
 	case errors.Is(err, deploy.ErrBusy):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigBusy}
+	case errors.Is(err, snapshot.ErrNotFound):
+		return http.StatusNotFound, errorBody{Error: "snapshot not found", Code: codeSnapshotNotFound}
+	case errors.Is(err, snapshot.ErrNotReady), errors.Is(err, snapshot.ErrBusy):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
+	case errors.Is(err, engine.ErrRestorePending):
+		return http.StatusConflict, errorBody{Error: "an interrupted restore of this server is still being finished; try again in a moment", Code: codeConflict}
 	case errors.Is(err, runs.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "run not found", Code: codeRunNotFound}
 	case errors.Is(err, runs.ErrConfigurationNotFound):

@@ -23,6 +23,7 @@ import (
 	validator "github.com/pb33f/libopenapi-validator"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
@@ -31,6 +32,7 @@ import (
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/snapshot"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -171,9 +173,16 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 			t.Errorf("pull.Run = %v", err)
 		}
 	})
+	// Snapshots on a file blob store, as kiln serve's default.
+	blobs, err := blob.Open(ctx, "file://"+t.TempDir(), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := snapshot.New(db, blobs, env.Service, env.Catalog, snapshot.Options{Owner: "inst_api"}, log)
+	t.Cleanup(snaps.Close)
 	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
 		Pulls: pulls, Archives: archive.NewService(env.Service), Deploy: deploy.New(db, env.Catalog),
-		Metrics: metrics.New(), Ready: db.Ping}
+		Snapshots: snaps, Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

@@ -22,8 +22,6 @@ import (
 var notBuiltYet = []string{
 	"GET /servers/{id}/sftp",
 	"POST /servers/{id}/sftp",
-	"POST /snapshots",
-	"DELETE /snapshots/{snapshotId}",
 	"GET /curseforge/search",
 }
 

@@ -61,5 +61,10 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: "/deployments/runs", op: "listRuns", h: s.listRuns},
 		{method: http.MethodGet, path: "/deployments/runs/{runId}", op: "getRun", h: s.getRun},
 		{method: http.MethodPost, path: "/deployments/runs/{runId}/cancel", op: "cancelRun", h: s.cancelRun},
+		{method: http.MethodPost, path: "/snapshots", op: "createSnapshot", h: s.createSnapshot},
+		{method: http.MethodGet, path: "/snapshots", op: "listSnapshots", h: s.listSnapshots},
+		{method: http.MethodGet, path: "/snapshots/{snapshotId}", op: "getSnapshot", h: s.getSnapshot},
+		{method: http.MethodDelete, path: "/snapshots/{snapshotId}", op: "deleteSnapshot", h: s.deleteSnapshot},
+		{method: http.MethodPost, path: "/snapshots/{snapshotId}/restore", op: "restoreSnapshot", h: s.restoreSnapshot},
 	}
 }

@@ -1,161 +1,54 @@
-// Package snapshot is the snapshot engine: Create stores a server root's
-// tree in a blob store (internal/blob) as content-addressed chunks and a
-// manifest, Restore makes a root equal to a stored snapshot, Recover
-// finishes a restore a crash cut short, ChunkKeys lists what a manifest
-// references. It owns the chunking, the manifest format and the swap; it
-// knows nothing of snapshot records, schedules, HTTP or the database (the
-// lifecycle above it keeps those, and the ignore text: ignore.Parse's
-// Match is what CreateOptions.Ignore and RestoreOptions.Ignore take).
+// Package snapshot owns snapshots of servers (api.md §6): their records,
+// taking them in the background, restoring them, deleting them, the
+// chunk ledger that keeps the stored chunks consistent, and the
+// collector. The engine (internal/snapshot/engine) turns a server root
+// into chunks and a manifest in a blob store (internal/blob) and back;
+// internal/snapshot/ignore matches the gitignore-syntax exclusions.
 //
-// What it must never do: open a path of the tree other than through
-// internal/files (Root.Walk, and Root.OpenDir for a descriptor below which
-// every name is opened with openat O_NOFOLLOW, one component at a time),
-// follow a symlink, read a file with other hard links, write into the
-// tree before a restore's commit point anywhere but its staging
-// directory, store a manifest before every chunk it names, replace a
-// blob, trust anything a manifest or a chunk says, stage a whole archive
-// on local disk, or hold memory in proportion to the tree.
+// What it must never do: let a manifest reference a missing chunk —
+// whatever creates, deletes, restores and collections run at once, on
+// any replica, and wherever a process is killed (ledger.go says how);
+// build a host path from user input (roots come from internal/servers,
+// every file operation goes through internal/files); write outside the
+// server's disk reservation (a restore goes through files.Writing); or
+// show another team's snapshot (404, as a missing one).
 //
 // Decisions:
-//   - Chunking: FastCDC (github.com/PlakarKorp/go-cdc-chunkers,
-//     "fastcdc-v1.0.0", its fixed unkeyed gear table, so the same bytes
-//     cut the same way on every node and in every snapshot), cutting at
-//     256 KiB at the earliest, 1 MiB normally, 4 MiB at the latest.
-//     BenchmarkChunker, 256 MiB of random bytes from memory, one core
-//     (-cpu 1), on this 2-core VM on 2026-11-23: FastCDC 1.61–1.94 GB/s
-//     (1.23 MiB mean chunk), restic/chunker (Rabin, its defaults 512 KiB
-//     / 1 MiB / 8 MiB) 0.40–0.63 GB/s (1.59 MiB mean); a second run with
-//     the machine shared (load 7) gave 0.34–0.69 against 0.20–0.28 GB/s.
-//     FastCDC is 3x faster and the only one above the 1 GB/s target: a
-//     gear hash is one shift, add and table lookup per byte where Rabin
-//     slides a 64-byte window (two lookups and an xor), and FastCDC does
-//     not hash the first 256 KiB of a chunk at all. restic/chunker stays
-//     in go.mod for the benchmark only.
-//   - Chunks are named by the SHA-256 of their uncompressed bytes
-//     (chunks/<2 hex>/<64 hex>) and stored as one zstd frame each, at the
-//     fastest level with a 4 MiB window (a world's region files are
-//     zlib already: a 200 MiB worldgen world stores 0.69 of its size).
-//   - Packs: a file of at most 256 KiB would be a chunk of its own (FastCDC
-//     never cuts before that), so a world's 20,000 player, stats and
-//     config files made 20,136 chunks of a 200 MiB world, 10 KiB each:
-//     20,000 store requests (a file-store fsync, an S3 round trip each;
-//     12–27 s for that world's first snapshot here). Small files are
-//     concatenated into packs instead, and the manifest records each
-//     file's content as extents (chunk, offset, length): the same world
-//     makes 166 chunks and its first snapshot 2.6 s. A pack ends after a
-//     file when a hash of the file's path falls under size/1 MiB (about
-//     1 MiB a pack), so where packs end is decided by each file itself: a
-//     changed file changes its own pack and at most the next; the others
-//     stay the same chunks (TestPacks: one of 4,540 files changed, one new
-//     chunk). A pack also ends at 4 MiB, at 1,024 files, or when 4,096
-//     entries wait behind it; these bound memory, and only shift ends
-//     locally.
-//   - Create is a pipeline whose queues, not the tree, bound its memory:
-//     one walker (files.Root.Walk: by descriptor, O_NOFOLLOW, parents
-//     first, names in byte order) opens files 16 ahead; one cutter reads
-//     and cuts them (and fills packs); 16 transfers hash, look up (Stat,
-//     cheaper than an upload) and upload the chunks, compressing on
-//     NumCPU encoders, within a budget of 64 MiB of chunk bytes in flight;
-//     one writer writes each entry once all its chunks are stored, in walk
-//     order, streaming the manifest into the store's Put (size unknown).
-//     Peak heap in use measured for 50 and 200 MiB trees alike: ~35–58
-//     MiB creating, ~11–18 MiB restoring (TestMemoryBound). Two cores are
-//     kept busy by the cutter and the encoders; the transfers hide the
-//     store's latency.
-//   - Chunks before the manifest: the manifest's stream ends, and its
-//     Put (atomic, put-if-absent) completes, only after every entry was
-//     written, each after its chunks were stored; any error closes the
-//     stream with that error, so no manifest is stored. A collector may
-//     therefore delete any chunk that no stored manifest references and
-//     that is older than the longest Create (a Create in flight has stored
-//     chunks its manifest does not show yet). Result.Chunks, and
-//     ChunkKeys for a stored manifest, list what a manifest references.
-//   - Dedup: a chunk already named in this snapshot, one the caller says
-//     is known (CreateOptions.Known), or one Stat finds is not uploaded;
-//     StoredBytes counts only what this snapshot added.
-//   - Left out of a snapshot (Result.Skipped): files with more than one
-//     hard link (files.ErrHardLink: one name may be outside the root;
-//     Kiln never reads them), symlinks that lead out or could (an
-//     absolute target, a lexical escape, a ".." after a name, or a target
-//     that leads out through the links on its way, files.Root.LinkInside:
-//     a restore would refuse them), devices, FIFOs and sockets. The
-//     root's own mode and mtime are not recorded (the root keeps its
-//     mode, files' rule). Files that change while they are read are
-//     stored as read: stop the world's saving first.
-//   - Progress counts bytes read and cut; its total is measured by a first
-//     walk (stat only) when Progress is set.
-//   - Manifest format v1 (manifest.go): one zstd stream of a magic, a
-//     version, a header naming the chunker, one binary record per entry
-//     (varints; a directory's and a file's permission bits and mtime in
-//     ns, a file's size and extents, a link's target) in walk order, and
-//     an end record with the counts and the SHA-256 of everything before.
-//     It is read record by record: because entries come parents first and
-//     names in byte order, a reader checks duplicates and parents with one
-//     open directory per level, so a manifest of any size is checked in
-//     memory bounded by depth. The manifest of a 200 MiB worldgen world
-//     (about 20,000 files) is 418 KB.
-//   - Restore reads the manifest twice: a first pass checks all of it
-//     (paths clean and relative, no ".." or Kiln temporary names, no
-//     duplicates, every entry under a directory of the manifest, links by
-//     the rule above, extents within their chunks and adding up, the
-//     checksum) and writes nothing; the sizes it claims are then checked
-//     against the reservation's free space. The second pass builds the
-//     tree in a staging directory in the root (".kiln-tmp-restore-<hex>":
-//     invisible to Walk, tracked by the reservation so the ledger's walks
-//     leave it out) and checks the manifest again. Every chunk is fetched
-//     once for the extents that follow each other in the manifest (a pack
-//     fills its files together), and must decompress to exactly its
-//     length and hash to its name (ErrCorruptChunk) before a byte of it is
-//     written. Each file's cost is reserved before it is created: its size
-//     is the sum of extents each checked to be exactly its length, so what
-//     is reserved is what is written.
-//   - Not files.Stager: a restore needs mtimes on directories and links,
-//     chunks of one file written in parallel (pwrite at their offsets), a
-//     commit that also removes what the snapshot lacks, and a journal a
-//     restart can find. It keeps the Stager's rules: entries are created
-//     relative to directory descriptors (a stack of them, one per level of
-//     the manifest's walk order), files O_CREAT|O_EXCL|O_NOFOLLOW,
-//     directories with their owner's rwx, setuid/setgid/sticky never set,
-//     one syncfs before anything moves. At most 256 staged files are open
-//     at once.
-//   - The swap (swap.go): the staged tree is compared with the root and
-//     the steps are written to a journal in the staging directory, which
-//     is synced, then renamed into place and the directory synced: that
-//     rename is the commit point. Before it, any failure, ctx's end or a
-//     crash leaves the tree as it was (a crash leaves a staging directory
-//     without a journal: Recover removes it). After it, the steps run in
-//     order, each one rename: a staged entry replaces a file or link with
-//     renameat (atomic), and anything else with renameat2(RENAME_EXCHANGE)
-//     (the old entry lands in the staging tree; never a moment with
-//     neither); an entry the snapshot lacks and the ignore rules do not
-//     protect goes to the staging directory's trash; a directory both
-//     sides have is merged and then given the snapshot's mode and mtime
-//     (after its content). Each step can be run again: a "put" is done
-//     when the root's entry is the staged inode, a "del" when the path is
-//     gone, an "attr" is the same each time. So Recover, finding a
-//     journal, runs it again from the start: whatever instant a kill -9
-//     hit, every path ends as the snapshot's (TestRecoverAtEveryStep cuts
-//     before every step; TestKillDuringSwap kills a real restoring
-//     process mid-swap). Then a syncfs, the journal is removed, and the
-//     staging directory with the old entries. A failure during the swap
-//     (an I/O error) leaves the journal for Recover, and Restore refuses
-//     to start while one is left (ErrRestorePending): replayed after a
-//     newer restore, it would undo it. Where the file system
-//     has no RENAME_EXCHANGE or RENAME_NOREPLACE (EINVAL) the old entry is
-//     moved to the trash first; a crash between the two renames leaves the
-//     path missing until Recover, which finishes the step.
-//   - Recover must run at start, before the server runs and before the
-//     disk ledger's first walk of the root: the walk removes ".kiln-tmp-"
-//     entries a crash left (quota), and would take the half of a swap not
-//     done yet with it. It must never run while a Restore runs.
-//   - What a restore does with the tree: a path the snapshot holds becomes
-//     the snapshot's, even one the ignore rules match and even if ignored
-//     entries lay below it (a directory the snapshot holds as a file goes,
-//     with them); an entry the snapshot lacks is left when ignored, else
-//     removed, but a directory holding ignored entries stays with them
-//     (its mtime is then the time of the removal). A tree holding another
-//     file system (a mount point) is refused before the commit point.
-//   - Disk limit: the staged tree is reserved whole while the old tree
-//     still exists, as archive extraction does; what the swap removed is
-//     recorded as a negative change.
+//   - Lifecycle: a record (pending) is written before anything is stored,
+//     tagged with this process's instance id; the snapshot is taken in
+//     the background (creating, with bytes_done/bytes_total updated about
+//     four times a second) and becomes ready in one statement with its
+//     figures, or failed with one sentence. At most Options.Parallel (2)
+//     are taken at once per process; the others wait pending.
+//   - A snapshot whose taker died (its instance gone, silent for a minute,
+//     or an earlier process of this node: the data dir's lock says it is
+//     dead) is failed by the collector, which runs at start, every hour
+//     and when a delete wakes it, and its chunks are reaped.
+//   - Consistency: a running game server (not a proxy) gets save-off and
+//     save-all flush through its console before the walk, and save-on
+//     after, also on failure. The flush is awaited (its "Saved the game"
+//     line) for up to 60 s; a server that does not confirm is snapshotted
+//     anyway with saving off (logged).
+//   - Deleting a ready snapshot deletes the record first, then its
+//     manifest, then every chunk no other snapshot references (freed_bytes
+//     counts them and the manifest; shared_bytes the chunks kept). A
+//     snapshot not ready is stopped; its record goes and what it stored is
+//     reaped by the collector (storage_cleanup_skipped, not_stored). A
+//     store that fails midway leaves the rest to the collector
+//     (storage_unavailable).
+//   - Restore (into the source or another server of the team): the server
+//     is stopped (2 min at most), the engine restores it through the disk
+//     ledger (staged inside the root, swapped in under a journal), and it
+//     is started again if it was running — also when the restore failed,
+//     which leaves the previous files. One restore per server at a time
+//     (ErrBusy). Its outcome is logged; RecoverRoots, at kiln serve's
+//     start before any server starts, finishes or undoes a restore a crash
+//     cut short.
+//   - The collector also deletes blobs the ledger does not know (chunks
+//     with no row, manifests with no record) once older than Grace (1 h):
+//     what a database restored from an older backup, or a crash between a
+//     manifest's upload and its record's update, leaves.
+//   - Snapshots are kept when their server is deleted (source_server_id
+//     stays; a restore needs a target then). No per-team quota of storage
+//     yet.
 package snapshot

@@ -52,7 +52,18 @@ type Options struct {
 	// Databases makes and drops the dbservices' databases
 	// (*dbservice.Service); a version with dbservices fails without it.
 	Databases Databases
+	// Snapshots takes the snapshot of a server before a replace or delete
+	// destroys it (*snapshot.Service); without it those steps fail and
+	// destroy nothing.
+	Snapshots Snapshots
 	Log       *slog.Logger
+}
+
+// Snapshots is what the executor needs of internal/snapshot.
+type Snapshots interface {
+	// Before snapshots the team's server, which is about to be destroyed,
+	// and waits until the snapshot is ready; it returns its id.
+	Before(ctx context.Context, teamID, serverID, reason string) (string, error)
 }
 
 // Databases is what the executor needs of internal/dbservice.
@@ -531,7 +542,10 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	}
 	switch st.Action {
 	case plan.Replace, plan.Delete:
-		return "", fail(runs.FailInternal, "%s it needs a snapshot of the server first, and snapshots are not available in this version of Kiln; nothing was destroyed", map[plan.Action]string{plan.Replace: "replacing", plan.Delete: "deleting"}[st.Action])
+		if serr := x.destroy(ctx, st, res); serr != nil || st.Action == plan.Delete {
+			return "", serr
+		}
+		// A replace goes on as a create of the new software.
 	case plan.Noop:
 		return "", nil
 	}
@@ -557,7 +571,7 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	var sv servers.Server
 	var err error
 	switch st.Action {
-	case plan.Create:
+	case plan.Create, plan.Replace:
 		sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
 			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env})
 	case plan.Update:
@@ -609,6 +623,37 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	return sv.ID, x.converge(ctx, o, sv, want.State)
 }
 
+// destroy snapshots the server or proxy of a replace or delete step, then
+// deletes it. A server already gone (a resumed step) is not snapshotted
+// again; a failed snapshot fails the step with nothing destroyed.
+func (x *exec) destroy(ctx context.Context, st plan.Step, res *runs.Resource) *stepError {
+	r := x.run
+	o := servers.Owner{ConfigurationID: r.ConfigurationID, ResourceKey: st.Key}
+	sv, err := x.e.servers.FindOwned(ctx, r.TeamID, o)
+	if errors.Is(err, servers.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return classify(err)
+	}
+	if x.e.opts.Snapshots == nil {
+		return fail(runs.FailInternal, "it needs a snapshot of the server first, and this Kiln process has no snapshot storage; nothing was destroyed")
+	}
+	id, err := x.e.opts.Snapshots.Before(ctx, r.TeamID, sv.ID, fmt.Sprintf("before %s of %s by run %s", st.Action, st.Key, r.ID))
+	if err != nil {
+		if ctx.Err() != nil {
+			return classify(context.Cause(ctx))
+		}
+		return fail(runs.FailInternal, "the snapshot before the %s failed (%v); nothing was destroyed", st.Action, err)
+	}
+	res.Log = append(res.Log, fmt.Sprintf("snapshot %s taken of server %s", id, sv.ID))
+	if err := x.e.servers.DeleteOwned(ctx, r.TeamID, o); err != nil {
+		return classify(err)
+	}
+	res.Log = append(res.Log, fmt.Sprintf("server %s deleted", sv.ID))
+	return nil
+}
+
 // classify turns a domain error into a step failure.
 func classify(err error) *stepError {
 	if err == nil {
@@ -619,6 +664,9 @@ func classify(err error) *stepError {
 	}
 	if le, ok := errors.AsType[*servers.TeamLimitError](err); ok {
 		return fail(runs.FailCapacity, "%s", le.Error())
+	}
+	if oe, ok := errors.AsType[*servers.OtherNodeError](err); ok {
+		return fail(runs.FailInternal, "%v", oe)
 	}
 	if he, ok := errors.AsType[*dbservice.HostError](err); ok {
 		return &stepError{class: runs.FailDependency, msg: he.Error(), transient: true}

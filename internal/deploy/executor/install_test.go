@@ -1,6 +1,8 @@
 package executor_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -12,12 +14,14 @@ import (
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
-// TestRunFailsOnBadChecksum: PaperMC's API (a local stand-in, through
-// --installer-mirror-url) publishes a sha256 the jar does not have. The
-// server's step fails with class install and a sentence naming the
-// checksum, the run fails, and the proxy of the next tier is skipped.
-func TestRunFailsOnBadChecksum(t *testing.T) {
-	jar := []byte("PK\x03\x04 not really a paper jar")
+// paperUpstream stands in for PaperMC's download API (through
+// --installer-mirror-url): one build of 1.21.4 whose jar is jar and whose
+// published sha256 is sum ("" for the right one).
+func paperUpstream(t *testing.T, jar []byte, sum string) *httptest.Server {
+	if sum == "" {
+		h := sha256.Sum256(jar)
+		sum = hex.EncodeToString(h[:])
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"project":{"id":"paper"},"versions":{"1.21":["1.21.4"]}}`)
@@ -25,14 +29,22 @@ func TestRunFailsOnBadChecksum(t *testing.T) {
 	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper/versions/1.21.4/builds", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `[{"id":232,"channel":"STABLE","downloads":{"server:default":{"name":"paper-1.21.4-232.jar","size":%d,
 			"url":"https://fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar","checksums":{"sha256":%q}}}}]`,
-			len(jar), strings.Repeat("ab", 32))
+			len(jar), sum)
 	})
 	mux.HandleFunc("GET /fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar", func(w http.ResponseWriter, r *http.Request) {
 		w.Write(jar)
 	})
 	up := httptest.NewServer(mux)
 	t.Cleanup(up.Close)
+	return up
+}
 
+// TestRunFailsOnBadChecksum: PaperMC's API (a local stand-in, through
+// --installer-mirror-url) publishes a sha256 the jar does not have. The
+// server's step fails with class install and a sentence naming the
+// checksum, the run fails, and the proxy of the next tier is skipped.
+func TestRunFailsOnBadChecksum(t *testing.T) {
+	up := paperUpstream(t, []byte("PK\x03\x04 not really a paper jar"), strings.Repeat("ab", 32))
 	e := newEnvWith(t, storetest.SQLite(t), serverstest.Options{MirrorURL: up.URL})
 	e.start("inst_install")
 	_, r := e.apply("", `version: 1

@@ -1,4 +1,4 @@
-package snapshot
+package engine
 
 import (
 	"bytes"
@@ -61,6 +61,14 @@ type CreateOptions struct {
 	// uploaded. Any other chunk is looked up (Stat) and uploaded if
 	// missing.
 	Known func(key string) bool
+	// Pin, when set, is called once for each distinct chunk the snapshot
+	// references, before the chunk is looked up or uploaded: the caller's
+	// collector must not delete a pinned chunk (internal/snapshot's
+	// ledger). An error fails the snapshot.
+	Pin func(ctx context.Context, key string) error
+	// Stored, when set, is told each distinct chunk's size in the store
+	// once it is known to be there (looked up or uploaded).
+	Stored func(key string, size int64)
 	// Workers compress chunks at once; 0 means runtime.NumCPU().
 	Workers int
 	// Transfers look chunks up and upload them at once (hashing them
@@ -655,11 +663,19 @@ func (c *creator) store1(ctx context.Context, j job) error {
 		return nil
 	}
 	key := j.ref.key()
+	if c.opts.Pin != nil {
+		if err := c.opts.Pin(ctx, key); err != nil {
+			return fmt.Errorf("pin chunk %s: %w", key, err)
+		}
+	}
 	if c.opts.Known != nil && c.opts.Known(key) {
 		return nil
 	}
-	switch _, err := c.store.Stat(ctx, key); {
+	switch in, err := c.store.Stat(ctx, key); {
 	case err == nil:
+		if c.opts.Stored != nil {
+			c.opts.Stored(key, in.Size)
+		}
 		return nil
 	case !errors.Is(err, blob.ErrNotFound):
 		return fmt.Errorf("look up chunk %s: %w", key, err)
@@ -675,6 +691,9 @@ func (c *creator) store1(ctx context.Context, j job) error {
 	created, err := c.store.Put(ctx, key, bytes.NewReader(out), int64(len(out)))
 	if err != nil {
 		return fmt.Errorf("store chunk %s: %w", key, err)
+	}
+	if c.opts.Stored != nil {
+		c.opts.Stored(key, int64(len(out)))
 	}
 	if created {
 		c.mu.Lock()

@@ -1,0 +1,169 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/google/uuid"
+
+	"github.com/kilnhq/kiln/internal/ids"
+	"github.com/kilnhq/kiln/internal/snapshot"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// snapshotJSON is a snapshot: the seed's five fields and the rest.
+type snapshotJSON struct {
+	SnapshotID     string  `json:"snapshot_id"`
+	SnapshotUUID   string  `json:"snapshot_uuid"`
+	SourceServerID string  `json:"source_server_id"`
+	Name           string  `json:"name"`
+	Status         string  `json:"status"`
+	Ignore         string  `json:"ignore"`
+	Error          *string `json:"error"`
+	BytesDone      int64   `json:"bytes_done"`
+	BytesTotal     int64   `json:"bytes_total"`
+	SizeBytes      *int64  `json:"size_bytes"`
+	StoredBytes    *int64  `json:"stored_bytes"`
+	CreatedAt      int64   `json:"created_at"`
+	StartedAt      *int64  `json:"started_at"`
+	CompletedAt    *int64  `json:"completed_at"`
+}
+
+func toSnapshotJSON(s snapshot.Snapshot) snapshotJSON {
+	return snapshotJSON{SnapshotID: s.ID, SnapshotUUID: s.UUID, SourceServerID: s.SourceServerID, Name: s.Name,
+		Status: s.Status, Ignore: s.Ignore, Error: s.Error, BytesDone: s.BytesDone, BytesTotal: s.BytesTotal,
+		SizeBytes: s.SizeBytes, StoredBytes: s.StoredBytes, CreatedAt: s.CreatedAt, StartedAt: s.StartedAt,
+		CompletedAt: s.CompletedAt}
+}
+
+// uuidField checks a UUID in a body or query field.
+func uuidField(c *validate.Collector, field, v string) string {
+	u, err := uuid.Parse(v)
+	if err != nil || len(v) != 36 {
+		c.Add(field, "must be a server UUID")
+		return ""
+	}
+	return u.String()
+}
+
+// snapshotID is the path's snapshot id; one that cannot be a snapshot's
+// is not found without a look-up.
+func snapshotID(r *http.Request) (string, error) {
+	id := r.PathValue("snapshotId")
+	if !ids.HasPrefix(id, "snap") {
+		return "", snapshot.ErrNotFound
+	}
+	return id, nil
+}
+
+func (s *Server) createSnapshot(w http.ResponseWriter, r *http.Request) error {
+	var req struct {
+		SourceServerID *string `json:"source_server_id"`
+		Name           *string `json:"name"`
+		Ignore         string  `json:"ignore"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	var c validate.Collector
+	var serverID, name string
+	if req.SourceServerID == nil {
+		c.Add("source_server_id", "is required")
+	} else {
+		serverID = uuidField(&c, "source_server_id", *req.SourceServerID)
+	}
+	if req.Name == nil {
+		c.Add("name", "is required")
+	} else {
+		name = *req.Name
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	snap, err := s.deps.Snapshots.Create(r.Context(), principal(r).TeamID, serverID, name, req.Ignore)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, toSnapshotJSON(snap))
+	return nil
+}
+
+func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
+	var serverID string
+	if v := r.URL.Query().Get("server_id"); v != "" {
+		var c validate.Collector
+		serverID = uuidField(&c, "server_id", v)
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	list, err := s.deps.Snapshots.List(r.Context(), principal(r).TeamID, serverID)
+	if err != nil {
+		return err
+	}
+	out := struct {
+		Snapshots []snapshotJSON `json:"snapshots"`
+		Count     int            `json:"count"`
+	}{Snapshots: make([]snapshotJSON, len(list)), Count: len(list)}
+	for i, sn := range list {
+		out.Snapshots[i] = toSnapshotJSON(sn)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) error {
+	id, err := snapshotID(r)
+	if err != nil {
+		return err
+	}
+	snap, err := s.deps.Snapshots.Get(r.Context(), principal(r).TeamID, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"snapshot": toSnapshotJSON(snap)})
+	return nil
+}
+
+func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
+	id, err := snapshotID(r)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		ServerID *string `json:"server_id"`
+	}
+	// The body is optional: none restores into the snapshot's source.
+	if r.ContentLength != 0 {
+		if err := decodeJSON(w, r, &req); err != nil {
+			return err
+		}
+	}
+	var target string
+	if req.ServerID != nil {
+		var c validate.Collector
+		target = uuidField(&c, "server_id", *req.ServerID)
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	if err := s.deps.Snapshots.Restore(r.Context(), principal(r).TeamID, id, target); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true})
+	return nil
+}
+
+func (s *Server) deleteSnapshot(w http.ResponseWriter, r *http.Request) error {
+	id, err := snapshotID(r)
+	if err != nil {
+		return err
+	}
+	d, err := s.deps.Snapshots.Delete(r.Context(), principal(r).TeamID, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "deleted": d.Deleted, "storage_deleted": d.StorageDeleted,
+		"storage_cleanup_skipped": d.CleanupSkipped, "storage_cleanup_reason": d.CleanupReason,
+		"freed_bytes": d.FreedBytes, "shared_bytes": d.SharedBytes})
+	return nil
+}

@@ -1,0 +1,142 @@
+package api
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// waitSnapshot polls a snapshot until its status is final.
+func (h *harness) waitSnapshot(id string) map[string]any {
+	h.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, out := h.sendJSON("GET", "/snapshots/"+id, nil)
+		if st != 200 {
+			h.t.Fatalf("GET snapshot: %d %v", st, out)
+		}
+		snap := out["snapshot"].(map[string]any)
+		if s := snap["status"]; s == "ready" || s == "failed" {
+			return snap
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("snapshot %s still %v", id, snap["status"])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSnapshotsAPI, on both stores, through the API as a client drives
+// it: create (the seed's shape, 202 pending), progress to ready, list
+// (all and by server), restore into the source, delete (the exact
+// deletion fields), and every refusal with its code; another team sees
+// none of it.
+func TestSnapshotsAPI(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		h := newHarness(t, db)
+		id, root := h.fileServer(1024)
+		if err := os.MkdirAll(filepath.Join(root, "world"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "world", "data.dat"), []byte(strings.Repeat("block ", 50000)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "debug.log"), []byte("noise"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+
+		st, out := h.sendJSON("POST", "/snapshots", map[string]any{"source_server_id": id, "name": "nightly", "ignore": "*.log\n"})
+		if st != 202 {
+			t.Fatalf("create: %d %v", st, out)
+		}
+		if out["status"] != "pending" || out["source_server_id"] != id || out["name"] != "nightly" || !strings.HasPrefix(out["snapshot_id"].(string), "snap_") {
+			t.Errorf("create answer = %v", out)
+		}
+		snapID := out["snapshot_id"].(string)
+		snap := h.waitSnapshot(snapID)
+		if snap["status"] != "ready" || snap["size_bytes"] == nil || snap["stored_bytes"] == nil || snap["error"] != nil || snap["completed_at"] == nil {
+			t.Fatalf("ready snapshot = %v", snap)
+		}
+
+		// Refusals.
+		st, body := h.postJSON("/snapshots", map[string]any{"source_server_id": "nope", "name": "x"})
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "source_server_id")
+		st, body = h.postJSON("/snapshots", map[string]any{"source_server_id": id})
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "name")
+		st, body = h.postJSON("/snapshots", map[string]any{"source_server_id": "6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c", "name": "x"})
+		wantError(t, st, body, 404, "SERVER_NOT_FOUND", "server")
+		st, _, body = h.do("GET", Prefix+"/snapshots/snap_notarealid", h.token, nil)
+		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
+		st, _, body = h.do("GET", Prefix+"/snapshots?server_id=12", h.token, nil)
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "server_id")
+
+		// Another team: 404 for everything, an empty list.
+		other := h.otherTeamToken()
+		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID, other, nil)
+		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
+		st, _, body = h.do("DELETE", Prefix+"/snapshots/"+snapID, other, nil)
+		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
+		st, _, body = h.do("POST", Prefix+"/snapshots/"+snapID+"/restore", other, nil)
+		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
+		if st, out := h.sendJSON("GET", "/snapshots", nil, other); st != 200 || out["count"].(float64) != 0 {
+			t.Errorf("another team's list = %d %v", st, out)
+		}
+
+		// Lists.
+		if st, out := h.sendJSON("GET", "/snapshots?server_id="+id, nil); st != 200 || out["count"].(float64) != 1 {
+			t.Errorf("list by server = %d %v", st, out)
+		}
+		if st, out := h.sendJSON("GET", "/snapshots?server_id=6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c", nil); st != 200 || out["count"].(float64) != 0 {
+			t.Errorf("list of another server = %d %v", st, out)
+		}
+
+		// Restore: the changed file comes back, the new one goes, the
+		// ignored log stays.
+		if err := os.WriteFile(filepath.Join(root, "world", "data.dat"), []byte("griefed"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "world", "new.dat"), []byte("new"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		st, _, body = h.do("POST", Prefix+"/snapshots/"+snapID+"/restore", h.token, nil)
+		if st != 202 || strings.TrimSpace(string(body)) != `{"ok":true}` {
+			t.Fatalf("restore = %d %s", st, body)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			b, _ := os.ReadFile(filepath.Join(root, "world", "data.dat"))
+			if len(b) == 50000*6 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("world/data.dat not restored: %d bytes", len(b))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := os.Stat(filepath.Join(root, "world", "new.dat")); !os.IsNotExist(err) {
+			t.Errorf("world/new.dat survived the restore: %v", err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(root, "debug.log")); string(b) != "noise" {
+			t.Errorf("ignored debug.log = %q", b)
+		}
+		st, body = h.postJSON("/snapshots/"+snapID+"/restore", map[string]any{"server_id": "6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c"})
+		wantError(t, st, body, 404, "SERVER_NOT_FOUND", "server")
+
+		// Delete: the exact fields.
+		st, _, body = h.do("DELETE", Prefix+"/snapshots/"+snapID, h.token, nil)
+		var del map[string]any
+		_ = json.Unmarshal(body, &del)
+		if st != 200 || del["ok"] != true || del["deleted"] != true || del["storage_deleted"] != true ||
+			del["storage_cleanup_skipped"] != false || del["storage_cleanup_reason"] != nil || del["freed_bytes"].(float64) <= 0 || del["shared_bytes"].(float64) != 0 {
+			t.Errorf("delete = %d %s", st, body)
+		}
+		st, _, body = h.do("DELETE", Prefix+"/snapshots/"+snapID, h.token, nil)
+		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
+	})
+}

@@ -1,0 +1,49 @@
+package snapshot
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/google/uuid"
+
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+)
+
+// RecoverRoots finishes or undoes the restores a crash interrupted in the
+// server roots under dir (<data-dir>/servers/<uuid>): kiln serve calls it
+// at start, before any server starts and before the disk ledger's first
+// walk (which removes .kiln-tmp- entries, a restore's included). A root
+// it cannot recover is logged and left for the next start; its server's
+// files stay as the journal left them (old or new tree per path).
+func RecoverRoots(ctx context.Context, dir string, log *slog.Logger) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			log.Warn("snapshot recovery: read the server roots", "dir", dir, "err", err)
+		}
+		return
+	}
+	for _, e := range entries {
+		if _, err := uuid.Parse(e.Name()); err != nil || !e.IsDir() {
+			continue
+		}
+		root, err := files.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			log.Warn("snapshot recovery: open a server root", "server_id", e.Name(), "err", err)
+			continue
+		}
+		rec, err := engine.Recover(ctx, root)
+		root.Close()
+		switch {
+		case err != nil:
+			log.Error("snapshot recovery: an interrupted restore could not be finished", "server_id", e.Name(), "err", err)
+		case rec.Finished > 0:
+			log.Info("snapshot recovery: finished a restore a crash interrupted", "server_id", e.Name())
+		case rec.Discarded > 0:
+			log.Info("snapshot recovery: undid a restore a crash interrupted before its commit point", "server_id", e.Name())
+		}
+	}
+}

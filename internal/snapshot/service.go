@@ -1,0 +1,737 @@
+package snapshot
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+
+	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/ids"
+	"github.com/kilnhq/kiln/internal/panics"
+	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/ignore"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// Errors callers tell apart.
+var (
+	ErrNotFound = errors.New("snapshot not found")
+	// ErrNotReady: a restore of a snapshot that is not ready.
+	ErrNotReady = errors.New("the snapshot is not ready; only a ready snapshot can be restored")
+	// ErrBusy: a restore of a server another restore is writing.
+	ErrBusy = errors.New("a restore into this server is already running")
+)
+
+// Statuses of a snapshot.
+const (
+	StatusPending  = "pending"
+	StatusCreating = "creating"
+	StatusReady    = "ready"
+	StatusFailed   = "failed"
+)
+
+// Limits of the request fields.
+const (
+	MaxName   = 100
+	MaxIgnore = 64 << 10
+	// MaxList is how many snapshots a list returns (newest first).
+	MaxList = 1000
+)
+
+const (
+	chunkPrefix    = "chunks/"
+	manifestPrefix = "manifests/"
+)
+
+// Servers is what the service needs of internal/servers.
+type Servers interface {
+	Get(ctx context.Context, teamID, id string) (servers.Server, error)
+	Access(ctx context.Context, teamID, id string, write bool) (servers.Access, error)
+	Command(ctx context.Context, teamID, id, line string) error
+	Stream(ctx context.Context, teamID, id string) (<-chan servers.Event, func(), error)
+	Power(ctx context.Context, teamID, id, action string) error
+}
+
+// Catalog tells a game server from a proxy (no world to save).
+type Catalog interface {
+	Get(typ string) (catalog.Profile, bool)
+}
+
+// Options tune a Service; zero values take the defaults.
+type Options struct {
+	// Owner is this process's instance id and Node its node: snapshots it
+	// takes are tagged with the id; those of an instance that stopped
+	// beating, or of an earlier instance of this node (the data dir's lock
+	// says it is gone), are failed.
+	Owner, Node string
+	// Parallel bounds the snapshots taken at once by this process (2).
+	Parallel int
+	// CollectEvery is the background collector's period (1 h); Grace is
+	// how old a blob with no record must be before it goes (1 h).
+	CollectEvery, Grace time.Duration
+	// SaveTimeout bounds the wait for a running server's "save-all flush"
+	// (60 s); StopTimeout the wait for a restore's stop (2 min).
+	SaveTimeout, StopTimeout time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.Parallel <= 0 {
+		o.Parallel = 2
+	}
+	if o.CollectEvery <= 0 {
+		o.CollectEvery = time.Hour
+	}
+	if o.Grace <= 0 {
+		o.Grace = time.Hour
+	}
+	if o.SaveTimeout <= 0 {
+		o.SaveTimeout = 60 * time.Second
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = 2 * time.Minute
+	}
+}
+
+// Service owns snapshot records and takes, restores and deletes snapshots
+// in the background.
+type Service struct {
+	db      *store.DB
+	store   blob.Store
+	servers Servers
+	cat     Catalog
+	log     *slog.Logger
+	opts    Options
+
+	slots chan struct{} // one per snapshot taken at once
+
+	mu        sync.Mutex
+	running   map[string]context.CancelFunc // snapshots being taken here, by id
+	restoring map[string]bool               // servers being restored, by id
+	ctx       context.Context               // ends at Close
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	wake      chan struct{}
+}
+
+// New returns a Service; Run starts its collector, Close stops it.
+func New(db *store.DB, st blob.Store, srv Servers, cat Catalog, opts Options, log *slog.Logger) *Service {
+	opts.defaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Service{db: db, store: st, servers: srv, cat: cat, log: log, opts: opts,
+		slots: make(chan struct{}, opts.Parallel), running: map[string]context.CancelFunc{}, restoring: map[string]bool{},
+		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+}
+
+// Snapshot is a snapshot record.
+type Snapshot struct {
+	ID             string
+	UUID           string
+	TeamID         string
+	SourceServerID string
+	Name           string
+	Ignore         string
+	Status         string
+	Error          *string
+	BytesDone      int64
+	BytesTotal     int64
+	SizeBytes      *int64
+	StoredBytes    *int64
+	CreatedAt      int64
+	StartedAt      *int64
+	CompletedAt    *int64
+}
+
+const columns = `id, uuid, team_id, source_server_id, name, ignore, status, error, bytes_done, bytes_total,
+	size_bytes, stored_bytes, created_at, started_at, completed_at`
+
+func scan(row interface{ Scan(...any) error }) (Snapshot, error) {
+	var s Snapshot
+	err := row.Scan(&s.ID, &s.UUID, &s.TeamID, &s.SourceServerID, &s.Name, &s.Ignore, &s.Status, &s.Error,
+		&s.BytesDone, &s.BytesTotal, &s.SizeBytes, &s.StoredBytes, &s.CreatedAt, &s.StartedAt, &s.CompletedAt)
+	return s, err
+}
+
+// Create records a snapshot of the team's server and takes it in the
+// background (pending, then creating, then ready or failed). Errors:
+// *validate.Error (name, ignore), servers.ErrNotFound,
+// servers.ErrInstalling.
+func (s *Service) Create(ctx context.Context, teamID, serverID, name, ignoreText string) (Snapshot, error) {
+	var c validate.Collector
+	if n := utf8.RuneCountInString(name); !utf8.ValidString(name) || n < 1 || n > MaxName || strings.ContainsFunc(name, isControl) {
+		c.Add("name", "must be 1 to %d characters of text without control characters", MaxName)
+	}
+	if len(ignoreText) > MaxIgnore {
+		c.Add("ignore", "must be at most %d bytes", MaxIgnore)
+	} else if _, err := ignore.Parse(ignoreText); err != nil {
+		c.Add("ignore", "%v", err)
+	}
+	if err := c.Err(); err != nil {
+		return Snapshot{}, err
+	}
+	sv, err := s.servers.Get(ctx, teamID, serverID)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if sv.Status == servers.StatusInstalling {
+		return Snapshot{}, servers.ErrInstalling
+	}
+	now := store.Now()
+	snap := Snapshot{ID: ids.New("snap"), UUID: uuid.NewString(), TeamID: teamID, SourceServerID: sv.ID, Name: name,
+		Ignore: ignoreText, Status: StatusPending, CreatedAt: now}
+	// Known as this process's before the record exists, so the collector
+	// never takes it for an abandoned one.
+	tctx, cancel := context.WithCancel(s.ctx)
+	s.mu.Lock()
+	s.running[snap.ID] = cancel
+	s.mu.Unlock()
+	if _, err := s.db.Write().ExecContext(ctx, `INSERT INTO snapshots (id, uuid, team_id, source_server_id, name, ignore, status,
+		owner, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
+		snap.ID, snap.UUID, teamID, sv.ID, name, ignoreText, StatusPending, s.opts.Owner, now); err != nil {
+		s.forget(snap.ID, cancel)
+		return Snapshot{}, fmt.Errorf("record snapshot: %w", err)
+	}
+	s.goTake(tctx, cancel, snap)
+	return snap, nil
+}
+
+func (s *Service) forget(id string, cancel context.CancelFunc) {
+	cancel()
+	s.mu.Lock()
+	delete(s.running, id)
+	s.mu.Unlock()
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// Get returns one of the team's snapshots. Errors: ErrNotFound.
+func (s *Service) Get(ctx context.Context, teamID, id string) (Snapshot, error) {
+	snap, err := scan(s.db.Read().QueryRowContext(ctx, `SELECT `+columns+` FROM snapshots WHERE id = $1 AND team_id = $2`, id, teamID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Snapshot{}, ErrNotFound
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("read snapshot %s: %w", id, err)
+	}
+	return snap, nil
+}
+
+// List returns the team's snapshots, of one server when serverID is not
+// "", newest first, at most MaxList.
+func (s *Service) List(ctx context.Context, teamID, serverID string) ([]Snapshot, error) {
+	q, args := `SELECT `+columns+` FROM snapshots WHERE team_id = $1`, []any{teamID}
+	if serverID != "" {
+		q += ` AND source_server_id = $2`
+		args = append(args, serverID)
+	}
+	rows, err := s.db.Read().QueryContext(ctx, q+fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT %d`, MaxList), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
+	}
+	defer rows.Close()
+	out := []Snapshot{}
+	for rows.Next() {
+		snap, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list snapshots: %w", err)
+		}
+		out = append(out, snap)
+	}
+	return out, rows.Err()
+}
+
+// goTake takes snap in the background, at most Parallel at once.
+func (s *Service) goTake(ctx context.Context, cancel context.CancelFunc, snap Snapshot) {
+	s.wg.Go(func() {
+		defer s.forget(snap.ID, cancel)
+		select {
+		case s.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-s.slots }()
+		err := panics.Catch(func() error { return s.take(ctx, snap) })
+		if err == nil {
+			return
+		}
+		if s.ctx.Err() != nil {
+			// Stopping: the next start fails it (its owner is gone) and
+			// collects what it stored.
+			return
+		}
+		s.log.Warn("snapshot failed", "snapshot_id", snap.ID, "err", err)
+		s.fail(snap, err)
+	})
+}
+
+// fail records why snap failed and unpins its chunks.
+func (s *Service) fail(snap Snapshot, cause error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	msg := sentence(cause)
+	res, err := s.db.Write().ExecContext(ctx, `UPDATE snapshots SET status = $1, error = $2, completed_at = $3, updated_at = $3
+		WHERE id = $4 AND status IN ($5, $6)`, StatusFailed, msg, store.Now(), snap.ID, StatusPending, StatusCreating)
+	if err != nil {
+		s.log.Warn("record a failed snapshot", "snapshot_id", snap.ID, "err", err)
+		return
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		// Ready meanwhile (its references are its own now), or deleted
+		// (the collector drops the references of a snapshot with no
+		// record): not this call's to unpin.
+		return
+	}
+	if _, _, err := s.unpin(ctx, snap.UUID); err != nil {
+		s.log.Warn("collect a failed snapshot's chunks (the collector retries)", "snapshot_id", snap.ID, "err", err)
+	}
+}
+
+// sentence is err as one sentence for a record's error field.
+func sentence(err error) string {
+	msg := err.Error()
+	if msg == "" {
+		return "The snapshot failed."
+	}
+	msg = strings.ToUpper(msg[:1]) + msg[1:]
+	if !strings.HasSuffix(msg, ".") {
+		msg += "."
+	}
+	return msg
+}
+
+// take takes one snapshot: a running game server's saves are flushed and
+// paused around the walk, every chunk is pinned before it is looked up
+// or stored, and the record becomes ready in one transaction with its
+// figures.
+func (s *Service) take(ctx context.Context, snap Snapshot) error {
+	res, err := s.db.Write().ExecContext(ctx, `UPDATE snapshots SET status = $1, started_at = $2, updated_at = $2
+		WHERE id = $3 AND status = $4`, StatusCreating, store.Now(), snap.ID, StatusPending)
+	if err != nil {
+		return fmt.Errorf("start the snapshot: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return nil // deleted meanwhile
+	}
+	m, err := ignore.Parse(snap.Ignore)
+	if err != nil {
+		return err
+	}
+	a, err := s.servers.Access(ctx, snap.TeamID, snap.SourceServerID, false)
+	if err != nil {
+		return fmt.Errorf("the server is gone: %w", err)
+	}
+	root, err := files.Open(a.Root)
+	if err != nil {
+		return fmt.Errorf("open the server's files: %w", err)
+	}
+	defer root.Close()
+	resume := s.pauseSaves(ctx, snap)
+	defer resume()
+
+	var lastProgress time.Time
+	r, err := engine.Create(ctx, root, s.store, engine.CreateOptions{
+		ID:     snap.UUID,
+		Ignore: m.Match,
+		Pin:    func(ctx context.Context, key string) error { return s.pin(ctx, snap.UUID, key) },
+		Stored: func(key string, size int64) { s.recordSize(s.ctx, key, size) },
+		Progress: func(done, total int64) {
+			if time.Since(lastProgress) < 250*time.Millisecond && done != total {
+				return
+			}
+			lastProgress = time.Now()
+			_, _ = s.db.Write().ExecContext(ctx, `UPDATE snapshots SET bytes_done = $1, bytes_total = $2, updated_at = $3
+				WHERE id = $4 AND status = $5`, done, total, store.Now(), snap.ID, StatusCreating)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	now := store.Now()
+	res, err = s.db.Write().ExecContext(ctx, `UPDATE snapshots SET status = $1, size_bytes = $2, stored_bytes = $3,
+		bytes_done = $4, bytes_total = $4, completed_at = $5, updated_at = $5, owner = NULL WHERE id = $6 AND status = $7`,
+		StatusReady, r.SizeBytes, r.StoredBytes, r.SizeBytes, now, snap.ID, StatusCreating)
+	if err != nil {
+		return fmt.Errorf("record the snapshot ready: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		// Deleted while it was taken: its chunks go, and the manifest
+		// with no record is the collector's.
+		if _, _, err := s.unpin(context.WithoutCancel(ctx), snap.UUID); err != nil {
+			s.log.Warn("collect a deleted snapshot's chunks (the collector retries)", "snapshot_id", snap.ID, "err", err)
+		}
+		_ = s.store.Delete(context.WithoutCancel(ctx), engine.ManifestKey(snap.UUID))
+	}
+	return nil
+}
+
+// pauseSaves makes a running game server flush its world and stop
+// writing it (save-off, save-all flush) and returns what turns saving on
+// again (save-on), always called. A server that does not answer the
+// flush in time is snapshotted anyway (logged): saving is off, so the
+// world is at most as torn as the game's own crash recovery handles.
+func (s *Service) pauseSaves(ctx context.Context, snap Snapshot) func() {
+	sv, err := s.servers.Get(ctx, snap.TeamID, snap.SourceServerID)
+	if err != nil || sv.Status != servers.StatusRunning {
+		return func() {}
+	}
+	if p, ok := s.cat.Get(sv.Software); !ok || p.Category != catalog.Server {
+		return func() {}
+	}
+	events, stop, err := s.servers.Stream(ctx, snap.TeamID, sv.ID)
+	if err != nil {
+		return func() {}
+	}
+	defer stop()
+	if err := s.servers.Command(ctx, snap.TeamID, sv.ID, "save-off"); err != nil {
+		return func() {}
+	}
+	resume := func() {
+		if err := s.servers.Command(context.WithoutCancel(ctx), snap.TeamID, sv.ID, "save-on"); err != nil && !errors.Is(err, servers.ErrOffline) {
+			s.log.Warn("turn saving on again after a snapshot", "server_id", sv.ID, "err", err)
+		}
+	}
+	if err := s.servers.Command(ctx, snap.TeamID, sv.ID, "save-all flush"); err != nil {
+		return resume
+	}
+	timeout := time.After(s.opts.SaveTimeout)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				return resume
+			}
+			if ev.Kind == "line" && strings.Contains(ev.Data, "Saved the game") {
+				return resume
+			}
+		case <-timeout:
+			s.log.Warn("the server did not confirm save-all flush; taking the snapshot anyway", "server_id", sv.ID)
+			return resume
+		case <-ctx.Done():
+			return resume
+		}
+	}
+}
+
+// Deletion is what Delete did (api.md §6).
+type Deletion struct {
+	Deleted        bool
+	StorageDeleted bool
+	CleanupSkipped bool
+	CleanupReason  *string // "not_stored", "storage_unavailable"; nil when nothing was skipped
+	FreedBytes     int64
+	SharedBytes    int64
+}
+
+// Delete deletes one of the team's snapshots: the record, then (for a
+// ready one) its manifest and every chunk no other snapshot references.
+// A snapshot still being taken is stopped; what it stored is collected
+// in the background. Errors: ErrNotFound.
+func (s *Service) Delete(ctx context.Context, teamID, id string) (Deletion, error) {
+	var snap Snapshot
+	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		snap, err = scan(tx.QueryRowContext(ctx, `SELECT `+columns+` FROM snapshots WHERE id = $1 AND team_id = $2`, id, teamID))
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `DELETE FROM snapshots WHERE id = $1`, id)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return Deletion{}, err
+		}
+		return Deletion{}, fmt.Errorf("delete snapshot %s: %w", id, err)
+	}
+	d := Deletion{Deleted: true}
+	if snap.Status != StatusReady {
+		s.mu.Lock()
+		if cancel := s.running[id]; cancel != nil {
+			cancel()
+		}
+		s.mu.Unlock()
+		reason := "not_stored"
+		d.CleanupSkipped, d.CleanupReason = true, &reason
+		// Its references go now; its chunks are reaped in the background.
+		if _, err := s.db.Write().ExecContext(ctx, `DELETE FROM snapshot_chunks WHERE snapshot_uuid = $1`, snap.UUID); err != nil {
+			s.log.Warn("drop a deleted snapshot's references (the collector retries)", "snapshot_id", id, "err", err)
+		}
+		s.Wake()
+		return d, nil
+	}
+	ctx = context.WithoutCancel(ctx) // the record is gone: finish the cleanup
+	manifest := engine.ManifestKey(snap.UUID)
+	var msize int64
+	if in, err := s.store.Stat(ctx, manifest); err == nil {
+		msize = in.Size
+	}
+	if err := s.store.Delete(ctx, manifest); err != nil {
+		return s.unavailable(d, id, err), nil
+	}
+	freed, shared, err := s.unpin(ctx, snap.UUID)
+	d.FreedBytes, d.SharedBytes = freed+msize, shared
+	if err != nil {
+		return s.unavailable(d, id, err), nil
+	}
+	d.StorageDeleted = true
+	return d, nil
+}
+
+// unavailable reports a cleanup the store interrupted: the collector
+// finishes it.
+func (s *Service) unavailable(d Deletion, id string, err error) Deletion {
+	s.log.Warn("snapshot storage cleanup interrupted; the collector finishes it", "snapshot_id", id, "err", err)
+	reason := "storage_unavailable"
+	d.CleanupSkipped, d.CleanupReason = d.FreedBytes == 0, &reason
+	s.Wake()
+	return d
+}
+
+// Restore makes the server targetID (the snapshot's source when "") of
+// the team equal to the snapshot, in the background: a running server is
+// stopped first and started again after; a failure leaves its files as
+// they were. The outcome is written to the server's console. Errors:
+// ErrNotFound, ErrNotReady, ErrBusy, servers.ErrNotFound,
+// servers.ErrInstalling.
+func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) error {
+	snap, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if snap.Status != StatusReady {
+		return ErrNotReady
+	}
+	if targetID == "" {
+		targetID = snap.SourceServerID
+	}
+	sv, err := s.servers.Get(ctx, teamID, targetID)
+	if err != nil {
+		return err
+	}
+	if sv.Status == servers.StatusInstalling {
+		return servers.ErrInstalling
+	}
+	s.mu.Lock()
+	if s.restoring[sv.ID] {
+		s.mu.Unlock()
+		return ErrBusy
+	}
+	s.restoring[sv.ID] = true
+	s.mu.Unlock()
+	s.wg.Go(func() {
+		defer func() {
+			s.mu.Lock()
+			delete(s.restoring, sv.ID)
+			s.mu.Unlock()
+		}()
+		if err := panics.Catch(func() error { return s.restore(s.ctx, snap, sv) }); err != nil {
+			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
+		}
+	})
+	return nil
+}
+
+// RestoreNow is Restore waiting for the end (the deployments executor).
+func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) error {
+	snap, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if snap.Status != StatusReady {
+		return ErrNotReady
+	}
+	sv, err := s.servers.Get(ctx, teamID, targetID)
+	if err != nil {
+		return err
+	}
+	return s.restore(ctx, snap, sv)
+}
+
+func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server) error {
+	wasRunning := sv.Status == servers.StatusRunning || sv.Status == servers.StatusStarting
+	if wasRunning {
+		if err := s.servers.Power(ctx, sv.TeamID, sv.ID, "stop"); err != nil {
+			return fmt.Errorf("stop the server: %w", err)
+		}
+		if err := s.waitStopped(ctx, sv); err != nil {
+			return err
+		}
+	}
+	m, err := ignore.Parse(snap.Ignore)
+	if err != nil {
+		return err
+	}
+	a, err := s.servers.Access(ctx, sv.TeamID, sv.ID, true)
+	if err != nil {
+		return err
+	}
+	rerr := files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
+		_, err := engine.Restore(ctx, r, res, s.store, engine.ManifestKey(snap.UUID), engine.RestoreOptions{Ignore: m.Match})
+		return err
+	})
+	if a.Disk != nil {
+		a.Disk.Stale() // the restore replaced the tree: measure it again
+	}
+	if wasRunning {
+		if err := s.servers.Power(context.WithoutCancel(ctx), sv.TeamID, sv.ID, "start"); err != nil {
+			s.log.Warn("start the server again after a restore", "server_id", sv.ID, "err", err)
+		}
+	}
+	if rerr != nil {
+		return fmt.Errorf("restore %s into %s: %w", snap.ID, sv.ID, rerr)
+	}
+	return nil
+}
+
+func (s *Service) waitStopped(ctx context.Context, sv servers.Server) error {
+	deadline := time.Now().Add(s.opts.StopTimeout)
+	for {
+		cur, err := s.servers.Get(ctx, sv.TeamID, sv.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Status == servers.StatusOffline || cur.Status == servers.StatusCrashed {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the server did not stop within %s", s.opts.StopTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Take records and takes a snapshot of the server now and waits for it
+// (the deployments executor, before a replace or delete). Errors: as
+// Create, or the snapshot's own failure.
+func (s *Service) Take(ctx context.Context, teamID, serverID, name string) (Snapshot, error) {
+	snap, err := s.Create(ctx, teamID, serverID, name, "")
+	if err != nil {
+		return Snapshot{}, err
+	}
+	for {
+		cur, err := s.Get(ctx, teamID, snap.ID)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		switch cur.Status {
+		case StatusReady:
+			return cur, nil
+		case StatusFailed:
+			msg := "the snapshot failed"
+			if cur.Error != nil {
+				msg = *cur.Error
+			}
+			return cur, errors.New(msg)
+		}
+		select {
+		case <-ctx.Done():
+			return cur, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Before is Take for the deployments executor: a snapshot named reason of
+// a server about to be replaced or deleted; it returns the snapshot's id.
+func (s *Service) Before(ctx context.Context, teamID, serverID, reason string) (string, error) {
+	if len(reason) > MaxName {
+		reason = reason[:MaxName]
+	}
+	snap, err := s.Take(ctx, teamID, serverID, reason)
+	return snap.ID, err
+}
+
+// Wake makes the collector run now.
+func (s *Service) Wake() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run collects garbage every CollectEvery (and when woken) until ctx
+// ends, then stops every snapshot being taken and waits for them.
+func (s *Service) Run(ctx context.Context) error {
+	t := time.NewTicker(s.opts.CollectEvery)
+	defer t.Stop()
+	defer s.Close()
+	for {
+		if err := s.collect(ctx, s.opts.Grace); err != nil && ctx.Err() == nil {
+			s.log.Warn("snapshot collector", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-s.wake:
+		}
+	}
+}
+
+// Close stops the snapshots being taken and restores running here and
+// waits for them: a snapshot cut short is failed by the next start (its
+// owner gone); a restore cut short before its commit point leaves the
+// files as they were, after it is finished by Recover at the next start.
+func (s *Service) Close() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// errAbandoned is the error of a snapshot whose taker stopped.
+var errAbandoned = errors.New("kiln stopped while the snapshot was being taken; take it again")
+
+// failAbandoned fails the snapshots whose taker stopped — its instance
+// gone, silent for a minute, or an earlier instance of this node (only
+// one process holds a node's data dir: a row of another one is a dead
+// process's) — and unpins their chunks.
+func (s *Service) failAbandoned(ctx context.Context) error {
+	stale := store.Now() - time.Minute.Milliseconds()
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+columns+` FROM snapshots s WHERE s.status IN ($1, $2)
+		AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.id = s.owner AND i.seen_at > $3
+			AND (i.node_id <> $4 OR i.id = $5))`, StatusPending, StatusCreating, stale, s.opts.Node, s.opts.Owner)
+	if err != nil {
+		return fmt.Errorf("find abandoned snapshots: %w", err)
+	}
+	var lost []Snapshot
+	for rows.Next() {
+		snap, err := scan(rows)
+		if err != nil {
+			rows.Close()
+			return err
+		}
+		lost = append(lost, snap)
+	}
+	rows.Close()
+	for _, snap := range lost {
+		s.mu.Lock()
+		_, mine := s.running[snap.ID]
+		s.mu.Unlock()
+		if mine {
+			continue
+		}
+		s.fail(snap, errAbandoned)
+	}
+	return nil
+}

@@ -1,0 +1,428 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// svcEnv is a snapshot service on real servers (kiln-test, process
+// runtime), a real database and a file blob store.
+type svcEnv struct {
+	t     *testing.T
+	db    *store.DB
+	srv   *servers.Service
+	node  *serverstest.Env
+	store blob.Store
+	svc   *Service
+	team  string
+}
+
+func newSvcEnv(t *testing.T, db *store.DB) *svcEnv {
+	t.Helper()
+	for _, team := range []string{"team_a", "team_b"} {
+		if _, err := db.Write().ExecContext(t.Context(), `INSERT INTO teams (id, name, created_at) VALUES ($1, $2, 1)`, team, team); err != nil {
+			t.Fatal(err)
+		}
+	}
+	se := serverstest.New(t, db, serverstest.Options{})
+	st, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := New(db, st, se.Service, se.Catalog, Options{Owner: "inst_test", Grace: time.Nanosecond, SaveTimeout: 10 * time.Second}, nil)
+	t.Cleanup(svc.Close)
+	return &svcEnv{t: t, db: db, srv: se.Service, node: se, store: st, svc: svc, team: "team_a"}
+}
+
+// server makes a kiln-test server of team_a and writes files into it.
+func (e *svcEnv) server(name string, files map[string]string) servers.Server {
+	e.t.Helper()
+	sv, err := e.srv.Create(e.t.Context(), e.team, servers.NewServer{Name: name, Software: "kiln-test", MemoryMB: 256, DiskMB: 1024})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status != servers.StatusInstalling })
+	e.write(sv.ID, files)
+	return sv
+}
+
+func (e *svcEnv) write(id string, files map[string]string) {
+	e.t.Helper()
+	root := e.node.Node.Root(id)
+	for p, c := range files {
+		full := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			e.t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *svcEnv) waitServer(id string, cond func(servers.Server) bool) servers.Server {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		sv, err := e.srv.Get(e.t.Context(), e.team, id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if cond(sv) {
+			return sv
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("server %s: still %s", id, sv.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// wait waits for a snapshot to be ready (or fails the test).
+func (e *svcEnv) wait(id string) Snapshot {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := e.svc.Get(e.t.Context(), e.team, id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		switch s.Status {
+		case StatusReady:
+			return s
+		case StatusFailed:
+			e.t.Fatalf("snapshot %s failed: %s", id, *s.Error)
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("snapshot %s still %s", id, s.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *svcEnv) count(q string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.db.Read().QueryRowContext(e.t.Context(), q, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// blobs counts the blobs under prefix.
+func (e *svcEnv) blobs(prefix string) int {
+	e.t.Helper()
+	n := 0
+	if err := e.store.List(e.t.Context(), prefix, func(blob.Info) error { n++; return nil }); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func randomText(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%x", b)
+}
+
+// TestSnapshotLifecycle, on both stores: a snapshot is pending, then
+// ready with its figures; a second one after a small change stores
+// little; listing and getting are scoped to the team; deleting the first
+// frees only what the second does not share, deleting the second frees
+// the rest, and no chunk, manifest or ledger row is left.
+func TestSnapshotLifecycle(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newSvcEnv(t, db)
+		ctx := t.Context()
+		big := randomText(3 << 20) // 6 MiB of text: several chunks
+		sv := e.server("world", map[string]string{"world/region/r.0.0.mca": big, "server.properties": "motd=hi\n", "logs/latest.log": "noise"})
+
+		if _, err := e.svc.Create(ctx, e.team, sv.ID, "", ""); err == nil {
+			t.Error("Create with an empty name succeeded")
+		}
+		if _, err := e.svc.Create(ctx, e.team, sv.ID, "x", "a\x00b"); err == nil {
+			t.Error("Create with a broken ignore pattern succeeded")
+		}
+		if _, err := e.svc.Create(ctx, "team_b", sv.ID, "x", ""); !errors.Is(err, servers.ErrNotFound) {
+			t.Errorf("Create of another team's server = %v, want servers.ErrNotFound", err)
+		}
+		first, err := e.svc.Create(ctx, e.team, sv.ID, "first", "logs/\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first.Status != StatusPending || !strings.HasPrefix(first.ID, "snap_") || len(first.UUID) != 36 {
+			t.Errorf("created = %+v", first)
+		}
+		first = e.wait(first.ID)
+		// The world and server.properties, and the few bytes the install
+		// wrote; not logs/ (ignored).
+		if first.SizeBytes == nil || *first.SizeBytes < int64(len(big)+len("motd=hi\n")) || *first.SizeBytes > int64(len(big)+200) {
+			t.Errorf("size_bytes = %v, want about %d", first.SizeBytes, len(big)+len("motd=hi\n"))
+		}
+		if first.StoredBytes == nil || *first.StoredBytes <= 0 || first.CompletedAt == nil || first.BytesDone != first.BytesTotal {
+			t.Errorf("ready = %+v", first)
+		}
+
+		// 1 % changed: the second snapshot stores a few chunks at most.
+		e.write(sv.ID, map[string]string{"server.properties": "motd=changed\n"})
+		second, err := e.svc.Create(ctx, e.team, sv.ID, "second", "logs/\n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		second = e.wait(second.ID)
+		if *second.StoredBytes*20 > *first.StoredBytes {
+			t.Errorf("second snapshot stored %d bytes, first %d: want under 5 %%", *second.StoredBytes, *first.StoredBytes)
+		}
+		list, err := e.svc.List(ctx, e.team, sv.ID)
+		if err != nil || len(list) != 2 || list[0].ID != second.ID {
+			t.Fatalf("List = %v, %v; want second then first", list, err)
+		}
+		if l, _ := e.svc.List(ctx, "team_b", ""); len(l) != 0 {
+			t.Errorf("team_b lists %d snapshots", len(l))
+		}
+		if _, err := e.svc.Get(ctx, "team_b", first.ID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Get by another team = %v, want ErrNotFound", err)
+		}
+		if _, err := e.svc.Delete(ctx, "team_b", first.ID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Delete by another team = %v, want ErrNotFound", err)
+		}
+
+		d, err := e.svc.Delete(ctx, e.team, first.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Deleted || !d.StorageDeleted || d.CleanupSkipped || d.CleanupReason != nil || d.SharedBytes == 0 || d.FreedBytes == 0 {
+			t.Errorf("delete of the first = %+v; want deleted, storage deleted, some shared and some freed", d)
+		}
+		if d.SharedBytes < *first.StoredBytes*9/10 {
+			t.Errorf("shared %d bytes of the first's %d: the world's chunks are shared", d.SharedBytes, *first.StoredBytes)
+		}
+		d, err = e.svc.Delete(ctx, e.team, second.ID)
+		if err != nil || !d.StorageDeleted || d.SharedBytes != 0 {
+			t.Fatalf("delete of the second = %+v, %v", d, err)
+		}
+		if n := e.blobs(chunkPrefix) + e.blobs(manifestPrefix); n != 0 {
+			t.Errorf("%d blobs left after deleting every snapshot", n)
+		}
+		if n := e.count(`SELECT count(*) FROM chunks`) + e.count(`SELECT count(*) FROM snapshot_chunks`); n != 0 {
+			t.Errorf("%d ledger rows left", n)
+		}
+		if _, err := e.svc.Delete(ctx, e.team, second.ID); !errors.Is(err, ErrNotFound) {
+			t.Errorf("Delete again = %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// TestRestoreRunningServer: a running server is stopped, made equal to
+// the snapshot (changed files back, new files removed, ignored ones
+// kept), and started again.
+func TestRestoreRunningServer(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	sv := e.server("world", map[string]string{"world/custom.dat": "v1", "plugins/a.jar": "jar", "cache/tmp": "keep-me"})
+	if err := e.srv.Power(ctx, e.team, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "before", "cache/\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = e.wait(snap.ID)
+	// The running game server's saves were paused and flushed around it.
+	lines, _ := e.srv.Console(ctx, e.team, sv.ID, 50)
+	joined := strings.Join(lines, "\n")
+	for _, want := range []string{"Automatic saving is now disabled", "Saved the game", "Automatic saving is now enabled"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("console lacks %q:\n%s", want, joined)
+		}
+	}
+
+	e.write(sv.ID, map[string]string{"world/custom.dat": "v2", "world/new.dat": "new", "cache/tmp": "changed-cache"})
+	if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	// Stopped, restored, running again.
+	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status != servers.StatusRunning })
+	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+	root := e.node.Node.Root(sv.ID)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(filepath.Join(root, "world/custom.dat"))
+		if string(b) == "v1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("world/custom.dat = %q after the restore, want v1", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := os.Stat(filepath.Join(root, "world/new.dat")); !os.IsNotExist(err) {
+		t.Errorf("world/new.dat, not in the snapshot, is still there: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "cache/tmp")); string(b) != "changed-cache" {
+		t.Errorf("ignored cache/tmp = %q, want left as it was", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(root, "plugins/a.jar")); string(b) != "jar" {
+		t.Errorf("plugins/a.jar = %q", b)
+	}
+	// Another team cannot restore it, nor into its server.
+	if err := e.svc.Restore(ctx, "team_b", snap.ID, ""); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Restore by another team = %v, want ErrNotFound", err)
+	}
+}
+
+// TestConcurrentCreateDelete: rounds of snapshots of one tree taken while
+// others sharing their chunks are deleted, the collector running
+// throughout. After every round each ready snapshot's chunks are all in
+// the store; at the end, with every snapshot deleted and a collection,
+// nothing is left.
+func TestConcurrentCreateDelete(t *testing.T) {
+	rounds := 50
+	if testing.Short() {
+		rounds = 10
+	}
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newSvcEnv(t, db)
+		ctx := t.Context()
+		sv := e.server("world", map[string]string{"a": randomText(600 << 10), "b": randomText(600 << 10), "c": randomText(40 << 10)})
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := e.svc.collect(ctx, time.Nanosecond); err != nil && ctx.Err() == nil {
+					t.Errorf("collect: %v", err)
+					return
+				}
+			}
+		})
+		var prev string
+		for round := range rounds {
+			e.write(sv.ID, map[string]string{"c": randomText(40 << 10)})
+			snap, err := e.svc.Create(ctx, e.team, sv.ID, fmt.Sprintf("r%d", round), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prev != "" {
+				if _, err := e.svc.Delete(ctx, e.team, prev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			snap = e.wait(snap.ID)
+			e.checkComplete(snap)
+			prev = snap.ID
+		}
+		close(stop)
+		wg.Wait()
+		if _, err := e.svc.Delete(ctx, e.team, prev); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.svc.collect(ctx, time.Nanosecond); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.blobs(chunkPrefix) + e.blobs(manifestPrefix); n != 0 {
+			t.Errorf("%d blobs left", n)
+		}
+	})
+}
+
+// checkComplete fails the test if a chunk the snapshot's manifest names
+// is not in the store.
+func (e *svcEnv) checkComplete(snap Snapshot) {
+	e.t.Helper()
+	keys, err := engine.ChunkKeys(e.t.Context(), e.store, engine.ManifestKey(snap.UUID))
+	if err != nil {
+		e.t.Fatalf("read the manifest of %s: %v", snap.ID, err)
+	}
+	for _, k := range keys {
+		if _, err := e.store.Stat(e.t.Context(), k); err != nil {
+			e.t.Fatalf("snapshot %s references %s: %v", snap.ID, k, err)
+		}
+	}
+}
+
+// TestAbandonedSnapshotCollected: a snapshot whose taker died (its
+// instance gone) is failed by the collector, and the chunks it pinned
+// are removed.
+func TestAbandonedSnapshotCollected(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	sv := e.server("world", map[string]string{"a": "x"})
+	uuid := "6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c"
+	if _, err := e.db.Write().ExecContext(ctx, `INSERT INTO snapshots (id, uuid, team_id, source_server_id, name, ignore, status,
+		owner, created_at, updated_at) VALUES ('snap_AAAAAAAAAAAAAAAAAAAA', $1, 'team_a', $2, 'lost', '', 'creating', 'inst_gone', 1, 1)`,
+		uuid, sv.ID); err != nil {
+		t.Fatal(err)
+	}
+	key := "chunks/ab/" + strings.Repeat("ab", 32)
+	if err := e.svc.pin(ctx, uuid, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Put(ctx, key, bytes.NewReader([]byte("zzz")), 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.collect(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.svc.Get(ctx, e.team, "snap_AAAAAAAAAAAAAAAAAAAA")
+	if err != nil || got.Status != StatusFailed || got.Error == nil || !strings.Contains(*got.Error, "Kiln stopped") {
+		t.Fatalf("abandoned snapshot = %+v, %v; want failed", got, err)
+	}
+	if _, err := e.store.Stat(ctx, key); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("its chunk is still stored: %v", err)
+	}
+	// A delete of a failed snapshot skips the storage cleanup (not_stored).
+	d, err := e.svc.Delete(ctx, e.team, got.ID)
+	if err != nil || !d.Deleted || !d.CleanupSkipped || d.CleanupReason == nil || *d.CleanupReason != "not_stored" {
+		t.Errorf("delete of a failed snapshot = %+v, %v", d, err)
+	}
+}
+
+// TestPinWaitsForReap: a chunk marked deleting makes a pin wait until its
+// row is gone, then the pin makes it live again — never a live reference
+// to a chunk being deleted.
+func TestPinWaitsForReap(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	key := "chunks/cd/" + strings.Repeat("cd", 32)
+	if _, err := e.db.Write().ExecContext(ctx, `INSERT INTO chunks (key, state, stored_size, updated_at) VALUES ($1, 'deleting', 3, 1)`, key); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.svc.pin(ctx, "6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7d", key) }()
+	select {
+	case err := <-done:
+		t.Fatalf("pin returned %v while the chunk was being deleted", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := e.db.Write().ExecContext(context.Background(), `DELETE FROM chunks WHERE key = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(`SELECT count(*) FROM chunks WHERE key = $1 AND state = 'live'`, key); n != 1 {
+		t.Errorf("after the pin, live rows = %d, want 1", n)
+	}
+}
