@@ -135,7 +135,7 @@ wait_quiet
 # --- start kiln ------------------------------------------------------------
 DATA="$TMP/data"
 ACCESS_LOG="$TMP/kiln-access.log"
-"$TMP/kiln" serve --data-dir "$DATA" --addr 127.0.0.1:0 --rate-limit "$RATE_LIMIT" \
+"$TMP/kiln" serve --data-dir "$DATA" --addr 127.0.0.1:0 --sftp-addr "" --rate-limit "$RATE_LIMIT" \
   --log-level "$LOG_LEVEL" >"$TMP/kiln.stdout" 2>"$ACCESS_LOG" &
 KILN_PID=$!
 KILN_PORT=$(wait_port "$KILN_PID" "$ACCESS_LOG")

@@ -280,7 +280,7 @@ EOF
 
 # --- kiln -------------------------------------------------------------------
 DATA=$TMP/data
-"$TMP/kiln" serve --dev --data-dir "$DATA" --addr 127.0.0.1:0 --rate-limit "$RATE_LIMIT" \
+"$TMP/kiln" serve --dev --data-dir "$DATA" --addr 127.0.0.1:0 --sftp-addr "" --rate-limit "$RATE_LIMIT" \
   --port-range "$PORT_RANGE" --log-level "$LOG_LEVEL" --runtime process \
   >"$TMP/kiln.stdout" 2>"$TMP/kiln.log" &
 KILN_PID=$!

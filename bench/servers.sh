@@ -189,7 +189,7 @@ kiln_up() {
   local rt=$1 label=$2
   KDIR="$TMP/$label"
   mkdir -p "$KDIR"
-  local args=(serve --dev --data-dir "$KDIR/data" --addr 127.0.0.1:0 --rate-limit "$RATE_LIMIT"
+  local args=(serve --dev --data-dir "$KDIR/data" --addr 127.0.0.1:0 --sftp-addr "" --rate-limit "$RATE_LIMIT"
     --port-range "$PORT_RANGE" --log-level "$LOG_LEVEL" --runtime "$rt")
   if [ "$rt" = docker ] && [ -n "$DOCKER_USER" ]; then args+=(--docker-user "$DOCKER_USER"); fi
   "$TMP/kiln" "${args[@]}" >"$KDIR/kiln.stdout" 2>"$KDIR/kiln.log" &

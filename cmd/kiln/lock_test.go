@@ -26,7 +26,7 @@ func oneServePerDataDir(t *testing.T, extra ...string) {
 	if b, err := os.ReadFile(filepath.Join(dir, "kiln.lock")); err != nil || strings.TrimSpace(string(b)) != fmt.Sprint(first.cmd.Process.Pid) {
 		t.Errorf("kiln.lock holds %q, %v; want the pid %d", b, err, first.cmd.Process.Pid)
 	}
-	out, errOut, code := kiln(t, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	out, errOut, code := kiln(t, append([]string{"serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"}, args...)...)
 	want := fmt.Sprintf("kiln: data dir %s is in use by another kiln serve (pid %d); stop it or pass another --data-dir\n", dir, first.cmd.Process.Pid)
 	if code != 1 || !strings.HasSuffix(errOut, want) {
 		t.Errorf("second kiln serve: exit %d, stderr %q; want exit 1 ending in %q", code, errOut, want)

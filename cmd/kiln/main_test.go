@@ -65,7 +65,7 @@ var addrRE = regexp.MustCompile(`msg="kiln serving" addr=(\S+)`)
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, done: make(chan error, 1)}
-	p.cmd = exec.Command(kilnBin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
+	p.cmd = exec.Command(kilnBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"}, args...)...)
 	p.cmd.Env = cleanEnv()
 	outR, _ := p.cmd.StdoutPipe()
 	errR, _ := p.cmd.StderrPipe()

@@ -39,6 +39,7 @@ import (
 	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/sftp"
 	"github.com/kilnhq/kiln/internal/snapshot"
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -106,6 +107,7 @@ type serveConfig struct {
 	pullAllow          []netip.Prefix
 	NodeName           string
 	SecretKey          string
+	SFTPAddr           string
 	BlobURL            string
 	BlobAccessKeyID    string
 	BlobSecretKey      string
@@ -136,6 +138,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
 	s.fs.StringVar(&c.NodeName, "node-name", "", `this machine's node name, stored on its servers (default "local" with SQLite, the host name with PostgreSQL: replicas sharing a database need distinct names)`)
 	s.fs.StringVar(&c.SecretKey, "secret-key", "", "base64 of the 32-byte key that seals stored secrets (default: <data-dir>/secret.key, made on first start; replicas sharing a database need the same key)")
+	s.fs.StringVar(&c.SFTPAddr, "sftp-addr", "127.0.0.1:2022", "SFTP listener (host:port); empty turns SFTP off")
 	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
@@ -170,6 +173,11 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		return c, usageError{fmt.Sprintf("--addr %q: %v", c.Addr, err)}
+	}
+	if c.SFTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.SFTPAddr); err != nil {
+			return c, usageError{fmt.Sprintf("--sftp-addr %q: %v", c.SFTPAddr, err)}
+		}
 	}
 	if c.Runtime != "process" && c.Runtime != "docker" {
 		return c, usageError{fmt.Sprintf("--runtime %q: want process or docker", c.Runtime)}
@@ -269,6 +277,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
 	}
 	defer ln.Close() // when serve fails before it serves; Serve closes it otherwise
+	var sshLn net.Listener
+	sftpPort := sftp.DefaultPort
+	if cfg.SFTPAddr != "" {
+		if sshLn, err = net.Listen("tcp", cfg.SFTPAddr); err != nil {
+			return fmt.Errorf("listen on %s (--sftp-addr): %w", cfg.SFTPAddr, err)
+		}
+		defer sshLn.Close()
+		sftpPort = sshLn.Addr().(*net.TCPAddr).Port
+	}
 	db, err := cfg.open(ctx)
 	if err != nil {
 		return err
@@ -356,8 +373,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pulls := pull.NewManager(db, serverSvc, netguard.NewPolicy(cfg.pullAllow, nil),
 		pull.Options{UserAgent: install.UserAgent(ver)}, log)
 	// A deleted server's downloads end first (and their partial files go
-	// with the root).
+	// with the root), and its SFTP sessions.
 	serverSvc.OnDelete(pulls.CancelServer)
+	sftpSvc := sftp.NewService(db, box, serverSvc, sftp.ServiceOptions{PublicHost: cfg.PublicHost, Port: sftpPort}, log)
+	serverSvc.OnDelete(sftpSvc.RevokeServer)
 
 	deploySvc := deploy.New(db, cat)
 	// Deployment runs: queued by the API, executed here under this
@@ -373,7 +392,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
 		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue,
-		Snapshots: snaps, Metrics: m, Ready: db.Ping,
+		Snapshots: snaps, SFTP: sftpSvc, Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {
 		return err
@@ -497,6 +516,29 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	if pgLimiter != nil {
 		g.Go(func() error { sweepLoop(gctx, pgLimiter, log); return nil })
+	}
+	if sshLn != nil {
+		sftpSrv, err := sftp.NewServer(sftpSvc, sftp.Config{DataDir: cfg.DataDir}, log)
+		if err != nil {
+			return err
+		}
+		m.RegisterCounts("kiln_sftp", "SFTP logins, failed logins, lockouts, sessions cut and sessions open", "event", sftpSrv.Counts, log)
+		g.Go(func() error {
+			// Sessions need recovered servers (their roots and ledgers).
+			select {
+			case <-serverSvc.Recovered():
+			case <-gctx.Done():
+				return nil
+			}
+			if serverSvc.RecoveryFailed() {
+				return nil
+			}
+			log.Info("sftp serving", "addr", sshLn.Addr().String())
+			if err := sftpSrv.Serve(gctx, sshLn); err != nil {
+				return fmt.Errorf("sftp: %w", err)
+			}
+			return nil
+		})
 	}
 	g.Go(func() error { return reg.Run(gctx) })
 	err = g.Wait()

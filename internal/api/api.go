@@ -19,6 +19,7 @@ import (
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/sftp"
 	"github.com/kilnhq/kiln/internal/snapshot"
 )
 
@@ -79,7 +80,9 @@ type Deps struct {
 	Runs *runs.Queue
 	// Snapshots takes, restores and deletes snapshots. Required.
 	Snapshots *snapshot.Service
-	Metrics   *metrics.Metrics
+	// SFTP issues the SFTP credentials. Required.
+	SFTP    *sftp.Service
+	Metrics *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error
 }
@@ -101,8 +104,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RateLimit < 1 {
 		return nil, fmt.Errorf("rate limit must be at least 1 request per minute, got %d", cfg.RateLimit)
 	}
-	if deps.Snapshots == nil {
-		return nil, errors.New("api: Deps.Snapshots is required")
+	if deps.Snapshots == nil || deps.SFTP == nil {
+		return nil, errors.New("api: Deps.Snapshots and Deps.SFTP are required")
 	}
 	doc, err := openAPIJSON()
 	if err != nil {

@@ -31,7 +31,9 @@ import (
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
+	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/sftp"
 	"github.com/kilnhq/kiln/internal/snapshot"
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -180,9 +182,14 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	snaps := snapshot.New(db, blobs, env.Service, env.Catalog, snapshot.Options{Owner: "inst_api"}, log)
 	t.Cleanup(snaps.Close)
+	box, err := secretbox.New([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sftpSvc := sftp.NewService(db, box, env.Service, sftp.ServiceOptions{PublicHost: "127.0.0.1"}, log)
 	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
 		Pulls: pulls, Archives: archive.NewService(env.Service), Deploy: deploy.New(db, env.Catalog),
-		Snapshots: snaps, Metrics: metrics.New(), Ready: db.Ping}
+		Snapshots: snaps, SFTP: sftpSvc, Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

@@ -29,6 +29,8 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: "/servers/{id}", op: "getServer", h: s.getServer},
 		{method: http.MethodDelete, path: "/servers/{id}", op: "deleteServer", h: s.deleteServer},
 		{method: http.MethodPost, path: "/servers/{id}/power", op: "powerServer", h: s.powerServer},
+		{method: http.MethodGet, path: "/servers/{id}/sftp", op: "getSftpCredentials", h: s.sftpCredentials},
+		{method: http.MethodPost, path: "/servers/{id}/sftp", op: "createSftpCredentials", h: s.sftpCredentials},
 		{method: http.MethodPost, path: "/servers/{id}/command", op: "sendServerCommand", h: s.sendCommand},
 		{method: http.MethodGet, path: "/servers/{id}/console", op: "getServerConsole", h: s.getConsole},
 		{method: http.MethodGet, path: "/servers/{id}/console/stream", op: "streamServerConsole", h: s.streamConsole},
