@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/blob/blobtest"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
@@ -35,16 +36,22 @@ type svcEnv struct {
 
 func newSvcEnv(t *testing.T, db *store.DB) *svcEnv {
 	t.Helper()
+	st, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newSvcEnvOn(t, db, st)
+}
+
+// newSvcEnvOn is newSvcEnv on the blob store st.
+func newSvcEnvOn(t *testing.T, db *store.DB, st blob.Store) *svcEnv {
+	t.Helper()
 	for _, team := range []string{"team_a", "team_b"} {
 		if _, err := db.Write().ExecContext(t.Context(), `INSERT INTO teams (id, name, created_at) VALUES ($1, $2, 1)`, team, team); err != nil {
 			t.Fatal(err)
 		}
 	}
 	se := serverstest.New(t, db, serverstest.Options{})
-	st, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	svc := New(db, st, se.Service, se.Catalog, Options{Owner: "inst_test", Grace: time.Nanosecond, SaveTimeout: 10 * time.Second}, nil)
 	t.Cleanup(svc.Close)
 	return &svcEnv{t: t, db: db, srv: se.Service, node: se, store: st, svc: svc, team: "team_a"}
@@ -147,8 +154,18 @@ func randomText(n int) string {
 // frees only what the second does not share, deleting the second frees
 // the rest, and no chunk, manifest or ledger row is left.
 func TestSnapshotLifecycle(t *testing.T) {
-	storetest.Each(t, func(t *testing.T, db *store.DB) {
-		e := newSvcEnv(t, db)
+	storetest.Each(t, func(t *testing.T, db *store.DB) { testLifecycle(t, newSvcEnv(t, db)) })
+}
+
+// TestSnapshotLifecycleS3 is the lifecycle on the S3 backend (versitygw,
+// started by scripts/test), and a restore from it.
+func TestSnapshotLifecycleS3(t *testing.T) {
+	st := blobtest.S3(t)
+	testLifecycle(t, newSvcEnvOn(t, storetest.SQLite(t), st))
+}
+
+func testLifecycle(t *testing.T, e *svcEnv) {
+	{
 		ctx := t.Context()
 		big := randomText(3 << 20) // 6 MiB of text: several chunks
 		sv := e.server("world", map[string]string{"world/region/r.0.0.mca": big, "server.properties": "motd=hi\n", "logs/latest.log": "noise"})
@@ -189,6 +206,17 @@ func TestSnapshotLifecycle(t *testing.T) {
 		if *second.StoredBytes*20 > *first.StoredBytes {
 			t.Errorf("second snapshot stored %d bytes, first %d: want under 5 %%", *second.StoredBytes, *first.StoredBytes)
 		}
+		// Restored from the store (byte for byte).
+		e.write(sv.ID, map[string]string{"server.properties": "motd=later\n"})
+		if err := e.svc.RestoreNow(ctx, e.team, second.ID, sv.ID); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(e.node.Node.Root(sv.ID), "server.properties")); string(b) != "motd=changed\n" {
+			t.Errorf("server.properties after the restore = %q", b)
+		}
+		if b, _ := os.ReadFile(filepath.Join(e.node.Node.Root(sv.ID), "world/region/r.0.0.mca")); string(b) != big {
+			t.Errorf("the region file after the restore differs (%d bytes)", len(b))
+		}
 		list, err := e.svc.List(ctx, e.team, sv.ID)
 		if err != nil || len(list) != 2 || list[0].ID != second.ID {
 			t.Fatalf("List = %v, %v; want second then first", list, err)
@@ -226,7 +254,7 @@ func TestSnapshotLifecycle(t *testing.T) {
 		if _, err := e.svc.Delete(ctx, e.team, second.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Delete again = %v, want ErrNotFound", err)
 		}
-	})
+	}
 }
 
 // TestRestoreRunningServer: a running server is stopped, made equal to
