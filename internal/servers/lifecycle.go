@@ -209,6 +209,13 @@ func (s *Service) Console(ctx context.Context, teamID, id string, n int) ([]stri
 	return s.liveOf(id).console.tail(n), nil
 }
 
+// Note writes a line of Kiln's own into a server's console ("[kiln] "
+// and line): what other packages did to it (a snapshot restored), where
+// its users look.
+func (s *Service) Note(id, line string) {
+	s.liveOf(id).console.add("[kiln] " + line)
+}
+
 // Stream follows a server's console and status; call stop when done. The
 // channel closes when the subscriber falls behind, the server is deleted
 // or the service stops. Errors: ErrNotFound, ErrTooManyStreams.

@@ -63,6 +63,7 @@ type Servers interface {
 	Command(ctx context.Context, teamID, id, line string) error
 	Stream(ctx context.Context, teamID, id string) (<-chan servers.Event, func(), error)
 	Power(ctx context.Context, teamID, id, action string) error
+	Note(id, line string)
 }
 
 // Catalog tells a game server from a proxy (no world to save).
@@ -565,7 +566,15 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 	return s.restore(ctx, snap, sv)
 }
 
-func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server) error {
+func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server) (err error) {
+	s.servers.Note(sv.ID, fmt.Sprintf("restoring snapshot %s (%s)", snap.ID, snap.Name))
+	defer func() {
+		if err != nil {
+			s.servers.Note(sv.ID, fmt.Sprintf("the restore of snapshot %s failed; the files are as they were: %v", snap.ID, err))
+		} else {
+			s.servers.Note(sv.ID, fmt.Sprintf("snapshot %s restored", snap.ID))
+		}
+	}()
 	wasRunning := sv.Status == servers.StatusRunning || sv.Status == servers.StatusStarting
 	if wasRunning {
 		if err := s.servers.Power(ctx, sv.TeamID, sv.ID, "stop"); err != nil {

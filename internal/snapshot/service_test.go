@@ -310,6 +310,10 @@ func TestRestoreRunningServer(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "plugins/a.jar")); string(b) != "jar" {
 		t.Errorf("plugins/a.jar = %q", b)
 	}
+	lines, _ = e.srv.Console(ctx, e.team, sv.ID, 200)
+	if joined := strings.Join(lines, "\n"); !strings.Contains(joined, "[kiln] snapshot "+snap.ID+" restored") {
+		t.Errorf("the console does not say the snapshot was restored:\n%s", joined)
+	}
 	// Another team cannot restore it, nor into its server.
 	if err := e.svc.Restore(ctx, "team_b", snap.ID, ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Restore by another team = %v, want ErrNotFound", err)
