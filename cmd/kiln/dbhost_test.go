@@ -137,23 +137,9 @@ func jsonText(v any) string { b, _ := json.Marshal(v); return string(b) }
 // is root.
 func procEnviron(t *testing.T, root string) map[string]string {
 	t.Helper()
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	for _, d := range dirs {
-		if cwd, err := os.Readlink(d + "/cwd"); err != nil || cwd != root {
-			continue
-		}
-		b, err := os.ReadFile(d + "/environ")
-		if err != nil {
-			continue
-		}
-		env := map[string]string{}
-		for kv := range strings.SplitSeq(string(b), "\x00") {
-			if k, v, ok := strings.Cut(kv, "="); ok {
-				env[k] = v
-			}
-		}
-		return env
+	env := serverstest.ProcessEnv(root)
+	if env == nil {
+		t.Fatalf("no process runs in %s", root)
 	}
-	t.Fatalf("no process runs in %s", root)
-	return nil
+	return env
 }

@@ -23,28 +23,12 @@ import (
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
-// processEnv is the environment of the game server process running in
-// root (its working directory), read from /proc: what the server really
-// got, not what Kiln meant to give it.
+// processEnv is what the game server process running in root really got.
 func processEnv(t *testing.T, root string) map[string]string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		dirs, _ := filepath.Glob("/proc/[0-9]*")
-		for _, d := range dirs {
-			if cwd, err := os.Readlink(d + "/cwd"); err != nil || cwd != root {
-				continue
-			}
-			b, err := os.ReadFile(d + "/environ")
-			if err != nil {
-				continue
-			}
-			env := map[string]string{}
-			for kv := range strings.SplitSeq(string(b), "\x00") {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					env[k] = v
-				}
-			}
+		if env := serverstest.ProcessEnv(root); env != nil {
 			return env
 		}
 		if time.Now().After(deadline) {
@@ -104,12 +88,7 @@ func testDatabasesApplied(t *testing.T, db *store.DB, engine, dsn string) {
 	}
 	dbs := dbservice.NewService(db, box, nil)
 	e := newEnvWith(t, db, serverstest.Options{Servers: servers.Options{Injected: dbs}})
-	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: "inst_db", Poll: 20 * time.Millisecond,
-		Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second, Databases: dbs})
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- x.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	e.startOpts(executor.Options{Owner: "inst_db", Databases: dbs})
 
 	yaml := `version: 1
 servers:

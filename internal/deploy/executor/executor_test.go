@@ -60,8 +60,14 @@ func (e *env) start(owner string) *executor.Executor { return e.startWith(owner,
 
 // startWith is start with at most parallel steps at once (0: the default).
 func (e *env) startWith(owner string, parallel int) *executor.Executor {
-	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: owner, Poll: 20 * time.Millisecond,
-		Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second, Parallel: parallel})
+	return e.startOpts(executor.Options{Owner: owner, Parallel: parallel})
+}
+
+// startOpts runs an executor with o — the tests' short poll, lease,
+// backoff and health timeout filled in — until the test ends.
+func (e *env) startOpts(o executor.Options) *executor.Executor {
+	o.Poll, o.Lease, o.RetryBackoff, o.HealthTimeout = 20*time.Millisecond, 3*time.Second, 10*time.Millisecond, 30*time.Second
+	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- x.Run(ctx) }()
@@ -304,12 +310,7 @@ func TestProxyWiredToBackends(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: "inst_proxy", Poll: 20 * time.Millisecond,
-			Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second, Secrets: box})
-		rctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- x.Run(rctx) }()
-		t.Cleanup(func() { cancel(); <-done })
+		e.startOpts(executor.Options{Owner: "inst_proxy", Secrets: box})
 		yaml := `version: 1
 servers:
   lobby:

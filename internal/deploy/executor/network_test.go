@@ -81,13 +81,7 @@ func testFullNetwork(t *testing.T, db *store.DB, dsn string) {
 	}
 	snaps := snapshot.New(db, blobs, e.srv, e.srvEnv.Catalog, snapshot.Options{Owner: "inst_net"}, nil)
 	t.Cleanup(snaps.Close)
-	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, executor.Options{Owner: "inst_net", Poll: 20 * time.Millisecond,
-		Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second,
-		Secrets: box, Databases: dbs, Snapshots: snaps})
-	rctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- x.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	e.startOpts(executor.Options{Owner: "inst_net", Secrets: box, Databases: dbs, Snapshots: snaps})
 
 	cfgID, r := e.apply("", fullNetwork)
 	t.Cleanup(func() {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	goruntime "runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,4 +195,28 @@ func (w testWriter) Write(p []byte) (int, error) {
 	defer func() { _ = recover() }() // a log line after the test ended
 	w.t.Log(string(p[:len(p)-1]))
 	return len(p), nil
+}
+
+// ProcessEnv is the environment of the process whose working directory is
+// root (a process-runtime game server), read from /proc: what the server
+// really got. Nil when no process runs there.
+func ProcessEnv(root string) map[string]string {
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, d := range dirs {
+		if cwd, err := os.Readlink(d + "/cwd"); err != nil || cwd != root {
+			continue
+		}
+		b, err := os.ReadFile(d + "/environ")
+		if err != nil {
+			continue
+		}
+		env := map[string]string{}
+		for kv := range strings.SplitSeq(string(b), "\x00") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				env[k] = v
+			}
+		}
+		return env
+	}
+	return nil
 }
