@@ -391,7 +391,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
-		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue,
+		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue, RunQueued: exe.Wake,
 		Snapshots: snaps, SFTP: sftpSvc, Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {

@@ -78,6 +78,9 @@ type Deps struct {
 	// executor, and then the run routes answer 503 UNAVAILABLE (nothing
 	// would execute what they queue).
 	Runs *runs.Queue
+	// RunQueued, when set, is told a run was queued (kiln serve wakes its
+	// executor: a run starts at once instead of at the next poll).
+	RunQueued func()
 	// Snapshots takes, restores and deletes snapshots. Required.
 	Snapshots *snapshot.Service
 	// SFTP issues the SFTP credentials. Required.

@@ -223,6 +223,9 @@ func (s *Server) applyConfiguration(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
+	if created && s.deps.RunQueued != nil {
+		s.deps.RunQueued() // this process's executor looks for it now, not at its next poll
+	}
 	if !pushed {
 		v.ID = "" // no version of this call's
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -519,4 +520,19 @@ func (ot oursOnlyTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	return resp, nil
+}
+
+// TestApplyWakesExecutor: a queued run is announced (kiln serve wakes its
+// executor, so a run starts at once rather than at its next poll); a
+// replayed apply queues nothing and announces nothing.
+func TestApplyWakesExecutor(t *testing.T) {
+	db := storetest.SQLite(t)
+	var woken atomic.Int32
+	h := newHarness(t, db, withRuns(runs.New(db, runs.Options{})), func(_ *Config, d *Deps) { d.RunQueued = func() { woken.Add(1) } })
+	cfg := h.createConfiguration("net", specNetwork)
+	h.apply(cfg, "k1")
+	h.apply(cfg, "k1")
+	if n := woken.Load(); n != 1 {
+		t.Errorf("RunQueued called %d times for one run and one replay, want 1", n)
+	}
 }
