@@ -21,10 +21,14 @@
 //     values), so a resumed run never duplicates an object.
 //   - Servers, proxies and dbservices. A server with properties or an
 //     image fails the run at planning with failure class validation and a
-//     sentence saying so, before anything is changed. Replace and delete
-//     of a server need a snapshot of the old server first and snapshots
-//     are not built yet: such a step fails with class internal and
-//     destroys nothing.
+//     sentence saying so, before anything is changed.
+//   - Replace and delete of a server or proxy (destroy): a snapshot of it
+//     is taken first (Options.Snapshots, internal/snapshot; named "before
+//     delete of server/x by run run_…", kept after the server is gone),
+//     then it is deleted; a replace then creates it anew. A failed
+//     snapshot fails the step (class internal) with nothing destroyed; a
+//     resumed step whose server is already gone takes none. Without
+//     snapshot storage such a step fails and destroys nothing.
 //   - Dbservices (database.go, internal/dbservice): created and updated
 //     first (their tier comes before the servers'), so a server attached
 //     to one finds its credentials when it starts. The planner puts the
