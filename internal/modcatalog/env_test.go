@@ -36,7 +36,7 @@ type upstreamStub struct {
 	over  map[string]http.HandlerFunc // "GET /path" → handler, before mux
 }
 
-func newUpstream(t *testing.T) *upstreamStub {
+func newUpstream(t testing.TB) *upstreamStub {
 	t.Helper()
 	u := &upstreamStub{mux: http.NewServeMux()}
 	serve := func(pattern, file string) {
@@ -135,7 +135,7 @@ func loopback() *netguard.Policy {
 }
 
 // newService returns a Service whose catalogs are u, with a fake clock.
-func newService(t *testing.T, u *upstreamStub, mod func(*Options)) (*Service, *fakeClock) {
+func newService(t testing.TB, u *upstreamStub, mod func(*Options)) (*Service, *fakeClock) {
 	t.Helper()
 	clock := &fakeClock{now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)}
 	o := Options{
