@@ -42,13 +42,19 @@ func (e *OwnedError) Is(target error) bool { return target == ErrOwned }
 // software its profile type) when none was made for o yet: created tells
 // which. It is idempotent under races and across crashes — a deployment
 // step resumed after a crash finds the server it made, never makes a
-// second one (the unique index servers_owned settles a race). Errors:
-// *validate.Error, *TeamLimitError, ErrNoPort.
+// second one (the unique index servers_owned settles a race). A server
+// made for o on another node (a run resumed by another replica) is
+// *OtherNodeError: this process cannot finish its install or start it.
+// Errors: *validate.Error, *TeamLimitError, ErrNoPort, *OtherNodeError.
 func (s *Service) CreateOwned(ctx context.Context, teamID string, o Owner, ns NewServer) (sv Server, created bool, err error) {
 	if o.ConfigurationID == "" || o.ResourceKey == "" {
 		return Server{}, false, errors.New("servers: an owned server needs a configuration and a resource key")
 	}
-	return s.create(ctx, teamID, ns, &o)
+	sv, created, err = s.create(ctx, teamID, ns, &o)
+	if err == nil && !created && sv.Node != s.node.Name() {
+		return sv, false, &OtherNodeError{Node: sv.Node, Here: s.node.Name()}
+	}
+	return sv, created, err
 }
 
 // FindOwned returns the team's server made for o. Errors: ErrNotFound.
