@@ -71,4 +71,22 @@
 //     the first caller's cancellation, so one client leaving does not
 //     fail the others; it is bounded by the retry policy, and Close
 //     cancels and waits for it.
+//   - Installs (Installer): the directory is the server profile's
+//     plugin_dir ("/plugins" or "/mods"); a profile without one (vanilla)
+//     refuses. Which files a software loads is the table runs (paper:
+//     paper, spigot, bukkit; purpur adds purpur; folia: folia; fabric,
+//     forge, neoforge: their own; velocity, bungeecord, waterfall: theirs;
+//     kiln-test stands in for Paper). CurseForge Bukkit plugins (class 5)
+//     go on any software that loads bukkit; CurseForge mods by the loaders
+//     in the file's gameVersions; modpacks are refused (POST …/modpack).
+//     A file whose game versions do not include the server's (when it is
+//     a concrete version, not "latest") is refused; CurseForge plugins
+//     listing "1.20" match 1.20.x. Refusals are *validate.Error at the
+//     field naming the file (version_id, file_id), with a sentence naming
+//     both sides, so the API answers 400 without a new code.
+//   - The hash kept: Modrinth sha512, else sha1; CurseForge sha1, else
+//     md5; a file without any is refused. pull.Manager.StartVerified
+//     hashes the body as it is written and fails the download (temporary
+//     file removed, nothing replaced) on a mismatch. Required dependencies
+//     are returned for the user, not installed.
 package modcatalog

@@ -28,10 +28,16 @@ const interrupted = "interrupted: kiln serve stopped during the download"
 // Whether the address may be reached is decided when connecting; a refused
 // one makes the download fail, it is not an error of Start.
 func (m *Manager) Start(ctx context.Context, teamID, serverID, rawURL, directory, filename string) (Download, error) {
+	return m.start(ctx, teamID, serverID, rawURL, directory, filename, Checksum{})
+}
+
+// start is Start, and StartVerified with a checksum (verify.go).
+func (m *Manager) start(ctx context.Context, teamID, serverID, rawURL, directory, filename string, sum Checksum) (Download, error) {
 	req, err := parseRequest(rawURL, directory, filename)
 	if err != nil {
 		return Download{}, err
 	}
+	req.sum = sum
 	if _, err := m.servers.Access(ctx, teamID, serverID, true); err != nil {
 		return Download{}, err
 	}

@@ -12,10 +12,11 @@ import (
 // request is a validated Start: the URL and where the file goes.
 type request struct {
 	url       *url.URL
-	dir       string // cleaned, root-relative: "." or "plugins"
-	filename  string // plain name
-	rel       string // dir joined with filename
-	directory string // dir as the user sees it: "/" or "/plugins"
+	dir       string   // cleaned, root-relative: "." or "plugins"
+	filename  string   // plain name
+	rel       string   // dir joined with filename
+	directory string   // dir as the user sees it: "/" or "/plugins"
+	sum       Checksum // the digest the file must have; zero: none (verify.go)
 }
 
 // parseRequest checks Start's input before anything is touched. Every

@@ -228,7 +228,7 @@ func (m *Manager) fetchInto(ctx context.Context, cancel context.CancelCauseFunc,
 	idle := time.AfterFunc(m.opts.IdleTimeout, func() { cancel(errIdleTimeout) })
 	defer idle.Stop()
 	body := &body{m: m, t: t, r: resp.Body, idle: idle}
-	e, err := root.WriteFileTemp(t.req.rel, t.d.ID, body, res)
+	e, err := root.WriteFileTemp(t.req.rel, t.d.ID, newVerifying(body, t.req.sum), res)
 	if err != nil {
 		// WriteFileTemp removed its temporary file; make sure.
 		if rerr := root.RemoveTemp(t.req.dir, t.d.ID); rerr != nil && !errors.Is(rerr, files.ErrNotFound) && !errors.Is(rerr, files.ErrNotDirectory) {

@@ -1,0 +1,251 @@
+package modcatalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/sha512"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/pull"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// installEnv is a real Paper server (installed from a local Fill
+// stand-in), a real pull.Manager allowed to reach loopback, and the
+// catalog stub, which also serves the mod files.
+type installEnv struct {
+	up       *upstreamStub
+	in       *Installer
+	pulls    *pull.Manager
+	teamID   string
+	serverID string
+	root     string
+}
+
+func newInstallEnv(t *testing.T) *installEnv {
+	t.Helper()
+	db := storetest.SQLite(t)
+	a, err := auth.NewService(t.Context(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	if _, _, err := a.Bootstrap(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tm, err := a.TeamByName(t.Context(), auth.BootstrapTeam)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill := paperMirror(t)
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: fill.URL})
+	sv, err := env.Service.Create(t.Context(), tm.ID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := env.Service.Get(t.Context(), tm.ID, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == servers.StatusOffline {
+			break
+		}
+		if got.InstallError != nil || time.Now().After(deadline) {
+			t.Fatalf("paper server not installed: status %s, error %v", got.Status, got.InstallError)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	pulls := pull.NewManager(db, env.Service, loopback(), pull.Options{}, log)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- pulls.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-pulls.Recovered()
+	up := newUpstream(t)
+	// No cache: subtests serve different versions under one id.
+	cat, _ := newService(t, up, func(o *Options) { o.CacheTTL = -1 })
+	return &installEnv{
+		up: up, in: NewInstaller(cat, env.Service, env.Catalog, pulls), pulls: pulls,
+		teamID: tm.ID, serverID: sv.ID, root: env.Node.Root(sv.ID),
+	}
+}
+
+// paperMirror serves Fill v3 for paper 1.21.4 under a mirror root.
+func paperMirror(t *testing.T) *httptest.Server {
+	jar := []byte("PK\x03\x04 not really a paper jar")
+	h := sha256.Sum256(jar)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"project":{"id":"paper"},"versions":{"1.21":["1.21.4"]}}`)
+	})
+	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper/versions/1.21.4/builds", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `[{"id":232,"channel":"STABLE","downloads":{"server:default":{"name":"paper-1.21.4-232.jar","size":%d,
+			"url":"https://fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar","checksums":{"sha256":%q}}}}]`, len(jar), hex.EncodeToString(h[:]))
+	})
+	mux.HandleFunc("GET /fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar", func(w http.ResponseWriter, r *http.Request) { w.Write(jar) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// serveVersion makes the stub answer /v2/version/OrIs0S6b with the
+// documented version, changed by mod, its file served by the stub.
+func (e *installEnv) serveVersion(t *testing.T, jar []byte, mod func(v map[string]any)) {
+	raw, err := os.ReadFile("testdata/modrinth/version.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha512.Sum512(jar)
+	f := v["files"].([]any)[0].(map[string]any)
+	f["url"] = e.up.srv.URL + "/cdn/LuckPerms-Bukkit-5.4.137.jar"
+	f["hashes"].(map[string]any)["sha512"] = hex.EncodeToString(sum[:])
+	v["game_versions"] = []string{"1.21.4"}
+	if mod != nil {
+		mod(v)
+	}
+	body, _ := json.Marshal(v)
+	e.up.handle("GET /v2/version/OrIs0S6b", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
+	e.up.handle("GET /cdn/LuckPerms-Bukkit-5.4.137.jar", func(w http.ResponseWriter, r *http.Request) { w.Write(jar) })
+}
+
+func (e *installEnv) wait(t *testing.T, id string) pull.Download {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d, err := e.pulls.Get(t.Context(), e.teamID, e.serverID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Status.Active() {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("download %s still %s", id, d.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var luckPerms = InstallRequest{Catalog: CatalogModrinth, ProjectID: "luckperms", VersionID: "OrIs0S6b"}
+
+// TestInstallPluginOnPaper: a Modrinth Bukkit plugin lands in plugins/,
+// verified by its sha512; required dependencies are listed.
+func TestInstallPluginOnPaper(t *testing.T) {
+	e := newInstallEnv(t)
+	jar := []byte("PK\x03\x04 LuckPerms")
+	e.serveVersion(t, jar, nil)
+	got, err := e.in.Install(t.Context(), e.teamID, e.serverID, luckPerms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Download.Directory != "/plugins" || got.Download.Filename != "LuckPerms-Bukkit-5.4.137.jar" {
+		t.Errorf("download into %s/%s, want /plugins/LuckPerms-Bukkit-5.4.137.jar", got.Download.Directory, got.Download.Filename)
+	}
+	if len(got.Dependencies) != 1 || got.Dependencies[0].ProjectID != "P7dR8mSH" {
+		t.Errorf("dependencies = %+v, want the required P7dR8mSH", got.Dependencies)
+	}
+	d := e.wait(t, got.Download.ID)
+	if d.Status != pull.StatusDone {
+		t.Fatalf("download %s: %s", d.Status, d.Error)
+	}
+	b, err := os.ReadFile(filepath.Join(e.root, "plugins", "LuckPerms-Bukkit-5.4.137.jar"))
+	if err != nil || string(b) != string(jar) {
+		t.Errorf("plugins/LuckPerms-Bukkit-5.4.137.jar = %q, %v; want the served jar", b, err)
+	}
+}
+
+// TestInstallHashMismatch: a file whose sha512 is not the catalog's is
+// refused and nothing is left behind.
+func TestInstallHashMismatch(t *testing.T) {
+	e := newInstallEnv(t)
+	e.serveVersion(t, []byte("PK\x03\x04 LuckPerms"), nil)
+	e.up.handle("GET /cdn/LuckPerms-Bukkit-5.4.137.jar", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("tampered")) })
+	got, err := e.in.Install(t.Context(), e.teamID, e.serverID, luckPerms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := e.wait(t, got.Download.ID)
+	if d.Status != pull.StatusFailed || !strings.Contains(d.Error, "sha512") || !strings.Contains(d.Error, "not kept") {
+		t.Errorf("download = %s %q, want failed naming the sha512", d.Status, d.Error)
+	}
+	entries, _ := os.ReadDir(filepath.Join(e.root, "plugins"))
+	for _, de := range entries {
+		t.Errorf("plugins/ holds %s after a refused file", de.Name())
+	}
+}
+
+// TestInstallRefusals: a Fabric mod on Paper, a version for another game
+// version, a version of another project, a bad request.
+func TestInstallRefusals(t *testing.T) {
+	e := newInstallEnv(t)
+	jar := []byte("PK\x03\x04 x")
+	tests := []struct {
+		name string
+		mod  func(v map[string]any)
+		req  InstallRequest
+		path string
+		want string
+	}{
+		{"fabric mod on paper", func(v map[string]any) { v["loaders"] = []string{"fabric"} }, luckPerms, "version_id",
+			"this file is made for fabric; the server runs paper, which loads paper, spigot, bukkit files"},
+		{"other game version", func(v map[string]any) { v["game_versions"] = []string{"1.20.1"} }, luckPerms, "version_id",
+			"this file is for Minecraft 1.20.1; the server runs 1.21.4"},
+		{"no catalog", nil, InstallRequest{ProjectID: "x"}, "catalog", "must be curseforge or modrinth"},
+		{"modrinth with file_id", nil, InstallRequest{Catalog: CatalogModrinth, ProjectID: "luckperms", VersionID: "OrIs0S6b", FileID: "3"}, "file_id", "is for CurseForge"},
+		{"curseforge ids", nil, InstallRequest{Catalog: CatalogCurseForge, ProjectID: "jei", FileID: "1"}, "project_id", "positive integer"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.serveVersion(t, jar, tt.mod)
+			_, err := e.in.Install(t.Context(), e.teamID, e.serverID, tt.req)
+			ve, ok := errors.AsType[*validate.Error](err)
+			if !ok || ve.Issues[0].Path != tt.path || !strings.Contains(ve.Issues[0].Message, tt.want) {
+				t.Errorf("Install = %v, want a validation error at %s containing %q", err, tt.path, tt.want)
+			}
+		})
+	}
+	if _, err := e.in.Install(t.Context(), e.teamID, "00000000-0000-4000-8000-000000000000", luckPerms); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("Install on an unknown server = %v, want servers.ErrNotFound", err)
+	}
+	entries, _ := os.ReadDir(filepath.Join(e.root, "plugins"))
+	if len(entries) != 0 {
+		t.Errorf("plugins/ holds %d entries after refusals", len(entries))
+	}
+}
+
+// TestInstallCurseForgeMod: a Forge mod from CurseForge on a Paper server
+// is refused; the CurseForge ids parse as JSON numbers.
+func TestInstallCurseForgeMod(t *testing.T) {
+	e := newInstallEnv(t)
+	var req InstallRequest
+	if err := json.Unmarshal([]byte(`{"catalog":"curseforge","project_id":238222,"file_id":4593548}`), &req); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.in.Install(t.Context(), e.teamID, e.serverID, req)
+	ve, ok := errors.AsType[*validate.Error](err)
+	if !ok || ve.Issues[0].Path != "file_id" || !strings.Contains(ve.Issues[0].Message, "made for forge") {
+		t.Errorf("Install(forge mod on paper) = %v, want a validation error at file_id naming forge", err)
+	}
+}
