@@ -267,3 +267,45 @@ func setMapValue(m *yaml.Node, key string, v *yaml.Node) {
 	}
 	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, v)
 }
+
+// EditProperties sets keys in a server.properties file (as Configure
+// does: a line assigning one is replaced in place, a missing one
+// appended) and removes the lines assigning the keys of remove; every
+// other line is kept byte for byte. The deployments executor writes a
+// spec's properties with it.
+func EditProperties(old []byte, set map[string]string, remove []string) []byte {
+	if len(remove) > 0 {
+		var kept bytes.Buffer
+		for line := range strings.Lines(string(old)) {
+			if key, ok := propertyKey(line); ok && slices.Contains(remove, key) {
+				if _, reset := set[key]; !reset {
+					continue
+				}
+			}
+			kept.WriteString(line)
+		}
+		old = kept.Bytes()
+	}
+	if len(set) == 0 {
+		return old
+	}
+	return setProperties(old, set)
+}
+
+// ManagedProperties are the server.properties keys Kiln sets itself
+// before every start for software of p (the listen address and port, and
+// the keys its environment variables set): a deployment spec cannot own
+// them.
+func ManagedProperties(p catalog.Profile) []string {
+	if p.Listen != catalog.ListenProperties {
+		return nil
+	}
+	all := map[string]string{}
+	for _, v := range p.EnvironmentVariables {
+		all[v.Key] = "x"
+	}
+	keys := slices.Collect(maps.Keys(p.Properties(all)))
+	keys = append(keys, "server-ip", "server-port")
+	slices.Sort(keys)
+	return keys
+}

@@ -1,6 +1,7 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/plan"
@@ -266,7 +268,7 @@ func (x *exec) do() error {
 	if err != nil {
 		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The version's spec is no longer valid: "+err.Error()+".", runs.FailValidation)
 	}
-	if msg := unsupported(sp, e.opts.Databases != nil); msg != "" {
+	if msg := unsupported(sp, e.opts.Databases != nil, e.cat); msg != "" {
 		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, msg, runs.FailValidation)
 	}
 	live, err := e.deploy.Live(ctx, r.TeamID, r.ConfigurationID)
@@ -454,14 +456,25 @@ func (x *exec) skipRest() {
 }
 
 // unsupported says why this layer cannot apply sp, or "".
-func unsupported(sp *spec.Spec, databases bool) string {
+func unsupported(sp *spec.Spec, databases bool, cat spec.Catalog) string {
 	if len(sp.DBServices) > 0 && !databases {
 		return "This Kiln process was started without database support: dbservices cannot be applied; nothing was changed."
 	}
 	for _, name := range slices.Sorted(maps.Keys(sp.Servers)) {
 		s := sp.Servers[name]
-		if len(s.Properties) > 0 || s.Image != "" {
-			return fmt.Sprintf("servers.%s: properties and image are not supported by this version of Kiln yet; nothing was changed.", name)
+		if s.Image != "" {
+			return fmt.Sprintf("servers.%s.image: choosing a server's image is not supported by this version of Kiln yet; nothing was changed.", name)
+		}
+		p, _ := cat.Get(s.Software)
+		for _, k := range install.ManagedProperties(p) {
+			if _, ok := s.Properties[k]; ok {
+				return fmt.Sprintf("servers.%s.properties.%s: Kiln sets this key itself before every start (the listen address, or a setting of the software's env); set it through env, or leave it to Kiln. Nothing was changed.", name, k)
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(sp.Proxies)) {
+		if sp.Proxies[name].Image != "" {
+			return fmt.Sprintf("proxies.%s.image: choosing a proxy's image is not supported by this version of Kiln yet; nothing was changed.", name)
 		}
 	}
 	return ""
@@ -577,10 +590,19 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	case plan.Update:
 		var before spec.Server
 		_ = json.Unmarshal(st.Before, &before)
-		// An attachment made or undone changes what the server gets in its
-		// environment at start: restart it.
-		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env,
-			Restart: slices.Contains(st.Changes, "databases")}
+		// Files and properties are written before the update, so the one
+		// restart it makes reads them; an attachment made or undone
+		// changes what the server gets in its environment at start.
+		if cur, ferr := x.e.servers.FindOwned(ctx, r.TeamID, o); ferr == nil {
+			if cur.Status == servers.StatusInstalling {
+				return cur.ID, classify(servers.ErrInstalling)
+			}
+			if serr := x.writeConfig(ctx, cur, want, before); serr != nil {
+				return cur.ID, serr
+			}
+		}
+		restart := slices.ContainsFunc(st.Changes, func(c string) bool { return c == "databases" || c == "files" || c == "properties" })
+		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env, Restart: restart}
 		if c.Env == nil {
 			c.Env = map[string]string{}
 		}
@@ -605,8 +627,10 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	if sv.InstallError != nil {
 		return sv.ID, fail(runs.FailInstall, "the install failed: %s", *sv.InstallError)
 	}
-	if serr := x.writeFiles(ctx, sv, want.Files); serr != nil {
-		return sv.ID, serr
+	if st.Action != plan.Update {
+		if serr := x.writeConfig(ctx, sv, want, spec.Server{}); serr != nil {
+			return sv.ID, serr
+		}
 	}
 	if proxy != nil {
 		if serr := x.wireProxy(ctx, *proxy, sv); serr != nil {
@@ -723,10 +747,18 @@ func (x *exec) waitFor(ctx context.Context, o servers.Owner, timeout time.Durati
 	}
 }
 
-// writeFiles writes the spec's files into the server's root, through its
-// disk ledger.
-func (x *exec) writeFiles(ctx context.Context, sv servers.Server, fs []spec.File) *stepError {
-	if len(fs) == 0 {
+// writeConfig writes the spec's files and properties into the server's
+// root, through its disk ledger: the files as given, the properties into
+// server.properties (keys set, keys the previous spec had and this one
+// has not removed, every other line kept).
+func (x *exec) writeConfig(ctx context.Context, sv servers.Server, want, before spec.Server) *stepError {
+	var removed []string
+	for k := range before.Properties {
+		if _, ok := want.Properties[k]; !ok {
+			removed = append(removed, k)
+		}
+	}
+	if len(want.Files) == 0 && len(want.Properties) == 0 && len(removed) == 0 {
 		return nil
 	}
 	a, err := x.e.servers.Access(ctx, x.run.TeamID, sv.ID, true)
@@ -734,10 +766,21 @@ func (x *exec) writeFiles(ctx context.Context, sv servers.Server, fs []spec.File
 		return classify(err)
 	}
 	err = files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
-		for _, f := range fs {
+		for _, f := range want.Files {
 			if _, err := r.WriteFile(f.Path, strings.NewReader(f.Content), res); err != nil {
 				return fmt.Errorf("write %s: %w", f.Path, err)
 			}
+		}
+		if len(want.Properties) == 0 && len(removed) == 0 {
+			return nil
+		}
+		old, err := r.ReadFile("server.properties", 1<<20)
+		if err != nil && !errors.Is(err, files.ErrNotFound) {
+			return fmt.Errorf("read server.properties: %w", err)
+		}
+		edited := install.EditProperties(old, want.Properties, removed)
+		if _, err := r.WriteFile("server.properties", bytes.NewReader(edited), res); err != nil {
+			return fmt.Errorf("write server.properties: %w", err)
 		}
 		return nil
 	})

@@ -1,0 +1,62 @@
+package executor_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// TestPropertiesApplied: a spec's properties are written into
+// server.properties on create (the install's own lines kept), changed and
+// removed on update (restarting the server so it reads them), and a key
+// Kiln sets itself before every start is refused at planning.
+func TestPropertiesApplied(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t))
+	e.start("inst_props")
+	spec := `version: 1
+servers:
+  lobby:
+    software: kiln-test
+    memory: 256M
+    disk: 1G
+    properties: {difficulty: hard, pvp: false, view-distance: 12}
+`
+	cfgID, r := e.apply("", spec)
+	if got := e.wait(r.ID); got.Status != runs.Succeeded {
+		t.Fatalf("create = %s %q", got.Status, got.Error)
+	}
+	sv, err := e.srv.FindOwned(t.Context(), e.teamID, servers.Owner{ConfigurationID: cfgID, ResourceKey: "server/lobby"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	props := func() string {
+		b, _ := os.ReadFile(filepath.Join(e.srvEnv.Node.Root(sv.ID), "server.properties"))
+		return string(b)
+	}
+	for _, want := range []string{"difficulty=hard\n", "pvp=false\n", "view-distance=12\n", "server-port="} {
+		if !strings.Contains(props(), want) {
+			t.Errorf("server.properties lacks %q:\n%s", want, props())
+		}
+	}
+	edited := strings.Replace(spec, "{difficulty: hard, pvp: false, view-distance: 12}", "{difficulty: peaceful, view-distance: 12}", 1)
+	_, r = e.apply(cfgID, edited)
+	if got := e.wait(r.ID); got.Status != runs.Succeeded || got.Summary.Update != 1 {
+		t.Fatalf("update = %s %q %+v", got.Status, got.Error, got.Summary)
+	}
+	if p := props(); !strings.Contains(p, "difficulty=peaceful\n") || strings.Contains(p, "pvp=") || !strings.Contains(p, "view-distance=12\n") {
+		t.Errorf("server.properties after the update:\n%s", p)
+	}
+	after, _ := e.srv.FindOwned(t.Context(), e.teamID, servers.Owner{ConfigurationID: cfgID, ResourceKey: "server/lobby"})
+	if after.Status != servers.StatusRunning {
+		t.Errorf("lobby after the update = %s, want running", after.Status)
+	}
+	_, r = e.apply(cfgID, strings.Replace(spec, "difficulty: hard", "server-port: 1", 1))
+	if got := e.wait(r.ID); got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "properties.server-port") {
+		t.Errorf("a property Kiln owns = %s %s %q; want failed validation naming it", got.Status, got.FailureClass, got.Error)
+	}
+}
