@@ -31,6 +31,7 @@ import (
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/instance"
 	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/modcatalog"
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/pull"
@@ -108,6 +109,10 @@ type serveConfig struct {
 	NodeName           string
 	SecretKey          string
 	SFTPAddr           string
+	CurseForgeAPIKey   string
+	CurseForgeAPIURL   string
+	ModrinthAPIURL     string
+	CatalogContact     string
 	BlobURL            string
 	BlobAccessKeyID    string
 	BlobSecretKey      string
@@ -138,6 +143,10 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
 	s.fs.StringVar(&c.NodeName, "node-name", "", `this machine's node name, stored on its servers (default "local" with SQLite, the host name with PostgreSQL: replicas sharing a database need distinct names)`)
 	s.fs.StringVar(&c.SecretKey, "secret-key", "", "base64 of the 32-byte key that seals stored secrets (default: <data-dir>/secret.key, made on first start; replicas sharing a database need the same key)")
+	s.fs.StringVar(&c.CurseForgeAPIKey, "curseforge-api-key", "", "CurseForge Core API key (prefer KILN_CURSEFORGE_API_KEY); without it the CurseForge routes answer 503 CATALOG_NOT_CONFIGURED")
+	s.fs.StringVar(&c.CurseForgeAPIURL, "curseforge-api-url", modcatalog.DefaultCurseForgeURL, "CurseForge API base URL")
+	s.fs.StringVar(&c.ModrinthAPIURL, "modrinth-api-url", modcatalog.DefaultModrinthURL, "Modrinth API base URL")
+	s.fs.StringVar(&c.CatalogContact, "catalog-contact", "https://github.com/kilnhq/kiln", "contact named in the User-Agent sent to the mod catalogs (Modrinth asks for one)")
 	s.fs.StringVar(&c.SFTPAddr, "sftp-addr", "127.0.0.1:2022", "SFTP listener (host:port); empty turns SFTP off")
 	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
@@ -377,6 +386,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverSvc.OnDelete(pulls.CancelServer)
 	sftpSvc := sftp.NewService(db, box, serverSvc, sftp.ServiceOptions{PublicHost: cfg.PublicHost, Port: sftpPort}, log)
 	serverSvc.OnDelete(sftpSvc.RevokeServer)
+	// Mod catalogs: their requests obey the remote downloads' SSRF rules.
+	catalogs, err := modcatalog.New(netguard.NewPolicy(cfg.pullAllow, nil), modcatalog.Options{
+		CurseForgeKey: cfg.CurseForgeAPIKey, CurseForgeURL: cfg.CurseForgeAPIURL, ModrinthURL: cfg.ModrinthAPIURL,
+		UserAgent: "kilnhq/kiln/" + ver + " (" + cfg.CatalogContact + ")",
+	})
+	if err != nil {
+		return usageError{err.Error()}
+	}
+	defer catalogs.Close()
+	mods := modcatalog.NewInstaller(catalogs, serverSvc, cat, pulls)
 
 	deploySvc := deploy.New(db, cat)
 	// Deployment runs: queued by the API, executed here under this
@@ -392,7 +411,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
 		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue, RunQueued: exe.Wake,
-		Snapshots: snaps, SFTP: sftpSvc, Metrics: m, Ready: db.Ping,
+		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 )
@@ -28,7 +29,13 @@ func TestSFTPLogin(t *testing.T) {
 	dir := t.TempDir()
 	ports := serverstest.PortRange(t, 5)
 	p := startServe(t, "--data-dir", dir, "--dev", "--port-range", ports.String())
-	m := regexp.MustCompile(`msg="sftp serving" addr=127\.0\.0\.1:(\d+)`).FindStringSubmatch(p.Stderr())
+	// Logged once servers are recovered, beside "kiln serving" (and the
+	// log is flushed every 100 ms).
+	sftpRE := regexp.MustCompile(`msg="sftp serving" addr=127\.0\.0\.1:(\d+)`)
+	var m []string
+	for deadline := time.Now().Add(10 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		m = sftpRE.FindStringSubmatch(p.Stderr())
+	}
 	if m == nil {
 		t.Fatalf("no sftp serving line:\n%s", p.Stderr())
 	}

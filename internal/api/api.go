@@ -16,6 +16,7 @@ import (
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/modcatalog"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -84,8 +85,12 @@ type Deps struct {
 	// Snapshots takes, restores and deletes snapshots. Required.
 	Snapshots *snapshot.Service
 	// SFTP issues the SFTP credentials. Required.
-	SFTP    *sftp.Service
-	Metrics *metrics.Metrics
+	SFTP *sftp.Service
+	// Catalogs searches CurseForge and Modrinth, Mods installs from them.
+	// Required.
+	Catalogs *modcatalog.Service
+	Mods     *modcatalog.Installer
+	Metrics  *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error
 }
@@ -107,8 +112,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RateLimit < 1 {
 		return nil, fmt.Errorf("rate limit must be at least 1 request per minute, got %d", cfg.RateLimit)
 	}
-	if deps.Snapshots == nil || deps.SFTP == nil {
-		return nil, errors.New("api: Deps.Snapshots and Deps.SFTP are required")
+	if deps.Snapshots == nil || deps.SFTP == nil || deps.Catalogs == nil || deps.Mods == nil {
+		return nil, errors.New("api: Deps.Snapshots, SFTP, Catalogs and Mods are required")
 	}
 	doc, err := openAPIJSON()
 	if err != nil {

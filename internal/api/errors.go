@@ -11,6 +11,7 @@ import (
 	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
+	"github.com/kilnhq/kiln/internal/modcatalog"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -40,6 +41,8 @@ const (
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
 	codeConfigBusy         = "CONFIGURATION_BUSY"
 	codeSnapshotNotFound   = "SNAPSHOT_NOT_FOUND"
+	codeUpstream           = "UPSTREAM_ERROR"
+	codeCatalogNotConfig   = "CATALOG_NOT_CONFIGURED"
 	codeNotPushed          = "NOT_PUSHED"
 	codeRunNotFound        = "RUN_NOT_FOUND"
 	codeIdempotencyReused  = "IDEMPOTENCY_KEY_REUSED"
@@ -154,6 +157,14 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigInUse}
 	case errors.Is(err, deploy.ErrBusy):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConfigBusy}
+	case errors.Is(err, modcatalog.ErrNotConfigured):
+		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeCatalogNotConfig}
+	case errors.Is(err, modcatalog.ErrUpstream):
+		return http.StatusBadGateway, errorBody{Error: err.Error(), Code: codeUpstream}
+	case errors.Is(err, modcatalog.ErrNotFound):
+		return http.StatusNotFound, errorBody{Error: err.Error(), Code: codeNotFound}
+	case errors.Is(err, modcatalog.ErrClosed):
+		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeUnavailable}
 	case errors.Is(err, snapshot.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "snapshot not found", Code: codeSnapshotNotFound}
 	case errors.Is(err, snapshot.ErrNotReady), errors.Is(err, snapshot.ErrBusy):

@@ -28,6 +28,7 @@ import (
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/metrics"
+	"github.com/kilnhq/kiln/internal/modcatalog"
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
@@ -187,9 +188,20 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 		t.Fatal(err)
 	}
 	sftpSvc := sftp.NewService(db, box, env.Service, sftp.ServiceOptions{PublicHost: "127.0.0.1"}, log)
+	// The mod catalogs: a local stand-in serving CurseForge's and
+	// Modrinth's documented answers (internal/modcatalog's fixtures).
+	catUp := httptest.NewServer(catalogStub(t))
+	t.Cleanup(catUp.Close)
+	catalogs, err := modcatalog.New(netguard.NewPolicy(allow, testResolver{}), modcatalog.Options{
+		CurseForgeKey: "test-key", CurseForgeURL: catUp.URL, ModrinthURL: catUp.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(catalogs.Close)
+	mods := modcatalog.NewInstaller(catalogs, env.Service, env.Catalog, pulls)
 	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
 		Pulls: pulls, Archives: archive.NewService(env.Service), Deploy: deploy.New(db, env.Catalog),
-		Snapshots: snaps, SFTP: sftpSvc, Metrics: metrics.New(), Ready: db.Ping}
+		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}
