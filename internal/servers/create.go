@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -29,6 +30,9 @@ type NewServer struct {
 	DiskMB     int
 	CPUPercent int // 0 = 100
 	Env        map[string]string
+	// Image is one of the profile's docker images ("" lets the profile
+	// pick by Java version).
+	Image string
 }
 
 // Limits of api.md §3 / deployment-spec.md §1.
@@ -98,6 +102,9 @@ func (s *Service) checkSpec(ns *NewServer) (catalog.Profile, error) {
 	}
 	if ns.CPUPercent < MinCPU || ns.CPUPercent > MaxCPU {
 		c.Add("cpu_percent", "must be between %d and %d", MinCPU, MaxCPU)
+	}
+	if ns.Image != "" && ok && !slices.ContainsFunc(p.DockerImages, func(im catalog.ImageChoice) bool { return im.Value == ns.Image }) {
+		c.Add("image", "%s has no image %q", ns.Software, ns.Image)
 	}
 	if ok {
 		// The profile checks keys, required variables, types and control
@@ -173,10 +180,10 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 			}
 			_, err := tx.ExecContext(ctx, `
 				INSERT INTO servers (id, team_id, name, software, version, status, node, port, memory_mb, disk_mb,
-				                     cpu_percent, env, desired_state, created_at, updated_at, configuration_id, resource_key)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13, $14, $15)`,
+				                     cpu_percent, env, desired_state, created_at, updated_at, configuration_id, resource_key, image)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13, $14, $15, $16)`,
 				id, teamID, ns.Name, ns.Software, ns.Version, StatusInstalling, s.node.Name(), port,
-				ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(env), now, cfgID, key)
+				ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(env), now, cfgID, key, ns.Image)
 			if err != nil {
 				return fmt.Errorf("insert server: %w", err)
 			}

@@ -537,7 +537,7 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 	return runtime.Spec{
 		ServerID: sv.ID, Root: s.node.Root(sv.ID), Argv: argv, Env: env,
 		MemoryMB: containerMemoryMB(sv.MemoryMB), CPUPercent: sv.CPUPercent, Port: sv.Port, BindHost: s.opts.PublicHost,
-		Image: p.Image(sv.javaMajor).Value,
+		Image: imageOf(p, sv),
 	}, nil
 }
 
@@ -567,6 +567,15 @@ func (s *Service) inject(ctx context.Context, sv Server, env []string) ([]string
 		}
 	}
 	return env, nil
+}
+
+// imageOf is the docker image sv runs in: the one chosen for it, else
+// its profile's for the Java the game needs.
+func imageOf(p catalog.Profile, sv Server) string {
+	if sv.Image != "" {
+		return sv.Image
+	}
+	return p.Image(sv.javaMajor).Value
 }
 
 // configure writes the server's listen address and environment settings

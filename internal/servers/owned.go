@@ -81,6 +81,9 @@ type Change struct {
 	// Restart restarts a server that should run even when nothing
 	// recorded changed: what Options.Injected gives it did.
 	Restart bool
+	// Image, when not nil, is the docker image ("" for the profile's
+	// choice).
+	Image *string
 }
 
 // UpdateOwned changes the server made for o in place, keeping its files:
@@ -100,7 +103,10 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 		return Server{}, ErrInstalling
 	}
 	ns := NewServer{Name: sv.Name, Software: sv.Software, Version: sv.Version, MemoryMB: sv.MemoryMB,
-		DiskMB: sv.DiskMB, CPUPercent: sv.CPUPercent, Env: sv.Env}
+		DiskMB: sv.DiskMB, CPUPercent: sv.CPUPercent, Env: sv.Env, Image: sv.Image}
+	if c.Image != nil {
+		ns.Image = *c.Image
+	}
 	if c.MemoryMB != nil {
 		ns.MemoryMB = *c.MemoryMB
 	}
@@ -120,14 +126,15 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 		return Server{}, err
 	}
 	envJSON, _ := json.Marshal(ns.Env)
-	changed := ns.MemoryMB != sv.MemoryMB || ns.DiskMB != sv.DiskMB || ns.CPUPercent != sv.CPUPercent || !maps.Equal(ns.Env, sv.Env)
+	changed := ns.MemoryMB != sv.MemoryMB || ns.DiskMB != sv.DiskMB || ns.CPUPercent != sv.CPUPercent || !maps.Equal(ns.Env, sv.Env) ||
+		ns.Image != sv.Image
 	if changed {
 		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 			if err := s.checkTeamGrowth(ctx, tx, teamID, 0, ns.MemoryMB-sv.MemoryMB, ns.DiskMB-sv.DiskMB); err != nil {
 				return err
 			}
-			_, err := tx.ExecContext(ctx, `UPDATE servers SET memory_mb = $1, disk_mb = $2, cpu_percent = $3, env = $4, updated_at = $5
-				WHERE id = $6 AND team_id = $7`, ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(envJSON), store.Now(), sv.ID, teamID)
+			_, err := tx.ExecContext(ctx, `UPDATE servers SET memory_mb = $1, disk_mb = $2, cpu_percent = $3, env = $4, updated_at = $5,
+				image = $6 WHERE id = $7 AND team_id = $8`, ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(envJSON), store.Now(), ns.Image, sv.ID, teamID)
 			return err
 		})
 		if err != nil {

@@ -73,9 +73,12 @@ type Server struct {
 	ConfigurationID *string
 	InstallError    *string
 	DesiredState    string
-	CreatedAt       int64
-	UpdatedAt       int64
-	Resources       Resources
+	// Image is the docker image chosen for the server ("" lets its
+	// profile pick by Java version).
+	Image     string
+	CreatedAt int64
+	UpdatedAt int64
+	Resources Resources
 
 	runtimeRef sql.NullString
 	javaMajor  int
@@ -85,7 +88,7 @@ type Server struct {
 
 const serverColumns = `id, team_id, name, software, version, status, node, port,
 	memory_mb, disk_mb, cpu_percent, configuration_id, env, desired_state,
-	runtime_ref, install_error, java_major, jar, args_file, created_at, updated_at`
+	runtime_ref, install_error, java_major, jar, args_file, created_at, updated_at, image`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -94,7 +97,7 @@ func (s *Service) scan(row scanner) (Server, error) {
 	var env string
 	err := row.Scan(&sv.ID, &sv.TeamID, &sv.Name, &sv.Software, &sv.Version, &sv.Status, &sv.Node, &sv.Port,
 		&sv.MemoryMB, &sv.DiskMB, &sv.CPUPercent, &sv.ConfigurationID, &env, &sv.DesiredState,
-		&sv.runtimeRef, &sv.InstallError, &sv.javaMajor, &sv.jar, &sv.argsFile, &sv.CreatedAt, &sv.UpdatedAt)
+		&sv.runtimeRef, &sv.InstallError, &sv.javaMajor, &sv.jar, &sv.argsFile, &sv.CreatedAt, &sv.UpdatedAt, &sv.Image)
 	if err != nil {
 		return sv, err
 	}

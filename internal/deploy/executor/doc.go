@@ -19,9 +19,12 @@
 //     executed again, the others are, and each step converges (create
 //     finds the server made before the crash, update sets the same
 //     values), so a resumed run never duplicates an object.
-//   - Servers, proxies and dbservices. A server with properties or an
-//     image fails the run at planning with failure class validation and a
-//     sentence saying so, before anything is changed.
+//   - Servers, proxies and dbservices. A spec's properties go into
+//     server.properties (keys Kiln sets itself before every start — the
+//     listen address, the env-driven ones — are refused at planning with
+//     class validation); its image is recorded on the server (the docker
+//     runtime runs it; the process runtime has no image). Files,
+//     properties, image and attachments changed restart a running server.
 //   - Replace and delete of a server or proxy (destroy): a snapshot of it
 //     is taken first (Options.Snapshots, internal/snapshot; named "before
 //     delete of server/x by run run_…", kept after the server is gone),

@@ -462,19 +462,11 @@ func unsupported(sp *spec.Spec, databases bool, cat spec.Catalog) string {
 	}
 	for _, name := range slices.Sorted(maps.Keys(sp.Servers)) {
 		s := sp.Servers[name]
-		if s.Image != "" {
-			return fmt.Sprintf("servers.%s.image: choosing a server's image is not supported by this version of Kiln yet; nothing was changed.", name)
-		}
 		p, _ := cat.Get(s.Software)
 		for _, k := range install.ManagedProperties(p) {
 			if _, ok := s.Properties[k]; ok {
 				return fmt.Sprintf("servers.%s.properties.%s: Kiln sets this key itself before every start (the listen address, or a setting of the software's env); set it through env, or leave it to Kiln. Nothing was changed.", name, k)
 			}
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(sp.Proxies)) {
-		if sp.Proxies[name].Image != "" {
-			return fmt.Sprintf("proxies.%s.image: choosing a proxy's image is not supported by this version of Kiln yet; nothing was changed.", name)
 		}
 	}
 	return ""
@@ -586,7 +578,7 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	switch st.Action {
 	case plan.Create, plan.Replace:
 		sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env})
+			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image})
 	case plan.Update:
 		var before spec.Server
 		_ = json.Unmarshal(st.Before, &before)
@@ -602,7 +594,7 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 			}
 		}
 		restart := slices.ContainsFunc(st.Changes, func(c string) bool { return c == "databases" || c == "files" || c == "properties" })
-		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env, Restart: restart}
+		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env, Restart: restart, Image: &want.Image}
 		if c.Env == nil {
 			c.Env = map[string]string{}
 		}
@@ -614,7 +606,7 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 			// Deleted by hand meanwhile (it cannot be through the API):
 			// make it again.
 			sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env})
+				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image})
 		}
 	}
 	if serr := classify(err); serr != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
@@ -58,5 +59,30 @@ servers:
 	_, r = e.apply(cfgID, strings.Replace(spec, "difficulty: hard", "server-port: 1", 1))
 	if got := e.wait(r.ID); got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "properties.server-port") {
 		t.Errorf("a property Kiln owns = %s %s %q; want failed validation naming it", got.Status, got.FailureClass, got.Error)
+	}
+}
+
+// TestImageApplied: a spec's image (a label of the profile's images) is
+// recorded on the server it makes, and changed in place by a later run.
+func TestImageApplied(t *testing.T) {
+	up := paperUpstream(t, []byte("PK\x03\x04 a paper jar stand-in"), "")
+	e := newEnvWith(t, storetest.SQLite(t), serverstest.Options{MirrorURL: up.URL})
+	e.start("inst_image")
+	spec := "version: 1\nservers:\n  survival: {software: paper, version: 1.21.4, memory: 1G, disk: 2G, state: stopped, image: Java 21}\n"
+	cfgID, r := e.apply("", spec)
+	if got := e.wait(r.ID); got.Status != runs.Succeeded {
+		t.Fatalf("create = %s %s %q", got.Status, got.FailureClass, got.Error)
+	}
+	o := servers.Owner{ConfigurationID: cfgID, ResourceKey: "server/survival"}
+	sv, err := e.srv.FindOwned(t.Context(), e.teamID, o)
+	if err != nil || sv.Image != "ghcr.io/kiln/java:21" {
+		t.Fatalf("survival = %+v, %v; want image ghcr.io/kiln/java:21", sv, err)
+	}
+	_, r = e.apply(cfgID, strings.Replace(spec, "Java 21", "Java 25", 1))
+	if got := e.wait(r.ID); got.Status != runs.Succeeded || got.Summary.Update != 1 {
+		t.Fatalf("image change = %s %q %+v", got.Status, got.Error, got.Summary)
+	}
+	if now, _ := e.srv.FindOwned(t.Context(), e.teamID, o); now.ID != sv.ID || now.Image != "ghcr.io/kiln/java:25" {
+		t.Errorf("after the change = %s %q; want the same server on ghcr.io/kiln/java:25", now.ID, now.Image)
 	}
 }
