@@ -100,6 +100,9 @@ func apiError(err error) (int, errorBody) {
 	if oe, ok := errors.AsType[*servers.OtherNodeError](err); ok {
 		return http.StatusConflict, errorBody{Error: oe.Error(), Code: codeConflict}
 	}
+	if pe, ok := errors.AsType[*servers.PortTakenError](err); ok {
+		return http.StatusConflict, errorBody{Error: pe.Error(), Code: codeConflict}
+	}
 	switch {
 	case errors.Is(err, auth.ErrInvalidToken):
 		return http.StatusUnauthorized, errorBody{Error: "missing, malformed, unknown or revoked bearer token", Code: codeInvalidToken}

@@ -33,6 +33,9 @@ type NewServer struct {
 	// Image is one of the profile's docker images ("" lets the profile
 	// pick by Java version).
 	Image string
+	// Port is the game port asked for (a deployment's proxy port); 0 for
+	// the lowest free one of the node's range.
+	Port int
 }
 
 // Limits of api.md §3 / deployment-spec.md §1.
@@ -103,6 +106,9 @@ func (s *Service) checkSpec(ns *NewServer) (catalog.Profile, error) {
 	if ns.CPUPercent < MinCPU || ns.CPUPercent > MaxCPU {
 		c.Add("cpu_percent", "must be between %d and %d", MinCPU, MaxCPU)
 	}
+	if r := s.node.Ports(); ns.Port != 0 && (ns.Port < r.First || ns.Port > r.Last) {
+		c.Add("port", "must be within the node's port range %d-%d", r.First, r.Last)
+	}
 	if ns.Image != "" && ok && !slices.ContainsFunc(p.DockerImages, func(im catalog.ImageChoice) bool { return im.Value == ns.Image }) {
 		c.Add("image", "%s has no image %q", ns.Software, ns.Image)
 	}
@@ -170,7 +176,7 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 	// that one is the answer.
 	var taken map[int]bool
 	for attempt := 0; ; attempt++ {
-		port, err := s.freePort(ctx, taken)
+		port, err := s.freePort(ctx, taken, ns.Port)
 		if err != nil {
 			return Server{}, false, err
 		}
@@ -235,7 +241,7 @@ func (s *Service) checkNodeDisk(ctx context.Context, diskMB int) error {
 // every interface, so a port held on any address is skipped). It reads
 // the database outside any transaction; the insert's unique (node, port)
 // index settles a race.
-func (s *Service) freePort(ctx context.Context, skip map[int]bool) (int, error) {
+func (s *Service) freePort(ctx context.Context, skip map[int]bool, want int) (int, error) {
 	rows, err := s.db.Read().QueryContext(ctx, `SELECT port FROM servers WHERE node = $1`, s.node.Name())
 	if err != nil {
 		return 0, fmt.Errorf("read used ports: %w", err)
@@ -253,12 +259,26 @@ func (s *Service) freePort(ctx context.Context, skip map[int]bool) (int, error) 
 		return 0, fmt.Errorf("read used ports: %w", err)
 	}
 	r := s.node.Ports()
+	if want != 0 {
+		if used[want] || skip[want] || !portFree(want) {
+			return 0, &PortTakenError{Port: want}
+		}
+		return want, nil
+	}
 	for p := r.First; p <= r.Last; p++ {
 		if !used[p] && !skip[p] && portFree(p) {
 			return p, nil
 		}
 	}
 	return 0, ErrNoPort
+}
+
+// PortTakenError refuses a port asked for that another server (or another
+// program of the host) holds.
+type PortTakenError struct{ Port int }
+
+func (e *PortTakenError) Error() string {
+	return fmt.Sprintf("port %d is taken on this node", e.Port)
 }
 
 // portFree reports whether nothing listens on TCP port p of this host.

@@ -84,6 +84,9 @@ type Change struct {
 	// Image, when not nil, is the docker image ("" for the profile's
 	// choice).
 	Image *string
+	// Port, when not nil and not 0, is the game port asked for: a new one
+	// moves the server there (checked free, restarted).
+	Port *int
 }
 
 // UpdateOwned changes the server made for o in place, keeping its files:
@@ -107,6 +110,16 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 	if c.Image != nil {
 		ns.Image = *c.Image
 	}
+	port := sv.Port
+	if c.Port != nil && *c.Port != 0 && *c.Port != sv.Port {
+		ns.Port = *c.Port
+		if _, err := s.checkSpec(&ns); err != nil {
+			return Server{}, err
+		}
+		if port, err = s.freePort(ctx, nil, *c.Port); err != nil {
+			return Server{}, err
+		}
+	}
 	if c.MemoryMB != nil {
 		ns.MemoryMB = *c.MemoryMB
 	}
@@ -127,16 +140,19 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 	}
 	envJSON, _ := json.Marshal(ns.Env)
 	changed := ns.MemoryMB != sv.MemoryMB || ns.DiskMB != sv.DiskMB || ns.CPUPercent != sv.CPUPercent || !maps.Equal(ns.Env, sv.Env) ||
-		ns.Image != sv.Image
+		ns.Image != sv.Image || port != sv.Port
 	if changed {
 		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 			if err := s.checkTeamGrowth(ctx, tx, teamID, 0, ns.MemoryMB-sv.MemoryMB, ns.DiskMB-sv.DiskMB); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, `UPDATE servers SET memory_mb = $1, disk_mb = $2, cpu_percent = $3, env = $4, updated_at = $5,
-				image = $6 WHERE id = $7 AND team_id = $8`, ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(envJSON), store.Now(), ns.Image, sv.ID, teamID)
+				image = $6, port = $7 WHERE id = $8 AND team_id = $9`, ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(envJSON), store.Now(), ns.Image, port, sv.ID, teamID)
 			return err
 		})
+		if store.IsUniqueViolation(err) {
+			return Server{}, &PortTakenError{Port: port}
+		}
 		if err != nil {
 			return Server{}, fmt.Errorf("update %s: %w", o.ResourceKey, err)
 		}

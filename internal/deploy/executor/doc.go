@@ -57,8 +57,10 @@
 //     backend (install.WireBackend). A backend whose files changed and
 //     that runs is restarted; a running proxy is restarted to read its new
 //     configuration. Every file goes through the server's disk ledger.
-//     The spec's requested public port of a proxy is not honoured yet (it
-//     gets a port of the node's range like a server).
+//     A proxy's requested public port is the one it gets (it must be in
+//     the node's port range; taken is class capacity); changed, the proxy
+//     moves to it and restarts. Without one it gets the lowest free port
+//     like a server.
 //   - Retries: a step failing for a transient reason (a database or I/O
 //     error, a server still installing) is tried again up to 3 attempts,
 //     2 s then 4 s apart (resource.retrying events). Validation, team

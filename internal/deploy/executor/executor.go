@@ -573,12 +573,16 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	r := x.run
 	o := servers.Owner{ConfigurationID: r.ConfigurationID, ResourceKey: st.Key}
 	mem, disk := int(want.Memory>>20), int(want.Disk>>20)
+	port := 0 // a proxy's requested public port; 0 for any
+	if proxy != nil {
+		port = proxy.Port
+	}
 	var sv servers.Server
 	var err error
 	switch st.Action {
 	case plan.Create, plan.Replace:
 		sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image})
+			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port})
 	case plan.Update:
 		var before spec.Server
 		_ = json.Unmarshal(st.Before, &before)
@@ -594,7 +598,7 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 			}
 		}
 		restart := slices.ContainsFunc(st.Changes, func(c string) bool { return c == "databases" || c == "files" || c == "properties" })
-		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env, Restart: restart, Image: &want.Image}
+		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env, Restart: restart, Image: &want.Image, Port: &port}
 		if c.Env == nil {
 			c.Env = map[string]string{}
 		}
@@ -606,7 +610,7 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 			// Deleted by hand meanwhile (it cannot be through the API):
 			// make it again.
 			sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image})
+				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port})
 		}
 	}
 	if serr := classify(err); serr != nil {
@@ -683,6 +687,9 @@ func classify(err error) *stepError {
 	}
 	if oe, ok := errors.AsType[*servers.OtherNodeError](err); ok {
 		return fail(runs.FailInternal, "%v", oe)
+	}
+	if pe, ok := errors.AsType[*servers.PortTakenError](err); ok {
+		return fail(runs.FailCapacity, "%v", pe)
 	}
 	if he, ok := errors.AsType[*dbservice.HostError](err); ok {
 		return &stepError{class: runs.FailDependency, msg: he.Error(), transient: true}

@@ -3,6 +3,7 @@ package executor_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -84,5 +85,37 @@ func TestImageApplied(t *testing.T) {
 	}
 	if now, _ := e.srv.FindOwned(t.Context(), e.teamID, o); now.ID != sv.ID || now.Image != "ghcr.io/kiln/java:25" {
 		t.Errorf("after the change = %s %q; want the same server on ghcr.io/kiln/java:25", now.ID, now.Image)
+	}
+}
+
+// TestProxyPort: a proxy's requested port is the port it gets; a new one
+// moves the same proxy there; one outside the node's range is refused.
+func TestProxyPort(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t))
+	e.start("inst_port")
+	r0 := e.srvEnv.Node.Ports()
+	spec := func(port int) string {
+		return "version: 1\nservers:\n  lobby: {software: kiln-test, memory: 256M, disk: 1G}\n" +
+			"proxies:\n  edge: {software: kiln-test-proxy, memory: 256M, disk: 1G, servers: [lobby], forwarding: none, port: " + strconv.Itoa(port) + "}\n"
+	}
+	cfgID, r := e.apply("", spec(r0.Last))
+	if got := e.wait(r.ID); got.Status != runs.Succeeded {
+		t.Fatalf("create = %s %s %q", got.Status, got.FailureClass, got.Error)
+	}
+	o := servers.Owner{ConfigurationID: cfgID, ResourceKey: "proxy/edge"}
+	edge, _ := e.srv.FindOwned(t.Context(), e.teamID, o)
+	if edge.Port != r0.Last {
+		t.Fatalf("edge's port = %d, want %d (asked for)", edge.Port, r0.Last)
+	}
+	_, r = e.apply(cfgID, spec(r0.Last-1))
+	if got := e.wait(r.ID); got.Status != runs.Succeeded || got.Summary.Update != 1 {
+		t.Fatalf("port change = %s %q %+v", got.Status, got.Error, got.Summary)
+	}
+	if now, _ := e.srv.FindOwned(t.Context(), e.teamID, o); now.ID != edge.ID || now.Port != r0.Last-1 || now.Status != servers.StatusRunning {
+		t.Errorf("edge after the change = %s port %d %s; want the same proxy on %d, running", now.ID, now.Port, now.Status, r0.Last-1)
+	}
+	_, r = e.apply(cfgID, spec(r0.Last+100))
+	if got := e.wait(r.ID); got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "port range") {
+		t.Errorf("a port outside the range = %s %s %q; want failed validation", got.Status, got.FailureClass, got.Error)
 	}
 }
