@@ -57,7 +57,8 @@ Usage:
   kiln serve [flags]                         run the service
 `)
 	writeAdminCommands(&b, "")
-	b.WriteString(`  kiln version                               print the version (also kiln --version)
+	b.WriteString(`  kiln ping HOST:PORT                        a Minecraft server's or proxy's status (Server List Ping)
+  kiln version                               print the version (also kiln --version)
 
 Every command takes -h. Every setting is a flag, a KILN_* environment
 variable or a key of --config.
@@ -142,6 +143,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return admin(ctx, args[1:], stdout, stderr)
 	case "testserver":
 		return testServer(ctx, args[1:], stdout, stderr)
+	case "ping":
+		return ping(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		if len(args) > 1 {
 			if isHelp(args[1]) {
