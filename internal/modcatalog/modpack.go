@@ -157,6 +157,55 @@ type ModpackInstall struct {
 // Modpacks installs Modrinth modpacks (.mrpack) into servers, all or
 // nothing, in the background (POST /servers/{id}/modpack). It is safe for
 // concurrent use; Close stops the installs and waits for them.
+//
+// Decisions (doc.go belongs to the single-mod installs; these are the
+// modpack's):
+//   - All or nothing: the files are built in a files.Stager in the
+//     server's root (a private ".kiln-tmp-stage-…" directory, through
+//     files.Writing, so every byte is reserved from the disk limit) and
+//     moved into place by Stager.Commit only when every download has been
+//     verified and every override extracted. Any refusal closes the
+//     stager, which removes the staging directory: the root is as before.
+//     A Modrinth version's .mrpack is downloaded (sha512 verified) into a
+//     second staging directory, removed at the end, its bytes given back
+//     to the ledger.
+//   - Checks before any write: the index (at most MaxPackIndex bytes,
+//     formatVersion 1, game minecraft, a minecraft dependency, only the
+//     dependencies the format defines), every path of files[] and of
+//     overrides/ and server-overrides/ (refused, never repaired: "..",
+//     absolute, backslashes, drive letters, Kiln's temporary names, a file
+//     where another needs a directory, a path listed twice), every
+//     download URL's origin (all of a file's URLs, not only the first),
+//     and the hashes' form. A pack of the server's files is checked by the
+//     request (400); a version's when its .mrpack has arrived (the install
+//     fails). Overrides that are not regular files (symlinks) are refused.
+//   - Fit: fabric-loader needs a fabric server, forge forge, neoforge
+//     neoforge; quilt-loader is refused (Kiln runs no Quilt server); a
+//     pack without a loader fits any software. The minecraft dependency
+//     must equal the server's version; "latest" does not match a pinned
+//     pack: the sentence names the server to pick.
+//   - Files: env.server "unsupported" is skipped (listed in skipped);
+//     "required", "optional" and no env are installed (a server has no
+//     one to ask). Precedence: server-overrides over overrides over
+//     files[], whatever the order of the archive's entries; a file that
+//     an override replaces is not downloaded. client-overrides/ is
+//     ignored.
+//   - Downloads: only from Options.Origins (scheme, host and port as
+//     listed: https://cdn.modrinth.com, github.com,
+//     raw.githubusercontent.com, gitlab.com by default), through the
+//     catalog Service's netguard client and User-Agent. Redirects are
+//     followed as netguard allows (GitHub release assets redirect to
+//     another host); the content is what the hashes say or refused. A
+//     file's URLs are tried in order when one fails; a size or hash
+//     mismatch refuses the pack at once. At most Options.Parallel (8)
+//     files are downloaded or extracted at once, each through one
+//     io.Copy buffer; each download is bounded by FileTimeout.
+//   - Installs live in memory: at most MaxRunning (4) at once and one per
+//     server (ErrModpackBusy), and the MaxKept (100) most recent finished
+//     ones for polling; a restart forgets them (an interrupted install
+//     left only its staging directory, which the disk walk removes).
+//     Installing into a running server is allowed: the game loads the
+//     files at its next start.
 type Modpacks struct {
 	cat     *Service
 	servers ModpackServers
