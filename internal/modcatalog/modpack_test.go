@@ -492,3 +492,39 @@ func TestModpackParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestModpackClose: one install per server at a time; Close stops an
+// install mid-download, which fails with the root unchanged.
+func TestModpackClose(t *testing.T) {
+	e := newPackEnv(t, nil)
+	arrived := make(chan struct{})
+	e.up.handle("GET /slow/a.jar", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("PK partial")) // some bytes staged, then nothing
+		w.(http.Flusher).Flush()
+		close(arrived)
+		<-r.Context().Done()
+	})
+	jar := []byte("PK\x03\x04 a mod")
+	e.writePack(t, "p.mrpack", buildPack(t, index(packFile("mods/a.jar", e.up.srv.URL+"/slow/a.jar", jar, "")), "overrides/x.txt", "x"))
+	before := e.tree(t)
+	got, err := e.mp.Install(t.Context(), e.teamID, e.serverID, ModpackRequest{File: "p.mrpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-arrived
+	if _, err := e.mp.Install(t.Context(), e.teamID, e.serverID, ModpackRequest{File: "p.mrpack"}); !errors.Is(err, ErrModpackBusy) {
+		t.Errorf("a second Install while one runs = %v, want ErrModpackBusy", err)
+	}
+	e.mp.Close()
+	got, err = e.mp.Get(t.Context(), e.teamID, e.serverID, got.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != PackFailed || got.Error == nil || !strings.Contains(*got.Error, "shutting down") {
+		t.Errorf("install after Close = %+v, want failed", got)
+	}
+	sameTree(t, before, e.tree(t))
+	if _, err := e.mp.Install(t.Context(), e.teamID, e.serverID, ModpackRequest{File: "p.mrpack"}); !errors.Is(err, ErrClosed) {
+		t.Errorf("Install after Close = %v, want ErrClosed", err)
+	}
+}
