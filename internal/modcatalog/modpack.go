@@ -966,6 +966,8 @@ func (m *Modpacks) fetchFile(ctx context.Context, st *files.Stager, d packDownlo
 	req.Header.Set("User-Agent", m.cat.opts.UserAgent)
 	resp, err := m.cat.client.Do(req)
 	if err != nil {
+		// The user's sentence names the host; the cause is logged here.
+		m.log.WarnContext(ctx, "modpack download failed", "url", rawURL, "err", err)
 		return fmt.Errorf("download from %s failed", hostOf(rawURL))
 	}
 	defer resp.Body.Close()
@@ -983,6 +985,7 @@ func (m *Modpacks) fetchFile(ctx context.Context, st *files.Stager, d packDownlo
 		if errors.Is(err, files.ErrQuota) {
 			return files.ErrQuota
 		}
+		m.log.WarnContext(ctx, "modpack download failed", "url", rawURL, "err", err)
 		return fmt.Errorf("download from %s failed", hostOf(rawURL))
 	}
 	return nil

@@ -3,6 +3,7 @@ package modcatalog
 import (
 	"archive/zip"
 	"bytes"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -54,7 +55,7 @@ func FuzzReadPack(f *testing.F) {
 		"overrides/config/a.toml", "x", "server-overrides/config/a.toml", "y", "overrides/../x", "z"))
 	f.Add(mk("modrinth.index.json", `{"formatVersion":1,"game":"minecraft","dependencies":{"minecraft":"1.21.4"},"files":[{"path":"../a","hashes":{"sha512":"`+sha+`"},"downloads":["https://evil.test/a"]}]}`))
 	f.Add([]byte("not a zip"))
-	m, err := NewModpacks(nil, nil, ModpackOptions{}, nil)
+	m, err := NewModpacks(nil, nil, ModpackOptions{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		f.Fatal(err)
 	}
