@@ -396,6 +396,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer catalogs.Close()
 	mods := modcatalog.NewInstaller(catalogs, serverSvc, cat, pulls)
+	packs, err := modcatalog.NewModpacks(catalogs, serverSvc, modcatalog.ModpackOptions{}, log)
+	if err != nil {
+		return err
+	}
+	defer packs.Close() // before catalogs.Close (deferred earlier, runs later)
 
 	deploySvc := deploy.New(db, cat)
 	// Deployment runs: queued by the API, executed here under this
@@ -411,7 +416,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
 		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue, RunQueued: exe.Wake,
-		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Metrics: m, Ready: db.Ping,
+		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Modpacks: packs, Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {
 		return err

@@ -90,6 +90,7 @@ type Deps struct {
 	// Required.
 	Catalogs *modcatalog.Service
 	Mods     *modcatalog.Installer
+	Modpacks *modcatalog.Modpacks
 	Metrics  *metrics.Metrics
 	// Ready reports whether the service can answer (database reachable).
 	Ready func(ctx context.Context) error
@@ -112,8 +113,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RateLimit < 1 {
 		return nil, fmt.Errorf("rate limit must be at least 1 request per minute, got %d", cfg.RateLimit)
 	}
-	if deps.Snapshots == nil || deps.SFTP == nil || deps.Catalogs == nil || deps.Mods == nil {
-		return nil, errors.New("api: Deps.Snapshots, SFTP, Catalogs and Mods are required")
+	if deps.Snapshots == nil || deps.SFTP == nil || deps.Catalogs == nil || deps.Mods == nil || deps.Modpacks == nil {
+		return nil, errors.New("api: Deps.Snapshots, SFTP, Catalogs, Mods and Modpacks are required")
 	}
 	doc, err := openAPIJSON()
 	if err != nil {

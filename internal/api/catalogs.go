@@ -77,3 +77,35 @@ func (s *Server) installMod(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true, "download": toDownloadJSON(res.Download), "dependencies": deps})
 	return nil
 }
+
+// installModpack answers POST /servers/{id}/modpack.
+func (s *Server) installModpack(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	var req modcatalog.ModpackRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	in, err := s.deps.Modpacks.Install(r.Context(), principal(r).TeamID, id, req)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true, "install": in})
+	return nil
+}
+
+// getModpackInstall answers GET /servers/{id}/modpack/{installId}.
+func (s *Server) getModpackInstall(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	in, err := s.deps.Modpacks.Get(r.Context(), principal(r).TeamID, id, r.PathValue("installId"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "install": in})
+	return nil
+}

@@ -70,6 +70,15 @@ func TestCatalogsAPI(t *testing.T) {
 	wantError(t, st, body, 400, "VALIDATION_ERROR", "catalog")
 	st, body = h.postJSON("/servers/6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c/mods", map[string]any{"catalog": "modrinth", "project_id": "luckperms", "version_id": "OrIs0S6b"})
 	wantError(t, st, body, 404, "SERVER_NOT_FOUND", "server")
+	// Modpacks: the request checked, a pack file that is not there, an
+	// install id that is not known (the happy paths are internal/modcatalog's).
+	st, body = h.postJSON("/servers/"+id+"/modpack", map[string]any{})
+	wantError(t, st, body, 400, "VALIDATION_ERROR", "")
+	st, body = h.postJSON("/servers/"+id+"/modpack", map[string]any{"file": "/packs/missing.mrpack"})
+	wantError(t, st, body, 404, "FILE_NOT_FOUND", "")
+	st, _, body = h.do("GET", Prefix+"/servers/"+id+"/modpack/0123456789abcdef0123456789abcdef", h.token, nil)
+	wantError(t, st, body, 404, "NOT_FOUND", "modpack")
+
 	// A Bukkit plugin for the kiln-test server (a plugin platform): queued
 	// into plugins/, its dependency listed. (cdn.modrinth.com does not
 	// resolve in tests: the download then fails, nothing leaves loopback.)

@@ -164,6 +164,10 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeCatalogNotConfig}
 	case errors.Is(err, modcatalog.ErrUpstream):
 		return http.StatusBadGateway, errorBody{Error: err.Error(), Code: codeUpstream}
+	case errors.Is(err, modcatalog.ErrModpackNotFound):
+		return http.StatusNotFound, errorBody{Error: err.Error(), Code: codeNotFound}
+	case errors.Is(err, modcatalog.ErrModpackBusy):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	case errors.Is(err, modcatalog.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: err.Error(), Code: codeNotFound}
 	case errors.Is(err, modcatalog.ErrClosed):

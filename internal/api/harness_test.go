@@ -199,9 +199,14 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	t.Cleanup(catalogs.Close)
 	mods := modcatalog.NewInstaller(catalogs, env.Service, env.Catalog, pulls)
+	packs, err := modcatalog.NewModpacks(catalogs, env.Service, modcatalog.ModpackOptions{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(packs.Close)
 	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
 		Pulls: pulls, Archives: archive.NewService(env.Service), Deploy: deploy.New(db, env.Catalog),
-		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Metrics: metrics.New(), Ready: db.Ping}
+		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Modpacks: packs, Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

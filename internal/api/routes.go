@@ -69,6 +69,8 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: "/modrinth/search", op: "searchModrinth", h: s.searchModrinth},
 		{method: http.MethodGet, path: "/modrinth/projects/{slug}/versions", op: "listModrinthVersions", h: s.listModrinthVersions},
 		{method: http.MethodPost, path: "/servers/{id}/mods", op: "installMod", limit: limitFilesPull, h: s.installMod},
+		{method: http.MethodPost, path: "/servers/{id}/modpack", op: "installModpack", limit: limitFilesPull, h: s.installModpack},
+		{method: http.MethodGet, path: "/servers/{id}/modpack/{installId}", op: "getModpackInstall", h: s.getModpackInstall},
 		{method: http.MethodPost, path: "/snapshots", op: "createSnapshot", h: s.createSnapshot},
 		{method: http.MethodGet, path: "/snapshots", op: "listSnapshots", h: s.listSnapshots},
 		{method: http.MethodGet, path: "/snapshots/{snapshotId}", op: "getSnapshot", h: s.getSnapshot},
