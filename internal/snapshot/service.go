@@ -192,6 +192,11 @@ func (s *Service) Create(ctx context.Context, teamID, serverID, name, ignoreText
 	if sv.Status == servers.StatusInstalling {
 		return Snapshot{}, servers.ErrInstalling
 	}
+	// Its files are on its node: another replica's server is refused now
+	// (servers.OtherNodeError), not failed later in the background.
+	if _, err := s.servers.Access(ctx, teamID, serverID, false); err != nil {
+		return Snapshot{}, err
+	}
 	now := store.Now()
 	snap := Snapshot{ID: ids.New("snap"), UUID: uuid.NewString(), TeamID: teamID, SourceServerID: sv.ID, Name: name,
 		Ignore: ignoreText, Status: StatusPending, CreatedAt: now}
@@ -334,7 +339,7 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 	}
 	a, err := s.servers.Access(ctx, snap.TeamID, snap.SourceServerID, false)
 	if err != nil {
-		return fmt.Errorf("the server is gone: %w", err)
+		return fmt.Errorf("open the server's files: %w", err)
 	}
 	root, err := files.Open(a.Root)
 	if err != nil {
@@ -529,6 +534,9 @@ func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) erro
 	}
 	if sv.Status == servers.StatusInstalling {
 		return servers.ErrInstalling
+	}
+	if _, err := s.servers.Access(ctx, teamID, targetID, false); err != nil {
+		return err // another node's server: servers.OtherNodeError
 	}
 	s.mu.Lock()
 	if s.restoring[sv.ID] {
