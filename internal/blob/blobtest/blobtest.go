@@ -1,7 +1,3 @@
-// Package blobtest gives tests of other packages a blob store on the
-// S3-compatible server scripts/test starts (versitygw): a fresh bucket per
-// test, emptied and removed when it ends. Without KILN_TEST_S3_URL the
-// test is skipped with one loud line (failed under KILN_REQUIRE_S3=1).
 package blobtest
 
 import (
