@@ -148,7 +148,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.ModrinthAPIURL, "modrinth-api-url", modcatalog.DefaultModrinthURL, "Modrinth API base URL")
 	s.fs.StringVar(&c.CatalogContact, "catalog-contact", "https://github.com/kilnhq/kiln", "contact named in the User-Agent sent to the mod catalogs (Modrinth asks for one)")
 	s.fs.StringVar(&c.SFTPAddr, "sftp-addr", "127.0.0.1:2022", "SFTP listener (host:port); empty turns SFTP off")
-	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
+	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot and artifact-cache storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads may reach despite the SSRF rules (repeatable, or comma-separated)")
@@ -341,9 +341,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// One blob store keeps snapshots and the installers' artifact cache
+	// (under artifacts/), so replicas sharing an S3 bucket share both.
+	blobs, err := openBlobs(ctx, cfg, started)
+	if err != nil {
+		return err
+	}
 	inst, err := install.New(install.Options{
 		MirrorURL: cfg.InstallerMirrorURL, CacheDir: filepath.Join(cfg.DataDir, "cache", "artifacts"),
-		UserAgent: install.UserAgent(ver), Log: log,
+		Artifacts: blobs, UserAgent: install.UserAgent(ver), Log: log,
 	})
 	if err != nil {
 		return usageError{"--installer-mirror-url: " + err.Error()}
@@ -361,10 +367,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Restores a crash cut short are finished or undone before any server
 	// starts and before the disk ledger's first walk.
 	snapshot.RecoverRoots(ctx, filepath.Join(cfg.DataDir, "servers"), log)
-	blobs, err := openBlobs(ctx, cfg, started)
-	if err != nil {
-		return err
-	}
 	box, err := secretbox.Load(cfg.DataDir, cfg.SecretKey)
 	if err != nil && cfg.SecretKey != "" {
 		return usageError{"--secret-key: " + err.Error()}

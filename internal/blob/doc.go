@@ -1,5 +1,7 @@
 // Package blob stores the snapshot feature's blobs — content-addressed
 // chunks (chunks/<2 hex>/<sha256 hex>) and manifests (manifests/<uuid>) —
+// and the installers' artifact cache (artifacts/…, package
+// catalog/install) —
 // behind one Store interface with two backends: a local directory
 // (file:///abs/dir, the default under the data dir) and an S3-compatible
 // bucket (s3://bucket/prefix?endpoint=…&region=…). Open picks the backend

@@ -18,6 +18,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/blob"
 )
 
 // artifact is one file to fetch: its upstream URL and every checksum the
@@ -55,26 +58,53 @@ func newHash(algo string) hash.Hash {
 var errCorrupt = errors.New("cached blob is corrupt")
 
 // cache is the content-addressed store of artifacts shared by every
-// server:
+// server, kept in a blob store (package blob: a local directory, or the
+// S3 bucket of --blob-url, which replicas then share) under prefix:
 //
-//	<dir>/sha256/<hex>           the artifact whose SHA-256 is <hex>
-//	<dir>/index/<algo>/<hex>     holds the SHA-256 hex of the artifact whose
-//	                             upstream sha1/md5 checksum is <hex>; for
-//	                             artifacts without a checksum, algo "url" and
-//	                             <hex> = SHA-256 of the upstream URL
-//	<dir>/tmp/                   downloads in progress
+//	<prefix>sha256/<hex>          the artifact whose SHA-256 is <hex>
+//	<prefix>index/<algo>/<hex>    holds the SHA-256 hex of the artifact whose
+//	                              upstream sha1/md5 checksum is <hex>; for
+//	                              artifacts without a checksum, algo "url" and
+//	                              <hex> = SHA-256 of the upstream URL
 //
-// A blob appears under sha256/ only by rename, after its content matched
-// every published checksum and was synced, so a reader never sees a partial
-// or unverified blob and a bad download never poisons the cache.
+// Downloads in progress are staged in tmpDir, a local directory. A blob is
+// put under sha256/ only after its content matched every published
+// checksum, and the store never shows a half-written blob (blob.Store.Put),
+// so a reader never sees a partial or unverified artifact and a bad
+// download never poisons the cache.
 type cache struct {
-	dir string
+	store  blob.Store
+	prefix string
+	tmpDir string
 }
 
-func (c cache) blobPath(sum string) string { return filepath.Join(c.dir, "sha256", sum) }
+func (c cache) blobKey(sum string) string { return c.prefix + "sha256/" + sum }
 
-func (c cache) indexPath(algo, sum string) string {
-	return filepath.Join(c.dir, "index", algo, sum)
+func (c cache) indexKey(algo, sum string) string { return c.prefix + "index/" + algo + "/" + sum }
+
+// openArtifacts returns the store of the artifact cache: opts.Artifacts, or
+// a file blob store in opts.CacheDir. It also removes what older versions
+// of Kiln kept in CacheDir (sha256/, index/ and tmp/ at its top, before
+// the cache moved onto the blob layer), which nothing reads any more, and
+// the downloads a crash cut short.
+func openArtifacts(opts Options) (blob.Store, error) {
+	for _, old := range []string{"sha256", "index", "tmp", "~downloads"} {
+		if err := os.RemoveAll(filepath.Join(opts.CacheDir, old)); err != nil {
+			return nil, fmt.Errorf("installer: clean the cache directory: %w", err)
+		}
+	}
+	if opts.Artifacts != nil {
+		return opts.Artifacts, nil
+	}
+	dir, err := filepath.Abs(opts.CacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("installer: cache directory: %w", err)
+	}
+	st, err := blob.Open(context.Background(), "file://"+dir, blob.Options{CleanBefore: time.Now()})
+	if err != nil {
+		return nil, fmt.Errorf("installer: open the artifact cache: %w", err)
+	}
+	return st, nil
 }
 
 // indexKey is how an artifact is found in the cache before it is
@@ -87,44 +117,56 @@ func indexKey(a artifact) (algo, sum string) {
 	return "url", hex.EncodeToString(h[:])
 }
 
-// find returns the SHA-256 of a cached copy of a, if any.
-func (c cache) find(a artifact) (string, bool) {
+// find returns the SHA-256 of a cached copy of a, if any. A checksum that
+// is no valid hex (an upstream's typo) is simply not found: the download
+// then fails its verification.
+func (c cache) find(ctx context.Context, a artifact) (string, bool) {
 	algo, sum := indexKey(a)
 	if algo == "sha256" {
 		if !isHex(sum, 64) {
 			return "", false
 		}
-		_, err := os.Stat(c.blobPath(sum))
+		_, err := c.store.Stat(ctx, c.blobKey(sum))
 		return sum, err == nil
 	}
-	data, err := os.ReadFile(c.indexPath(algo, sum))
-	if err != nil {
+	if !isHex(sum, len(sum)) || sum == "" {
 		return "", false
 	}
-	sha := strings.TrimSpace(string(data))
-	if !isHex(sha, 64) {
+	sha, err := c.indexed(ctx, algo, sum)
+	if err != nil || !isHex(sha, 64) {
 		return "", false
 	}
-	if _, err := os.Stat(c.blobPath(sha)); err != nil {
+	if _, err := c.store.Stat(ctx, c.blobKey(sha)); err != nil {
 		return "", false
 	}
 	return sha, true
 }
 
+// indexed reads an index entry.
+func (c cache) indexed(ctx context.Context, algo, sum string) (string, error) {
+	rc, err := c.store.Get(ctx, c.indexKey(algo, sum))
+	if err != nil {
+		return "", err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, 256))
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
 // forget removes a corrupt blob so the next install downloads it again.
-func (c cache) forget(sha string) {
-	_ = os.Remove(c.blobPath(sha))
+func (c cache) forget(ctx context.Context, sha string) {
+	_ = c.store.Delete(ctx, c.blobKey(sha))
 }
 
 // download fetches a into the cache, verifying its size and every published
 // checksum, and returns its SHA-256. On any failure nothing is left behind.
 func (i *Installer) download(ctx context.Context, a artifact) (string, error) {
 	c := i.cache
-	tmpDir := filepath.Join(c.dir, "tmp")
-	for _, d := range []string{tmpDir, filepath.Join(c.dir, "sha256")} {
-		if err := os.MkdirAll(d, 0o750); err != nil {
-			return "", fmt.Errorf("cache: %w", err)
-		}
+	if err := os.MkdirAll(c.tmpDir, 0o750); err != nil {
+		return "", fmt.Errorf("cache: %w", err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, downloadTimeout)
 	defer cancel()
@@ -137,16 +179,13 @@ func (i *Installer) download(ctx context.Context, a artifact) (string, error) {
 		return "", fmt.Errorf("%s: %d bytes: %w", a.URL, resp.ContentLength, ErrTooLarge)
 	}
 
-	tmp, err := os.CreateTemp(tmpDir, "download-*")
+	tmp, err := os.CreateTemp(c.tmpDir, "download-*")
 	if err != nil {
 		return "", fmt.Errorf("cache: %w", err)
 	}
-	renamed := false
 	defer func() {
-		if !renamed {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
+		tmp.Close()
+		os.Remove(tmp.Name())
 	}()
 	hashes := map[string]hash.Hash{"sha256": sha256.New()}
 	for algo := range a.Sums {
@@ -179,52 +218,38 @@ func (i *Installer) download(ctx context.Context, a artifact) (string, error) {
 		}
 	}
 	sha := hex.EncodeToString(hashes["sha256"].Sum(nil))
-	if err := tmp.Sync(); err != nil {
+	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return "", fmt.Errorf("cache: %w", err)
 	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("cache: %w", err)
+	// Put is put-if-absent: a concurrent install of the same artifact that
+	// stored it first leaves identical bytes (same SHA-256).
+	if _, err := c.store.Put(ctx, c.blobKey(sha), tmp, n); err != nil {
+		return "", fmt.Errorf("cache %s: %w", a.URL, err)
 	}
-	if err := os.Rename(tmp.Name(), c.blobPath(sha)); err != nil {
-		return "", fmt.Errorf("cache: %w", err)
-	}
-	renamed = true
-	syncDir(filepath.Join(c.dir, "sha256"))
-
 	if algo, sum := indexKey(a); algo != "sha256" {
-		if err := c.remember(algo, sum, sha); err != nil {
+		if err := c.remember(ctx, algo, sum, sha); err != nil {
 			return "", err
 		}
 	}
 	return sha, nil
 }
 
-// remember writes an index entry atomically.
-func (c cache) remember(algo, sum, sha string) error {
-	dir := filepath.Join(c.dir, "index", algo)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+// remember records that the artifact found by (algo, sum) has SHA-256 sha.
+// Blobs are never overwritten, so an entry that says something else (a
+// URL whose content changed, or one pointing at a blob since dropped as
+// corrupt) is deleted and written again; a racing install writing the
+// same entry at once is harmless.
+func (c cache) remember(ctx context.Context, algo, sum, sha string) error {
+	key := c.indexKey(algo, sum)
+	if old, err := c.indexed(ctx, algo, sum); err == nil && old != sha {
+		if err := c.store.Delete(ctx, key); err != nil {
+			return fmt.Errorf("cache index: %w", err)
+		}
+	}
+	line := sha + "\n"
+	if _, err := c.store.Put(ctx, key, strings.NewReader(line), int64(len(line))); err != nil {
 		return fmt.Errorf("cache index: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return fmt.Errorf("cache index: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(sha + "\n"); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cache index: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cache index: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("cache index: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), c.indexPath(algo, sum)); err != nil {
-		return fmt.Errorf("cache index: %w", err)
-	}
-	syncDir(dir)
 	return nil
 }
 
@@ -232,8 +257,8 @@ func (c cache) remember(algo, sum, sha string) error {
 // temporary file in the root, synced, then renamed, so name is either the
 // old file or the whole new one. The copy is hashed on the way and
 // errCorrupt is returned (and the blob dropped) if it does not match.
-func (i *Installer) place(root *os.Root, name, sha string) error {
-	src, err := os.Open(i.cache.blobPath(sha))
+func (i *Installer) place(ctx context.Context, root *os.Root, name, sha string) error {
+	src, err := i.cache.store.Get(ctx, i.cache.blobKey(sha))
 	if err != nil {
 		return fmt.Errorf("open cached %s: %w", sha, err)
 	}
@@ -245,7 +270,7 @@ func (i *Installer) place(root *os.Root, name, sha string) error {
 			return err
 		}
 		if got := hex.EncodeToString(h.Sum(nil)); got != sha {
-			i.cache.forget(sha)
+			i.cache.forget(ctx, sha)
 			return fmt.Errorf("%s has sha256 %s: %w", sha, got, errCorrupt)
 		}
 		return nil
@@ -292,15 +317,6 @@ func writeRoot(root *os.Root, name string, perm fs.FileMode, fill func(io.Writer
 	}
 	ok = true
 	return nil
-}
-
-// syncDir makes a rename in dir durable. Failure only weakens durability
-// (some filesystems refuse to sync a directory), so it is not reported.
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
 }
 
 func isHex(s string, n int) bool {

@@ -49,14 +49,21 @@
 //     jar (an MD5) is verified when the build recorded one; otherwise only
 //     HTTPS protects the download and catalog.Result.Checksum is empty.
 //
-// Cache: <CacheDir>/sha256/<hex> holds each artifact under its SHA-256;
-// <CacheDir>/index/{sha1,md5,url}/<hex> maps an upstream checksum (or URL)
-// to that SHA-256, so a second install of the same artifact makes no
-// download. A download goes to <CacheDir>/tmp, is verified, synced and only
-// then renamed into sha256/, so a bad checksum never poisons the cache. A
-// cached blob is re-hashed while it is copied into a root; a corrupt one is
-// dropped and downloaded again. Files in tmp/ left by a crash are garbage
-// and may be deleted.
+// Cache: the artifacts live in a blob store (package blob; Options.Artifacts,
+// which cmd/kiln sets to the store of --blob-url, or a file store in
+// CacheDir): artifacts/sha256/<hex> holds each artifact under its SHA-256;
+// artifacts/index/{sha1,md5,url}/<hex> maps an upstream checksum (or URL)
+// to that SHA-256, so a second install of the same artifact — on this
+// replica or, with an S3 store, any other — makes no download. A download
+// goes to <CacheDir>/~downloads (local), is verified, and only then put
+// into the store, which never shows a half-written blob, so a bad checksum
+// never poisons the cache. A cached blob is re-hashed while it is copied
+// into a root; a corrupt one is dropped and downloaded again. New removes
+// what a crash left in ~downloads, and the sha256/, index/ and tmp/
+// directories that Kiln kept in CacheDir before the cache moved onto the
+// blob layer. Why the blob layer: it already gives put-if-absent, atomic
+// visibility and durability on both backends; the cache wrote its own
+// copies of those (temp file, fsync, rename, directory fsync) before.
 //
 // Decisions:
 //   - Waterfall comes from Fill v3 like Paper: the v2 API is being sunset,

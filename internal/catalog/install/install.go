@@ -10,9 +10,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -67,8 +69,14 @@ func UserAgent(version string) string {
 type Options struct {
 	// MirrorURL, when set, replaces every upstream: see fetcher.target.
 	MirrorURL string
-	// CacheDir holds the content-addressed artifact cache; required.
+	// CacheDir is a local directory for downloads in flight; required.
+	// Without Artifacts it also holds the artifact cache itself.
 	CacheDir string
+	// Artifacts keeps the content-addressed artifact cache, under keys
+	// starting "artifacts/": cmd/kiln passes the blob store of --blob-url,
+	// so replicas sharing an S3 bucket share their downloads too. nil
+	// means a file blob store in CacheDir.
+	Artifacts blob.Store
 	// HTTPClient makes the requests; nil means a client with dial, TLS and
 	// response-header timeouts.
 	HTTPClient *http.Client
@@ -97,6 +105,10 @@ type Installer struct {
 func New(opts Options) (*Installer, error) {
 	if opts.CacheDir == "" {
 		return nil, errors.New("installer: no cache directory")
+	}
+	artifacts, err := openArtifacts(opts)
+	if err != nil {
+		return nil, err
 	}
 	mirror := ""
 	if opts.MirrorURL != "" {
@@ -131,7 +143,7 @@ func New(opts Options) (*Installer, error) {
 	}
 	return &Installer{
 		fetch:       fetcher{client: client, ua: ua, mirror: mirror, metaMax: defaultMetaMax},
-		cache:       cache{dir: opts.CacheDir},
+		cache:       cache{store: artifacts, prefix: "artifacts/", tmpDir: filepath.Join(opts.CacheDir, "~downloads")},
 		log:         log,
 		runner:      runner,
 		hostJava:    opts.Runner == nil,
@@ -235,7 +247,7 @@ func (i *Installer) Install(ctx context.Context, p catalog.Profile, version, roo
 // artifactInto makes sure a is in the cache (downloading and verifying it
 // if not) and copies it into the root as name. It returns the SHA-256.
 func (i *Installer) artifactInto(ctx context.Context, j job, a artifact, name string) (string, error) {
-	sha, cached := i.cache.find(a)
+	sha, cached := i.cache.find(ctx, a)
 	if !cached {
 		var err error
 		if sha, err = i.download(ctx, a); err != nil {
@@ -243,14 +255,14 @@ func (i *Installer) artifactInto(ctx context.Context, j job, a artifact, name st
 		}
 	}
 	i.log.DebugContext(ctx, "artifact", "url", a.URL, "sha256", sha, "cached", cached)
-	err := i.place(j.root, name, sha)
+	err := i.place(ctx, j.root, name, sha)
 	if errors.Is(err, errCorrupt) && cached {
 		// The cached copy went bad on disk: fetch it again, once.
 		i.log.WarnContext(ctx, "cached artifact corrupt, downloading again", "url", a.URL, "sha256", sha)
 		if sha, err = i.download(ctx, a); err != nil {
 			return "", err
 		}
-		err = i.place(j.root, name, sha)
+		err = i.place(ctx, j.root, name, sha)
 	}
 	if err != nil {
 		return "", err

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/blob/blobtest"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -212,7 +214,7 @@ func TestCacheHit(t *testing.T) {
 			if !bytes.Equal(a, b) || len(a) == 0 {
 				t.Errorf("roots differ: %q vs %q", a, b)
 			}
-			if _, err := os.Stat(filepath.Join(cacheDir, "sha256", first.SHA256)); err != nil {
+			if _, err := os.Stat(filepath.Join(cacheDir, "artifacts", "sha256", first.SHA256)); err != nil {
 				t.Errorf("cache blob: %v", err)
 			}
 		})
@@ -228,7 +230,7 @@ func TestCorruptCacheRefetched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(cacheDir, "sha256", res.SHA256), []byte("bit rot"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(cacheDir, "artifacts", "sha256", res.SHA256), []byte("bit rot"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	_, root, err := install(t, i, "paper", "latest", nil)
@@ -651,5 +653,49 @@ func TestSymlinkInRoot(t *testing.T) {
 		if fi, err := os.Lstat(filepath.Join(root, name)); err != nil || !fi.Mode().IsRegular() {
 			t.Errorf("%s is %v, %v; want a regular file", name, fi.Mode(), err)
 		}
+	}
+}
+
+// TestArtifactsSharedInS3 keeps the artifact cache in the S3 store (the
+// test command's versitygw), as replicas sharing --blob-url do: a second
+// installer with its own local directory finds every artifact the first
+// stored and downloads nothing, and a bad checksum stores nothing.
+func TestArtifactsSharedInS3(t *testing.T) {
+	store := blobtest.S3(t)
+	u := newUpstream(t)
+	newOn := func() *Installer {
+		i, err := New(Options{MirrorURL: u.mirror(), CacheDir: t.TempDir(), Artifacts: store, UserAgent: testUA, HTTPClient: u.srv.Client()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}
+	for _, typ := range []string{"paper", "vanilla", "fabric"} {
+		if _, _, err := install(t, newOn(), typ, "latest", nil); err != nil {
+			t.Fatalf("%s on the first replica: %v", typ, err)
+		}
+	}
+	before := u.count(paperJarRoute) + u.count(vanillaJarRoute) + u.count(fabricJarRoute)
+	for _, typ := range []string{"paper", "vanilla", "fabric"} {
+		res, root, err := install(t, newOn(), typ, "latest", nil)
+		if err != nil {
+			t.Fatalf("%s on the second replica: %v", typ, err)
+		}
+		data, _ := os.ReadFile(filepath.Join(root, res.Jar))
+		if got := sha256Hex(data); got != res.SHA256 {
+			t.Errorf("%s: %s has sha256 %s, want %s", typ, res.Jar, got, res.SHA256)
+		}
+	}
+	if after := u.count(paperJarRoute) + u.count(vanillaJarRoute) + u.count(fabricJarRoute); after != before {
+		t.Errorf("the second replica downloaded %d artifacts, want 0", after-before)
+	}
+	var keys []string
+	if err := store.List(t.Context(), "artifacts/", func(in blob.Info) error { keys = append(keys, in.Key); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// paper: its sha256 blob; vanilla: blob + sha1 index (+ the version
+	// document is metadata, not cached); fabric: blob + url index.
+	if len(keys) != 5 {
+		t.Errorf("store holds %d keys, want 5: %v", len(keys), keys)
 	}
 }
