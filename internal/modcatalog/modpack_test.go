@@ -120,21 +120,21 @@ func index(files ...map[string]any) map[string]any {
 	}
 }
 
-// servePackVersion makes /v2/version/PackVer1 a modpack version whose
-// .mrpack is pack, served by the stub.
+// servePackVersion makes /v2/version/PackVer1 Modrinth's published
+// Version example made a modpack version for 1.21.4 (loaders: minecraft,
+// which needs no mod loader) whose one file is pack, served by the stub.
 func (e *packEnv) servePackVersion(t *testing.T, pack []byte) {
 	t.Helper()
 	sum := sha512.Sum512(pack)
 	url := e.serve("pack.mrpack", pack)
-	v := map[string]any{
-		"id": "PackVer1", "project_id": "PackProj", "name": "Test Pack 1.0.0", "version_number": "1.0.0",
-		"version_type": "release", "game_versions": []string{"1.21.4"}, "loaders": []string{"minecraft"},
-		"files": []map[string]any{{"filename": "Test Pack 1.0.0.mrpack", "url": url, "primary": true, "size": len(pack),
-			"hashes": map[string]string{"sha512": hex.EncodeToString(sum[:])}}},
-		"dependencies": []any{},
-	}
-	body, _ := json.Marshal(v)
-	e.up.handle("GET /v2/version/PackVer1", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
+	body := fixture(t, "modrinth/version.json", func(doc any) {
+		v := doc.(map[string]any)
+		v["id"], v["loaders"], v["game_versions"], v["dependencies"] = "PackVer1", []any{"minecraft"}, []any{"1.21.4"}, []any{}
+		f := at(v, "files", 0)
+		f["filename"], f["url"], f["primary"], f["size"], f["file_type"] = "Test Pack 1.0.0.mrpack", url, true, len(pack), nil
+		f["hashes"] = map[string]any{"sha512": hex.EncodeToString(sum[:])}
+	})
+	e.up.serveBody("GET /v2/version/PackVer1", body)
 }
 
 // writePack puts pack in the server's files at rel.
