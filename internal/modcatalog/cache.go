@@ -51,7 +51,7 @@ func (c *cache) get(key string) (any, bool) {
 }
 
 func (c *cache) put(key string, val any, size int) {
-	if c.ttl <= 0 || c.maxEntries <= 0 {
+	if !c.enabled() {
 		return
 	}
 	cost := int64(size + len(key))
@@ -69,6 +69,9 @@ func (c *cache) put(key string, val any, size int) {
 		c.remove(c.lru.Back())
 	}
 }
+
+// enabled reports whether answers are kept at all (Options.CacheTTL ≥ 0).
+func (c *cache) enabled() bool { return c.ttl > 0 && c.maxEntries > 0 }
 
 // len is the number of entries (expired ones included until met).
 func (c *cache) len() int {

@@ -191,6 +191,11 @@ func TestValidation(t *testing.T) {
 		{"cf pageSize text", func() error { return cf(url.Values{"pageSize": {"ten"}}) }, "pageSize"},
 		{"cf index negative", func() error { return cf(url.Values{"index": {"-1"}}) }, "index"},
 		{"cf index window", func() error { return cf(url.Values{"index": {"9990"}, "pageSize": {"20"}}) }, "index"},
+		{"cf index overflow", func() error { return cf(url.Values{"index": {"9223372036854775807"}, "pageSize": {"1"}}) }, "index"},
+		{"cf versions overflow", func() error {
+			_, err := s.CurseForgeVersions(ctx, "1", url.Values{"index": {"9223372036854775807"}})
+			return err
+		}, "index"},
 		{"cf sortOrder", func() error { return cf(url.Values{"sortOrder": {"up"}}) }, "sortOrder"},
 		{"cf sortField 0", func() error { return cf(url.Values{"sortField": {"0"}}) }, "sortField"},
 		{"cf sortField 13", func() error { return cf(url.Values{"sortField": {"13"}}) }, "sortField"},
@@ -216,6 +221,8 @@ func TestValidation(t *testing.T) {
 		{"mr query long", func() error { return mr(url.Values{"query": {strings.Repeat("é", 257)}}) }, "query"},
 		{"mr unknown", func() error { return mr(url.Values{"facets": {"[]"}}) }, "facets"},
 		{"mr slug", func() error { _, err := s.ModrinthProjectVersions(ctx, "a/b", nil); return err }, "slug"},
+		{"mr slug dotdot", func() error { _, err := s.ModrinthProjectVersions(ctx, "..", nil); return err }, "slug"},
+		{"mr version dotdot", func() error { _, err := s.ModrinthVersion(ctx, ".."); return err }, "version_id"},
 		{"mr featured", func() error {
 			_, err := s.ModrinthProjectVersions(ctx, "luckperms", url.Values{"featured": {"yes"}})
 			return err

@@ -202,18 +202,12 @@ type cfPage struct {
 	TotalCount  int64 `json:"totalCount"`
 }
 
-// SearchCurseForge answers GET /curseforge/search. Parameters: searchFilter,
-// classId (6 mods, 4471 modpacks (default), 5 Bukkit plugins), gameVersion,
-// sortField (1–12 or a name: featured, popularity, lastUpdated, name,
-// author, totalDownloads, category, gameVersion, earlyAccess,
-// featuredReleased, releasedDate, rating), sortOrder (asc, desc), pageSize
-// (1–50, default 10), index (≥ 0, index + pageSize ≤ 10,000).
-//
-// Errors: *validate.Error (before any upstream call), ErrNotConfigured,
-// *UpstreamError (ErrUpstream), the context's error.
-func (s *Service) SearchCurseForge(ctx context.Context, v url.Values) (CurseForgeSearch, error) {
+// curseForgeSearchQuery validates the parameters of GET /curseforge/search
+// and returns the upstream query (canonical: the cache key), the index
+// and the page size. Errors: *validate.Error naming every bad parameter.
+func curseForgeSearchQuery(v url.Values) (up url.Values, index, size int, err error) {
 	q := newQuery(v, "searchFilter", "classId", "gameVersion", "sortField", "sortOrder", "pageSize", "index")
-	up := url.Values{"gameId": {strconv.Itoa(MinecraftGameID)}}
+	up = url.Values{"gameId": {strconv.Itoa(MinecraftGameID)}}
 	if f := q.text("searchFilter"); f != "" {
 		up.Set("searchFilter", f)
 	}
@@ -241,20 +235,37 @@ func (s *Service) SearchCurseForge(ctx context.Context, v url.Values) (CurseForg
 	if so := q.enum("sortOrder", "", "asc", "desc"); so != "" {
 		up.Set("sortOrder", so)
 	}
-	size := q.integer("pageSize", 10, 1, MaxPageSize)
-	index := q.integer("index", 0, 0, -1)
-	if index+size > MaxResultWindow {
+	size = q.integer("pageSize", 10, 1, MaxPageSize)
+	index = q.integer("index", 0, 0, -1)
+	if index > MaxResultWindow-size { // not index+size: that can overflow
 		q.add("index", "index + pageSize must be at most %d (CurseForge serves no result past the first %d)", MaxResultWindow, MaxResultWindow)
 	}
 	up.Set("pageSize", strconv.Itoa(size))
 	up.Set("index", strconv.Itoa(index))
 	if err := q.err(); err != nil {
+		return nil, 0, 0, err
+	}
+	return up, index, size, nil
+}
+
+// SearchCurseForge answers GET /curseforge/search. Parameters: searchFilter,
+// classId (6 mods, 4471 modpacks (default), 5 Bukkit plugins), gameVersion,
+// sortField (1–12 or a name: featured, popularity, lastUpdated, name,
+// author, totalDownloads, category, gameVersion, earlyAccess,
+// featuredReleased, releasedDate, rating), sortOrder (asc, desc), pageSize
+// (1–50, default 10), index (≥ 0, index + pageSize ≤ 10,000).
+//
+// Errors: *validate.Error (before any upstream call), ErrNotConfigured,
+// *UpstreamError (ErrUpstream), the context's error.
+func (s *Service) SearchCurseForge(ctx context.Context, v url.Values) (CurseForgeSearch, error) {
+	up, index, size, err := curseForgeSearchQuery(v)
+	if err != nil {
 		return CurseForgeSearch{}, err
 	}
 	if s.curseforge == nil {
 		return CurseForgeSearch{}, ErrNotConfigured
 	}
-	return fetch(ctx, s, "cf:search?"+up.Encode(), func(ctx context.Context) (CurseForgeSearch, int, error) {
+	return fetch(ctx, s, s.curseforge, "cf:search?"+up.Encode(), func(ctx context.Context) (CurseForgeSearch, int, error) {
 		var raw struct {
 			Data       []cfMod `json:"data"`
 			Pagination cfPage  `json:"pagination"`
@@ -287,7 +298,7 @@ func (s *Service) CurseForgeProject(ctx context.Context, projectID string) (Curs
 	if s.curseforge == nil {
 		return CurseForgeProject{}, ErrNotConfigured
 	}
-	return fetch(ctx, s, "cf:mod:"+strconv.FormatInt(id, 10), func(ctx context.Context) (CurseForgeProject, int, error) {
+	return fetch(ctx, s, s.curseforge, "cf:mod:"+strconv.FormatInt(id, 10), func(ctx context.Context) (CurseForgeProject, int, error) {
 		var raw struct {
 			Data cfMod `json:"data"`
 		}
@@ -302,6 +313,34 @@ func (s *Service) CurseForgeProject(ctx context.Context, projectID string) (Curs
 	})
 }
 
+// curseForgeFilesQuery validates the project id and parameters of GET
+// /curseforge/projects/{projectId}/versions. Errors: *validate.Error.
+func curseForgeFilesQuery(projectID string, v url.Values) (id int64, up url.Values, index, size int, err error) {
+	q := newQuery(v, "gameVersion", "pageSize", "index")
+	id, err = positiveID("projectId", projectID)
+	if err != nil {
+		q.add("projectId", "must be a positive integer")
+	}
+	up = url.Values{}
+	if gv, ok := q.get("gameVersion"); ok {
+		if !gameVersionRe.MatchString(gv) {
+			q.add("gameVersion", "%q is not a game version", gv)
+		}
+		up.Set("gameVersion", gv)
+	}
+	size = q.integer("pageSize", MaxPageSize, 1, MaxPageSize)
+	index = q.integer("index", 0, 0, -1)
+	if index > MaxResultWindow-size { // not index+size: that can overflow
+		q.add("index", "index + pageSize must be at most %d", MaxResultWindow)
+	}
+	up.Set("pageSize", strconv.Itoa(size))
+	up.Set("index", strconv.Itoa(index))
+	if err := q.err(); err != nil {
+		return 0, nil, 0, 0, err
+	}
+	return id, up, index, size, nil
+}
+
 // CurseForgeVersions answers GET /curseforge/projects/{projectId}/versions:
 // the project's files, newest first as CurseForge orders them. Optional
 // parameters: gameVersion, pageSize (1–50, default 50), index (≥ 0,
@@ -310,33 +349,15 @@ func (s *Service) CurseForgeProject(ctx context.Context, projectID string) (Curs
 // Errors: *validate.Error, ErrNotConfigured, ErrNotFound, *UpstreamError,
 // the context's error.
 func (s *Service) CurseForgeVersions(ctx context.Context, projectID string, v url.Values) (CurseForgeFiles, error) {
-	q := newQuery(v, "gameVersion", "pageSize", "index")
-	id, err := positiveID("projectId", projectID)
+	id, up, index, size, err := curseForgeFilesQuery(projectID, v)
 	if err != nil {
-		q.add("projectId", "must be a positive integer")
-	}
-	up := url.Values{}
-	if gv, ok := q.get("gameVersion"); ok {
-		if !gameVersionRe.MatchString(gv) {
-			q.add("gameVersion", "%q is not a game version", gv)
-		}
-		up.Set("gameVersion", gv)
-	}
-	size := q.integer("pageSize", MaxPageSize, 1, MaxPageSize)
-	index := q.integer("index", 0, 0, -1)
-	if index+size > MaxResultWindow {
-		q.add("index", "index + pageSize must be at most %d", MaxResultWindow)
-	}
-	up.Set("pageSize", strconv.Itoa(size))
-	up.Set("index", strconv.Itoa(index))
-	if err := q.err(); err != nil {
 		return CurseForgeFiles{}, err
 	}
 	if s.curseforge == nil {
 		return CurseForgeFiles{}, ErrNotConfigured
 	}
 	path := "/v1/mods/" + strconv.FormatInt(id, 10) + "/files"
-	return fetch(ctx, s, "cf:files:"+path+"?"+up.Encode(), func(ctx context.Context) (CurseForgeFiles, int, error) {
+	return fetch(ctx, s, s.curseforge, "cf:files:"+path+"?"+up.Encode(), func(ctx context.Context) (CurseForgeFiles, int, error) {
 		var raw struct {
 			Data       []cfFile `json:"data"`
 			Pagination cfPage   `json:"pagination"`
@@ -365,7 +386,7 @@ func (s *Service) CurseForgeFile(ctx context.Context, projectID, fileID int64) (
 		return CurseForgeFile{}, ErrNotConfigured
 	}
 	path := fmt.Sprintf("/v1/mods/%d/files/%d", projectID, fileID)
-	return fetch(ctx, s, "cf:file:"+path, func(ctx context.Context) (CurseForgeFile, int, error) {
+	return fetch(ctx, s, s.curseforge, "cf:file:"+path, func(ctx context.Context) (CurseForgeFile, int, error) {
 		var raw struct {
 			Data cfFile `json:"data"`
 		}

@@ -22,6 +22,7 @@ const maxBody = 8 << 20
 // request carries, the retry policy and, for Modrinth, the rate limiter.
 type upstream struct {
 	name    string // "CurseForge", "Modrinth": starts the user's sentence
+	label   string // CatalogCurseForge, CatalogModrinth: the metrics' label
 	base    *url.URL
 	client  *http.Client
 	header  http.Header
@@ -86,6 +87,10 @@ func (u *upstream) getJSON(ctx context.Context, path string, query url.Values, v
 func (u *upstream) attempt(ctx context.Context, target string, v any) (n int, retryAfter time.Duration, err error) {
 	actx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
 	defer cancel()
+	// Latency is wall time whatever Options.Now says: it is a measure,
+	// not a decision.
+	start := time.Now()
+	defer func() { u.opts.Metrics.ObserveCatalogRequest(u.label, outcome(ctx, err), time.Since(start)) }()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, target, nil)
 	if err != nil {
 		return 0, -1, &UpstreamError{Catalog: u.name, Reason: "cannot be requested", Err: err}
@@ -131,7 +136,7 @@ func (u *upstream) attempt(ctx context.Context, target string, v any) (n int, re
 // be retried.
 func (u *upstream) transportError(actx context.Context, err error) error {
 	if ne, ok := errors.AsType[net.Error](err); errors.Is(actx.Err(), context.DeadlineExceeded) || (ok && ne.Timeout()) {
-		return &UpstreamError{Catalog: u.name, Reason: "did not answer within " + u.opts.Timeout.String(), Err: err}
+		return &UpstreamError{Catalog: u.name, Reason: "did not answer within " + u.opts.Timeout.String(), Err: err, timeout: true}
 	}
 	return &UpstreamError{Catalog: u.name, Reason: "could not be reached", Err: err}
 }
@@ -177,4 +182,35 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// outcome names how an attempt ended, for the metrics.
+func outcome(ctx context.Context, err error) string {
+	if err == nil {
+		return OutcomeOK
+	}
+	if errors.Is(err, ErrNotFound) {
+		return OutcomeNotFound
+	}
+	if ctx.Err() != nil {
+		return OutcomeCanceled
+	}
+	ue, ok := errors.AsType[*UpstreamError](err)
+	switch {
+	case !ok:
+		return OutcomeClientError
+	case ue.Status == http.StatusTooManyRequests:
+		return OutcomeRateLimited
+	case ue.Status >= 500:
+		return OutcomeServerError
+	case ue.Status == http.StatusUnauthorized || ue.Status == http.StatusForbidden:
+		return OutcomeRefused
+	case ue.Status == http.StatusOK:
+		return OutcomeInvalidAnswer
+	case ue.Status != 0:
+		return OutcomeClientError
+	case ue.timeout:
+		return OutcomeTimeout
+	}
+	return OutcomeUnreachable
 }
