@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -609,5 +610,29 @@ func TestPrivateAddressRefused(t *testing.T) {
 	}
 	if u.calls.Load() != 0 {
 		t.Error("the loopback upstream was reached")
+	}
+}
+
+// TestCurseForgeSearchHits: a hit sums up the project's latest files as
+// distinct game versions and loaders, in CurseForge's order.
+func TestCurseForgeSearchHits(t *testing.T) {
+	u := newUpstream(t)
+	fullPage(t, u)
+	s, _ := newService(t, u, nil)
+	got, err := s.SearchCurseForge(t.Context(), url.Values{"pageSize": {"2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Count != 2 || got.TotalCount != 5000 {
+		t.Fatalf("count %d, total_count %d; want 2, 5000", got.Count, got.TotalCount)
+	}
+	h := got.Results[0]
+	wantGV := []string{"1.20.0", "1.20.1", "1.20.2", "1.20.3", "1.20.4", "1.20.5", "1.20.6"}
+	wantL := []string{"forge", "cauldron", "liteloader", "fabric", "quilt", "neoforge"}
+	if h.ID != 238222 || h.Kind != "mod" || !slices.Equal(h.GameVersions, wantGV) || !slices.Equal(h.Loaders, wantL) {
+		t.Errorf("hit = id %d kind %s game_versions %q loaders %q; want 238222 mod %q %q", h.ID, h.Kind, h.GameVersions, h.Loaders, wantGV, wantL)
+	}
+	if unsafe.StringData(got.Results[0].GameVersions[0]) != unsafe.StringData(got.Results[1].GameVersions[0]) {
+		t.Error("the hits of a page do not share their game versions' strings")
 	}
 }

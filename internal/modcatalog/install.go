@@ -316,14 +316,14 @@ func loadsWhat(software string, accepted []string) string {
 // installs).
 func (s *Service) modrinthProjectID(ctx context.Context, idOrSlug string) (string, error) {
 	path := "/v2/project/" + url.PathEscape(idOrSlug)
-	return fetch(ctx, s, s.modrinth, "mr:project:"+path, func(ctx context.Context) (string, int, error) {
+	return fetch(ctx, s, s.modrinth, "mr:project:"+path, func(ctx context.Context) (string, error) {
 		var raw struct {
 			ID string `json:"id"`
 		}
-		n, err := s.modrinth.getJSON(ctx, path, nil, &raw)
+		err := s.modrinth.getJSON(ctx, path, nil, &raw)
 		if err != nil {
-			return "", 0, err
+			return "", err
 		}
-		return raw.ID, n, nil
+		return raw.ID, nil
 	})
 }

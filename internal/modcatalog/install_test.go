@@ -39,7 +39,7 @@ type installEnv struct {
 	root     string
 }
 
-func newInstallEnv(t *testing.T) *installEnv {
+func newInstallEnv(t testing.TB) *installEnv {
 	t.Helper()
 	db := storetest.SQLite(t)
 	a, err := auth.NewService(t.Context(), db)
@@ -91,7 +91,7 @@ func newInstallEnv(t *testing.T) *installEnv {
 }
 
 // paperMirror serves Fill v3 for paper 1.21.4 under a mirror root.
-func paperMirror(t *testing.T) *httptest.Server {
+func paperMirror(t testing.TB) *httptest.Server {
 	jar := []byte("PK\x03\x04 not really a paper jar")
 	h := sha256.Sum256(jar)
 	mux := http.NewServeMux()

@@ -34,7 +34,7 @@ type packEnv struct {
 	gets   []string          // /dl/ paths requested
 }
 
-func newPackEnv(t *testing.T, mod func(*ModpackOptions)) *packEnv {
+func newPackEnv(t testing.TB, mod func(*ModpackOptions)) *packEnv {
 	t.Helper()
 	e := &packEnv{installEnv: newInstallEnv(t), served: map[string][]byte{}}
 	opts := ModpackOptions{Origins: append(slices.Clone(DefaultModpackOrigins), e.up.srv.URL)}
@@ -87,7 +87,7 @@ func packFile(path, url string, body []byte, env string) map[string]any {
 
 // buildPack zips an index (modrinth.index.json) and other entries, in the
 // order given (name, content pairs).
-func buildPack(t *testing.T, index map[string]any, entries ...string) []byte {
+func buildPack(t testing.TB, index map[string]any, entries ...string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
@@ -138,7 +138,7 @@ func (e *packEnv) servePackVersion(t *testing.T, pack []byte) {
 }
 
 // writePack puts pack in the server's files at rel.
-func (e *packEnv) writePack(t *testing.T, rel string, pack []byte) {
+func (e *packEnv) writePack(t testing.TB, rel string, pack []byte) {
 	t.Helper()
 	p := filepath.Join(e.root, filepath.FromSlash(rel))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -149,7 +149,7 @@ func (e *packEnv) writePack(t *testing.T, rel string, pack []byte) {
 	}
 }
 
-func (e *packEnv) waitPack(t *testing.T, id string) ModpackInstall {
+func (e *packEnv) waitPack(t testing.TB, id string) ModpackInstall {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -431,12 +431,13 @@ func TestModpackRequests(t *testing.T) {
 	}
 }
 
-// TestModpackParallel: at most Parallel (8) downloads are in flight, and
-// the limit is reached (the stub holds the first requests until 8 are
-// in flight).
+// TestModpackParallel: a 200-file pack installs with at most Parallel (8)
+// downloads in flight, and the limit is reached (the stub holds the first
+// requests until 8 are in flight). Its memory is measured by
+// BenchmarkModpack200.
 func TestModpackParallel(t *testing.T) {
 	e := newPackEnv(t, nil)
-	const n = 24
+	const n = 200
 	var (
 		mu       sync.Mutex
 		inFlight int
@@ -447,7 +448,7 @@ func TestModpackParallel(t *testing.T) {
 	var list []map[string]any
 	for i := range n {
 		body := fmt.Appendf(nil, "mod %d", i)
-		name := fmt.Sprintf("m%02d.jar", i)
+		name := fmt.Sprintf("m%03d.jar", i)
 		list = append(list, packFile("mods/"+name, e.up.srv.URL+"/par/"+name, body, ""))
 		e.up.handle("GET /par/"+name, func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
@@ -486,9 +487,9 @@ func TestModpackParallel(t *testing.T) {
 		t.Errorf("at most %d downloads were in flight, want 8", most)
 	}
 	for i := range n {
-		b, err := os.ReadFile(filepath.Join(e.root, "mods", fmt.Sprintf("m%02d.jar", i)))
+		b, err := os.ReadFile(filepath.Join(e.root, "mods", fmt.Sprintf("m%03d.jar", i)))
 		if err != nil || string(b) != fmt.Sprintf("mod %d", i) {
-			t.Errorf("mods/m%02d.jar = %q, %v", i, b, err)
+			t.Errorf("mods/m%03d.jar = %q, %v", i, b, err)
 		}
 	}
 }

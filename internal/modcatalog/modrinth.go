@@ -207,16 +207,16 @@ func (s *Service) SearchModrinth(ctx context.Context, v url.Values) (ModrinthSea
 	if err != nil {
 		return ModrinthSearch{}, err
 	}
-	return fetch(ctx, s, s.modrinth, "mr:search?"+up.Encode(), func(ctx context.Context) (ModrinthSearch, int, error) {
+	return fetch(ctx, s, s.modrinth, "mr:search?"+up.Encode(), func(ctx context.Context) (ModrinthSearch, error) {
 		var raw struct {
 			Hits      []mrHit `json:"hits"`
 			Offset    int     `json:"offset"`
 			Limit     int     `json:"limit"`
 			TotalHits int64   `json:"total_hits"`
 		}
-		n, err := s.modrinth.getJSON(ctx, "/v2/search", up, &raw)
+		err := s.modrinth.getJSON(ctx, "/v2/search", up, &raw)
 		if err != nil {
-			return ModrinthSearch{}, 0, err
+			return ModrinthSearch{}, err
 		}
 		out := ModrinthSearch{Count: len(raw.Hits), TotalHits: raw.TotalHits, Offset: offset, Limit: limit, Results: make([]ModrinthProject, 0, len(raw.Hits))}
 		for _, h := range raw.Hits {
@@ -229,7 +229,7 @@ func (s *Service) SearchModrinth(ctx context.Context, v url.Values) (ModrinthSea
 				DateCreated: nonEmpty(h.DateCreated), DateModified: nonEmpty(h.DateModified),
 			})
 		}
-		return out, n, nil
+		return out, nil
 	})
 }
 
@@ -272,17 +272,17 @@ func (s *Service) ModrinthProjectVersions(ctx context.Context, slug string, v ur
 	if err != nil {
 		return ModrinthVersions{}, err
 	}
-	return fetch(ctx, s, s.modrinth, "mr:versions:"+path+"?"+up.Encode(), func(ctx context.Context) (ModrinthVersions, int, error) {
+	return fetch(ctx, s, s.modrinth, "mr:versions:"+path+"?"+up.Encode(), func(ctx context.Context) (ModrinthVersions, error) {
 		var raw []mrVersion
-		n, err := s.modrinth.getJSON(ctx, path, up, &raw)
+		err := s.modrinth.getJSON(ctx, path, up, &raw)
 		if err != nil {
-			return ModrinthVersions{}, 0, err
+			return ModrinthVersions{}, err
 		}
 		out := ModrinthVersions{Count: len(raw), Results: make([]ModrinthVersion, 0, len(raw))}
 		for _, mv := range raw {
 			out.Results = append(out.Results, mv.normalize())
 		}
-		return out, n, nil
+		return out, nil
 	})
 }
 
@@ -295,13 +295,13 @@ func (s *Service) ModrinthVersion(ctx context.Context, versionID string) (Modrin
 		return ModrinthVersion{}, errorf("version_id", "must be a Modrinth version id")
 	}
 	path := "/v2/version/" + url.PathEscape(versionID)
-	return fetch(ctx, s, s.modrinth, "mr:version:"+path, func(ctx context.Context) (ModrinthVersion, int, error) {
+	return fetch(ctx, s, s.modrinth, "mr:version:"+path, func(ctx context.Context) (ModrinthVersion, error) {
 		var raw mrVersion
-		n, err := s.modrinth.getJSON(ctx, path, nil, &raw)
+		err := s.modrinth.getJSON(ctx, path, nil, &raw)
 		if err != nil {
-			return ModrinthVersion{}, 0, err
+			return ModrinthVersion{}, err
 		}
-		return raw.normalize(), n, nil
+		return raw.normalize(), nil
 	})
 }
 

@@ -2,6 +2,7 @@ package modcatalog
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -228,7 +229,7 @@ func (s *Service) Close() {
 // context that keeps ctx's values but not its cancellation (a caller that
 // leaves does not fail the others); Close cancels it. The call is bounded
 // by Attempts × Timeout plus the retry waits.
-func fetch[T any](ctx context.Context, s *Service, up *upstream, key string, load func(ctx context.Context) (T, int, error)) (T, error) {
+func fetch[T any](ctx context.Context, s *Service, up *upstream, key string, load func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	v, ok := s.cache.get(key)
 	if s.cache.enabled() {
@@ -251,14 +252,14 @@ func fetch[T any](ctx context.Context, s *Service, up *upstream, key string, loa
 		defer cancel()
 		stop := context.AfterFunc(s.base, cancel)
 		defer stop()
-		v, size, err := load(lctx)
+		v, err := load(lctx)
 		if err != nil {
 			if s.base.Err() != nil {
 				return nil, ErrClosed
 			}
 			return nil, err
 		}
-		s.cache.put(key, v, size)
+		s.cache.put(key, v, encodedSize(v))
 		return v, nil
 	})
 	select {
@@ -281,4 +282,15 @@ func (s *Service) track() bool {
 	}
 	s.wg.Add(1)
 	return true
+}
+
+// encodedSize is the cache's cost of a value: the length of its JSON, the
+// answer Kiln writes. Measured against the live heap
+// (BenchmarkCacheMemory), a cached answer holds about its JSON's size.
+func encodedSize(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return maxBody // not expected of our types; count it as the largest
+	}
+	return len(b)
 }
