@@ -7,8 +7,8 @@ import (
 )
 
 // cache keeps normalized answers for a while, bounded in entries and in
-// bytes (each entry costs the size of the upstream body it came from plus
-// its key, an upper bound of the normalized value, which drops fields).
+// bytes (each entry costs the length of the answer's JSON plus its key;
+// the heap holds about 1.4 times that, BenchmarkCacheMemory).
 // The least recently used entries go first; expired ones are dropped when
 // met. Values are shared between callers: they must not be modified.
 type cache struct {

@@ -69,9 +69,15 @@
 //     limit and has none here.
 //   - Cache: successful answers only, keyed by the upstream URL, for
 //     Options.CacheTTL (5 min), at most CacheEntries (2,000) and
-//     CacheBytes (64 MiB) counted as the upstream bodies' sizes (the
-//     normalized values are smaller), least recently used first out.
-//     Cached values are shared: callers must not modify them.
+//     CacheBytes (64 MiB) counted as the answers' JSON sizes (the live
+//     heap of a cached answer is about 1.4 times that:
+//     BenchmarkCacheMemory), least recently used first out. Cached values
+//     are shared: callers must not modify them.
+//   - Search hits of CurseForge carry the distinct game versions and
+//     loaders of the project's latest files, not the files themselves
+//     (GET /curseforge/projects/{id} lists them): a popular mod lists
+//     dozens, and 1,000 cached pages of them would hold 58 MiB instead of
+//     11 (the target is 20).
 //   - Metrics (Options.Metrics, Prometheus in kiln serve): every
 //     upstream request, retries included, by catalog and outcome (ok,
 //     not_found, rate_limited, server_error, refused, client_error,

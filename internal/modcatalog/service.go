@@ -50,7 +50,7 @@ type Options struct {
 	// (default 5 min; negative disables the cache).
 	CacheTTL time.Duration
 	// CacheEntries and CacheBytes bound the cache (defaults 2,000 entries
-	// and 64 MiB, counted as the upstream bodies' sizes).
+	// and 64 MiB, counted as the answers' JSON sizes).
 	CacheEntries int
 	CacheBytes   int64
 	// ModrinthPerMinute is the most requests sent to Modrinth in any
