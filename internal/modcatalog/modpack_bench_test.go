@@ -62,7 +62,7 @@ func BenchmarkModpack200(b *testing.B) {
 	var list []map[string]any
 	var total int64
 	for i := range blobs {
-		blobs[i] = packBlob{seed: uint64(i), size: 1<<20 + int64(i*7919)%(3<<20)}
+		blobs[i] = packBlob{seed: uint64(i), size: 1<<20 + int64(i)*(3<<20)/(n-1)} // 1 to 4 MiB
 		total += blobs[i].size
 		s5, s1 := sha512.New(), sha1.New()
 		if err := blobs[i].write(io.MultiWriter(s5, s1)); err != nil {
