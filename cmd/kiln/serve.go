@@ -392,6 +392,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	catalogs, err := modcatalog.New(netguard.NewPolicy(cfg.pullAllow, nil), modcatalog.Options{
 		CurseForgeKey: cfg.CurseForgeAPIKey, CurseForgeURL: cfg.CurseForgeAPIURL, ModrinthURL: cfg.ModrinthAPIURL,
 		UserAgent: "kilnhq/kiln/" + ver + " (" + cfg.CatalogContact + ")",
+		Metrics:   m.Catalog(),
 	})
 	if err != nil {
 		return usageError{err.Error()}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -10,30 +11,46 @@ import (
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
-// catalogStub serves CurseForge's and Modrinth's documented answers from
-// internal/modcatalog's fixtures (the tests' stand-in for the internet).
+// catalogStub serves CurseForge's and Modrinth's published example
+// answers from internal/modcatalog's fixtures (the tests' stand-in for
+// the internet; testdata/README.md there says where each comes from).
+// The Version is made a Bukkit plugin for the kiln-test server, the
+// changes written here.
 func catalogStub(t *testing.T) http.Handler {
 	mux := http.NewServeMux()
-	serve := func(pattern, file string) {
+	fixture := func(file string) []byte {
+		body, err := os.ReadFile(filepath.Join("..", "modcatalog", "testdata", file))
+		if err != nil {
+			t.Fatalf("fixture %s: %v", file, err)
+		}
+		return body
+	}
+	serve := func(pattern string, body []byte) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			body, err := os.ReadFile(filepath.Join("..", "modcatalog", "testdata", file))
-			if err != nil {
-				t.Errorf("fixture %s: %v", file, err)
-			}
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(body)
 		})
 	}
-	serve("GET /v1/mods/search", "curseforge/search.json")
-	serve("GET /v1/mods/238222", "curseforge/mod.json")
-	serve("GET /v1/mods/238222/files", "curseforge/files.json")
-	serve("GET /v1/mods/238222/files/4593548", "curseforge/file.json")
-	serve("GET /v2/search", "modrinth/search.json")
-	serve("GET /v2/project/luckperms/version", "modrinth/versions.json")
-	serve("GET /v2/version/OrIs0S6b", "modrinth/version.json")
-	mux.HandleFunc("GET /v2/project/luckperms", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"id":"Vebnzrzj","slug":"luckperms","project_type":"plugin"}`))
-	})
+	serve("GET /v1/mods/search", fixture("curseforge/search.json"))
+	serve("GET /v1/mods/238222", fixture("curseforge/mod.json"))
+	serve("GET /v1/mods/238222/files", fixture("curseforge/files.json"))
+	serve("GET /v1/mods/238222/files/4593548", fixture("curseforge/file.json"))
+	serve("GET /v2/search", fixture("modrinth/search.json"))
+	serve("GET /v2/project/luckperms/version", fixture("modrinth/versions.json"))
+	serve("GET /v2/project/luckperms", fixture("modrinth/project.json"))
+	var v map[string]any
+	if err := json.Unmarshal(fixture("modrinth/version.json"), &v); err != nil {
+		t.Fatal(err)
+	}
+	v["id"], v["loaders"], v["game_versions"] = "OrIs0S6b", []string{"bukkit", "paper"}, []string{"1.21.4"}
+	f := v["files"].([]any)[0].(map[string]any)
+	f["filename"], f["url"], f["primary"], f["file_type"] = "LuckPerms-Bukkit-5.4.137.jar",
+		"https://cdn.modrinth.com/data/Vebnzrzj/versions/OrIs0S6b/LuckPerms-Bukkit-5.4.137.jar", true, nil
+	version, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve("GET /v2/version/OrIs0S6b", version)
 	mux.HandleFunc("GET /v2/project/broken/version", func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "boom", http.StatusInternalServerError)
 	})

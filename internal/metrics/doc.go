@@ -12,5 +12,8 @@
 // request may create one of its choosing. The HTTP method is recorded
 // as sent only for the standard methods, otherwise "OTHER"; the route is
 // the caller's route pattern, "unmatched" for every request that matched
-// none (never the path); the status is three digits or "other".
+// none (never the path); the status is three digits or "other". The mod
+// catalog instruments (Catalog) are labelled by catalog (curseforge,
+// modrinth) and outcome, both from internal/modcatalog's fixed sets, never
+// from a request's text.
 package metrics

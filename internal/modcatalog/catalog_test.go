@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -40,8 +42,10 @@ func TestCurseForgeSearch(t *testing.T) {
 	if ua := r.Header.Get("User-Agent"); ua != testUA {
 		t.Errorf("User-Agent = %q, want %q", ua, testUA)
 	}
-	if got.Count != 2 || got.TotalCount != 6211 || len(got.Results) != 2 {
-		t.Errorf("count %d, total_count %d, %d results; want 2, 6211, 2", got.Count, got.TotalCount, len(got.Results))
+	// The published example: one mod of placeholders, totalCount 0.
+	if got.Count != 1 || got.TotalCount != 0 || len(got.Results) != 1 || got.Index != 40 || got.PageSize != 20 {
+		t.Errorf("count %d, total_count %d, %d results, index %d, page_size %d; want 1, 0, 1, 40, 20",
+			got.Count, got.TotalCount, len(got.Results), got.Index, got.PageSize)
 	}
 	golden(t, "curseforge_search", got)
 }
@@ -74,16 +78,50 @@ func TestCurseForgeProjectAndVersions(t *testing.T) {
 		t.Errorf("upstream query = %s", q)
 	}
 	golden(t, "curseforge_versions", files)
-	// The second file forbids third-party downloads and has a server pack.
-	f := files.Results[1]
+	if _, err := s.CurseForgeProject(t.Context(), "999"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("CurseForgeProject(999) = %v, want ErrNotFound", err)
+	}
+}
+
+// TestCurseForgeFileValues: the published File with the values of a real
+// Forge mod and of a file whose author forbids third-party downloads.
+func TestCurseForgeFileValues(t *testing.T) {
+	u := newUpstream(t)
+	sha1 := "5C1C4F2AE5BA8A2B4D2BD1A4C9E2B0FD1E1E7D9A" // CurseForge's case kept, ours lower
+	u.serveBody("GET /v1/mods/238222/files", fixture(t, "curseforge/files.json", func(v any) {
+		f := at(v, "data", 0)
+		f["id"], f["modId"], f["fileName"], f["fileLength"] = 4593548, 238222, "jei-1.20.1-forge-15.2.0.27.jar", 1145126
+		f["hashes"] = []any{map[string]any{"value": sha1, "algo": 1}, map[string]any{"value": "0f3c5b5b9c1bb8f8d3b3e3a6c0b1d2e4", "algo": 2}}
+		f["gameVersions"] = []any{"Forge", "NeoForge", "1.20.1", "Server", "Client", "Java 17"}
+		f["dependencies"] = []any{map[string]any{"modId": 306612, "relationType": 3}, map[string]any{"modId": 32274, "relationType": 2}}
+		f["downloadUrl"] = nil // the author forbids third-party downloads
+		f["serverPackFileId"] = 4712346
+		f["isServerPack"] = false
+	}))
+	s, _ := newService(t, u, nil)
+	got, err := s.CurseForgeVersions(t.Context(), "238222", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := got.Results[0]
+	if f.ID != 4593548 || f.ProjectID != 238222 || f.Filename != "jei-1.20.1-forge-15.2.0.27.jar" || f.Size != 1145126 {
+		t.Errorf("file = %+v", f)
+	}
+	if f.Hashes.SHA1 == nil || *f.Hashes.SHA1 != strings.ToLower(sha1) || f.Hashes.MD5 == nil || *f.Hashes.MD5 != "0f3c5b5b9c1bb8f8d3b3e3a6c0b1d2e4" {
+		t.Errorf("hashes = %v %v, want the sha1 in lower case and the md5", f.Hashes.SHA1, f.Hashes.MD5)
+	}
+	if !slices.Equal(f.Loaders, []string{"forge", "neoforge"}) || !slices.Equal(f.GameVersions, []string{"1.20.1"}) {
+		t.Errorf("loaders %q, game versions %q; want [forge neoforge], [1.20.1]", f.Loaders, f.GameVersions)
+	}
+	want := []CurseForgeDependency{{ProjectID: 306612, Type: "required"}, {ProjectID: 32274, Type: "optional"}}
+	if !slices.Equal(f.Dependencies, want) {
+		t.Errorf("dependencies = %+v, want %+v", f.Dependencies, want)
+	}
 	if f.DownloadURL != nil || f.DownloadNote == nil || !strings.Contains(*f.DownloadNote, "does not allow third-party downloads") {
 		t.Errorf("file without downloadUrl: download_url %v, download_note %v; want null and a sentence", f.DownloadURL, f.DownloadNote)
 	}
-	if f.ServerPackFileID == nil || *f.ServerPackFileID != 4712346 {
-		t.Errorf("server_pack_file_id = %v, want 4712346", f.ServerPackFileID)
-	}
-	if _, err := s.CurseForgeProject(t.Context(), "999"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("CurseForgeProject(999) = %v, want ErrNotFound", err)
+	if f.ServerPackFileID == nil || *f.ServerPackFileID != 4712346 || f.IsServerPack {
+		t.Errorf("server_pack_file_id = %v, is_server_pack %v; want 4712346, false", f.ServerPackFileID, f.IsServerPack)
 	}
 }
 
@@ -112,7 +150,8 @@ func TestModrinthSearch(t *testing.T) {
 	if r.Header.Get("X-Api-Key") != "" {
 		t.Error("the CurseForge key was sent to Modrinth")
 	}
-	if got.Count != 2 || got.TotalHits != 61 || got.Offset != 10 || got.Limit != 5 {
+	// The published example: one hit, total_hits 10.
+	if got.Count != 1 || got.TotalHits != 10 || got.Offset != 10 || got.Limit != 5 {
 		t.Errorf("count %d total_hits %d offset %d limit %d", got.Count, got.TotalHits, got.Offset, got.Limit)
 	}
 	golden(t, "modrinth_search", got)
@@ -128,7 +167,7 @@ func TestModrinthVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := u.last(t).URL.Query()
-	if q.Get("loaders") != `["paper"]` || q.Get("game_versions") != `["1.21.1","1.21"]` || q.Get("featured") != "true" {
+	if q.Get("loaders") != `["paper"]` || q.Get("game_versions") != `["1.21.1","1.21"]` || q.Get("featured") != "true" || q.Get("include_changelog") != "false" {
 		t.Errorf("upstream query = %v", q)
 	}
 	golden(t, "modrinth_versions", got)
@@ -153,6 +192,11 @@ func TestValidation(t *testing.T) {
 		{"cf pageSize text", func() error { return cf(url.Values{"pageSize": {"ten"}}) }, "pageSize"},
 		{"cf index negative", func() error { return cf(url.Values{"index": {"-1"}}) }, "index"},
 		{"cf index window", func() error { return cf(url.Values{"index": {"9990"}, "pageSize": {"20"}}) }, "index"},
+		{"cf index overflow", func() error { return cf(url.Values{"index": {"9223372036854775807"}, "pageSize": {"1"}}) }, "index"},
+		{"cf versions overflow", func() error {
+			_, err := s.CurseForgeVersions(ctx, "1", url.Values{"index": {"9223372036854775807"}})
+			return err
+		}, "index"},
 		{"cf sortOrder", func() error { return cf(url.Values{"sortOrder": {"up"}}) }, "sortOrder"},
 		{"cf sortField 0", func() error { return cf(url.Values{"sortField": {"0"}}) }, "sortField"},
 		{"cf sortField 13", func() error { return cf(url.Values{"sortField": {"13"}}) }, "sortField"},
@@ -178,6 +222,8 @@ func TestValidation(t *testing.T) {
 		{"mr query long", func() error { return mr(url.Values{"query": {strings.Repeat("é", 257)}}) }, "query"},
 		{"mr unknown", func() error { return mr(url.Values{"facets": {"[]"}}) }, "facets"},
 		{"mr slug", func() error { _, err := s.ModrinthProjectVersions(ctx, "a/b", nil); return err }, "slug"},
+		{"mr slug dotdot", func() error { _, err := s.ModrinthProjectVersions(ctx, "..", nil); return err }, "slug"},
+		{"mr version dotdot", func() error { _, err := s.ModrinthVersion(ctx, ".."); return err }, "version_id"},
 		{"mr featured", func() error {
 			_, err := s.ModrinthProjectVersions(ctx, "luckperms", url.Values{"featured": {"yes"}})
 			return err
@@ -564,5 +610,29 @@ func TestPrivateAddressRefused(t *testing.T) {
 	}
 	if u.calls.Load() != 0 {
 		t.Error("the loopback upstream was reached")
+	}
+}
+
+// TestCurseForgeSearchHits: a hit sums up the project's latest files as
+// distinct game versions and loaders, in CurseForge's order.
+func TestCurseForgeSearchHits(t *testing.T) {
+	u := newUpstream(t)
+	fullPage(t, u)
+	s, _ := newService(t, u, nil)
+	got, err := s.SearchCurseForge(t.Context(), url.Values{"pageSize": {"2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Count != 2 || got.TotalCount != 5000 {
+		t.Fatalf("count %d, total_count %d; want 2, 5000", got.Count, got.TotalCount)
+	}
+	h := got.Results[0]
+	wantGV := []string{"1.20.0", "1.20.1", "1.20.2", "1.20.3", "1.20.4", "1.20.5", "1.20.6"}
+	wantL := []string{"forge", "cauldron", "liteloader", "fabric", "quilt", "neoforge"}
+	if h.ID != 238222 || h.Kind != "mod" || !slices.Equal(h.GameVersions, wantGV) || !slices.Equal(h.Loaders, wantL) {
+		t.Errorf("hit = id %d kind %s game_versions %q loaders %q; want 238222 mod %q %q", h.ID, h.Kind, h.GameVersions, h.Loaders, wantGV, wantL)
+	}
+	if unsafe.StringData(got.Results[0].GameVersions[0]) != unsafe.StringData(got.Results[1].GameVersions[0]) {
+		t.Error("the hits of a page do not share their game versions' strings")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -39,10 +40,40 @@ type CurseForgeSearch struct {
 	Count int `json:"count"`
 	// TotalCount is the number of matches CurseForge reports (it serves
 	// at most the first 10,000 of them).
-	TotalCount int64               `json:"total_count"`
-	Index      int                 `json:"index"`
-	PageSize   int                 `json:"page_size"`
-	Results    []CurseForgeProject `json:"results"`
+	TotalCount int64           `json:"total_count"`
+	Index      int             `json:"index"`
+	PageSize   int             `json:"page_size"`
+	Results    []CurseForgeHit `json:"results"`
+}
+
+// CurseForgeHit is one project of a search: a CurseForgeProject whose
+// latest files are summed up as the game versions and loaders they cover
+// (GET /curseforge/projects/{id} lists them). A popular mod has dozens of
+// them, one per game version and loader: a page of 10 would weigh 50 KB
+// in the cache and on the wire instead of 10.
+type CurseForgeHit struct {
+	ID                int64    `json:"id"`
+	Name              string   `json:"name"`
+	Slug              string   `json:"slug"`
+	Summary           string   `json:"summary"`
+	ClassID           *int     `json:"class_id"`
+	Kind              string   `json:"kind"`
+	DownloadCount     int64    `json:"download_count"`
+	Authors           []string `json:"authors"`
+	Categories        []string `json:"categories"`
+	LogoURL           *string  `json:"logo_url"`
+	WebsiteURL        *string  `json:"website_url"`
+	MainFileID        *int64   `json:"main_file_id"`
+	AllowDistribution bool     `json:"allow_distribution"`
+	DistributionNote  *string  `json:"distribution_note"`
+	// GameVersions and Loaders are the distinct game versions and mod
+	// loaders (forge, fabric, quilt, neoforge, …) of the project's latest
+	// files, in CurseForge's order.
+	GameVersions []string `json:"game_versions"`
+	Loaders      []string `json:"loaders"`
+	DateCreated  *string  `json:"date_created"`
+	DateModified *string  `json:"date_modified"`
+	DateReleased *string  `json:"date_released"`
 }
 
 // CurseForgeProject is one CurseForge project (a mod, modpack or plugin).
@@ -156,18 +187,20 @@ type cfMod struct {
 		URL          string `json:"url"`
 		ThumbnailURL string `json:"thumbnailUrl"`
 	} `json:"logo"`
-	MainFileID         int64 `json:"mainFileId"`
-	LatestFilesIndexes []struct {
-		GameVersion string `json:"gameVersion"`
-		FileID      int64  `json:"fileId"`
-		Filename    string `json:"filename"`
-		ReleaseType int    `json:"releaseType"`
-		ModLoader   *int   `json:"modLoader"`
-	} `json:"latestFilesIndexes"`
-	DateCreated          string `json:"dateCreated"`
-	DateModified         string `json:"dateModified"`
-	DateReleased         string `json:"dateReleased"`
-	AllowModDistribution *bool  `json:"allowModDistribution"`
+	MainFileID           int64         `json:"mainFileId"`
+	LatestFilesIndexes   []cfFileIndex `json:"latestFilesIndexes"`
+	DateCreated          string        `json:"dateCreated"`
+	DateModified         string        `json:"dateModified"`
+	DateReleased         string        `json:"dateReleased"`
+	AllowModDistribution *bool         `json:"allowModDistribution"`
+}
+
+type cfFileIndex struct {
+	GameVersion string `json:"gameVersion"`
+	FileID      int64  `json:"fileId"`
+	Filename    string `json:"filename"`
+	ReleaseType int    `json:"releaseType"`
+	ModLoader   *int   `json:"modLoader"`
 }
 
 type cfFile struct {
@@ -202,18 +235,12 @@ type cfPage struct {
 	TotalCount  int64 `json:"totalCount"`
 }
 
-// SearchCurseForge answers GET /curseforge/search. Parameters: searchFilter,
-// classId (6 mods, 4471 modpacks (default), 5 Bukkit plugins), gameVersion,
-// sortField (1–12 or a name: featured, popularity, lastUpdated, name,
-// author, totalDownloads, category, gameVersion, earlyAccess,
-// featuredReleased, releasedDate, rating), sortOrder (asc, desc), pageSize
-// (1–50, default 10), index (≥ 0, index + pageSize ≤ 10,000).
-//
-// Errors: *validate.Error (before any upstream call), ErrNotConfigured,
-// *UpstreamError (ErrUpstream), the context's error.
-func (s *Service) SearchCurseForge(ctx context.Context, v url.Values) (CurseForgeSearch, error) {
+// curseForgeSearchQuery validates the parameters of GET /curseforge/search
+// and returns the upstream query (canonical: the cache key), the index
+// and the page size. Errors: *validate.Error naming every bad parameter.
+func curseForgeSearchQuery(v url.Values) (up url.Values, index, size int, err error) {
 	q := newQuery(v, "searchFilter", "classId", "gameVersion", "sortField", "sortOrder", "pageSize", "index")
-	up := url.Values{"gameId": {strconv.Itoa(MinecraftGameID)}}
+	up = url.Values{"gameId": {strconv.Itoa(MinecraftGameID)}}
 	if f := q.text("searchFilter"); f != "" {
 		up.Set("searchFilter", f)
 	}
@@ -241,36 +268,55 @@ func (s *Service) SearchCurseForge(ctx context.Context, v url.Values) (CurseForg
 	if so := q.enum("sortOrder", "", "asc", "desc"); so != "" {
 		up.Set("sortOrder", so)
 	}
-	size := q.integer("pageSize", 10, 1, MaxPageSize)
-	index := q.integer("index", 0, 0, -1)
-	if index+size > MaxResultWindow {
+	size = q.integer("pageSize", 10, 1, MaxPageSize)
+	index = q.integer("index", 0, 0, -1)
+	if index > MaxResultWindow-size { // not index+size: that can overflow
 		q.add("index", "index + pageSize must be at most %d (CurseForge serves no result past the first %d)", MaxResultWindow, MaxResultWindow)
 	}
 	up.Set("pageSize", strconv.Itoa(size))
 	up.Set("index", strconv.Itoa(index))
 	if err := q.err(); err != nil {
+		return nil, 0, 0, err
+	}
+	return up, index, size, nil
+}
+
+// SearchCurseForge answers GET /curseforge/search. Parameters: searchFilter,
+// classId (6 mods, 4471 modpacks (default), 5 Bukkit plugins), gameVersion,
+// sortField (1–12 or a name: featured, popularity, lastUpdated, name,
+// author, totalDownloads, category, gameVersion, earlyAccess,
+// featuredReleased, releasedDate, rating), sortOrder (asc, desc), pageSize
+// (1–50, default 10), index (≥ 0, index + pageSize ≤ 10,000).
+//
+// Errors: *validate.Error (before any upstream call), ErrNotConfigured,
+// *UpstreamError (ErrUpstream), the context's error.
+func (s *Service) SearchCurseForge(ctx context.Context, v url.Values) (CurseForgeSearch, error) {
+	up, index, size, err := curseForgeSearchQuery(v)
+	if err != nil {
 		return CurseForgeSearch{}, err
 	}
 	if s.curseforge == nil {
 		return CurseForgeSearch{}, ErrNotConfigured
 	}
-	return fetch(ctx, s, "cf:search?"+up.Encode(), func(ctx context.Context) (CurseForgeSearch, int, error) {
+	return fetch(ctx, s, s.curseforge, "cf:search?"+up.Encode(), func(ctx context.Context) (CurseForgeSearch, error) {
 		var raw struct {
 			Data       []cfMod `json:"data"`
 			Pagination cfPage  `json:"pagination"`
 		}
-		n, err := s.curseforge.getJSON(ctx, "/v1/mods/search", up, &raw)
+		err := s.curseforge.getJSON(ctx, "/v1/mods/search", up, &raw)
 		if err != nil {
-			return CurseForgeSearch{}, 0, err
+			return CurseForgeSearch{}, err
 		}
 		out := CurseForgeSearch{
 			Count: len(raw.Data), TotalCount: raw.Pagination.TotalCount, Index: index, PageSize: size,
-			Results: make([]CurseForgeProject, 0, len(raw.Data)),
+			Results: make([]CurseForgeHit, 0, len(raw.Data)),
 		}
+		// The hits of a page share their game versions' strings.
+		seen := map[string]string{}
 		for _, m := range raw.Data {
-			out.Results = append(out.Results, m.normalize())
+			out.Results = append(out.Results, m.hit(seen))
 		}
-		return out, n, nil
+		return out, nil
 	})
 }
 
@@ -287,19 +333,47 @@ func (s *Service) CurseForgeProject(ctx context.Context, projectID string) (Curs
 	if s.curseforge == nil {
 		return CurseForgeProject{}, ErrNotConfigured
 	}
-	return fetch(ctx, s, "cf:mod:"+strconv.FormatInt(id, 10), func(ctx context.Context) (CurseForgeProject, int, error) {
+	return fetch(ctx, s, s.curseforge, "cf:mod:"+strconv.FormatInt(id, 10), func(ctx context.Context) (CurseForgeProject, error) {
 		var raw struct {
 			Data cfMod `json:"data"`
 		}
-		n, err := s.curseforge.getJSON(ctx, "/v1/mods/"+strconv.FormatInt(id, 10), nil, &raw)
+		err := s.curseforge.getJSON(ctx, "/v1/mods/"+strconv.FormatInt(id, 10), nil, &raw)
 		if err != nil {
-			return CurseForgeProject{}, 0, err
+			return CurseForgeProject{}, err
 		}
 		if raw.Data.GameID != 0 && raw.Data.GameID != MinecraftGameID {
-			return CurseForgeProject{}, 0, ErrNotFound
+			return CurseForgeProject{}, ErrNotFound
 		}
-		return raw.Data.normalize(), n, nil
+		return raw.Data.normalize(), nil
 	})
+}
+
+// curseForgeFilesQuery validates the project id and parameters of GET
+// /curseforge/projects/{projectId}/versions. Errors: *validate.Error.
+func curseForgeFilesQuery(projectID string, v url.Values) (id int64, up url.Values, index, size int, err error) {
+	q := newQuery(v, "gameVersion", "pageSize", "index")
+	id, err = positiveID("projectId", projectID)
+	if err != nil {
+		q.add("projectId", "must be a positive integer")
+	}
+	up = url.Values{}
+	if gv, ok := q.get("gameVersion"); ok {
+		if !gameVersionRe.MatchString(gv) {
+			q.add("gameVersion", "%q is not a game version", gv)
+		}
+		up.Set("gameVersion", gv)
+	}
+	size = q.integer("pageSize", MaxPageSize, 1, MaxPageSize)
+	index = q.integer("index", 0, 0, -1)
+	if index > MaxResultWindow-size { // not index+size: that can overflow
+		q.add("index", "index + pageSize must be at most %d", MaxResultWindow)
+	}
+	up.Set("pageSize", strconv.Itoa(size))
+	up.Set("index", strconv.Itoa(index))
+	if err := q.err(); err != nil {
+		return 0, nil, 0, 0, err
+	}
+	return id, up, index, size, nil
 }
 
 // CurseForgeVersions answers GET /curseforge/projects/{projectId}/versions:
@@ -310,40 +384,22 @@ func (s *Service) CurseForgeProject(ctx context.Context, projectID string) (Curs
 // Errors: *validate.Error, ErrNotConfigured, ErrNotFound, *UpstreamError,
 // the context's error.
 func (s *Service) CurseForgeVersions(ctx context.Context, projectID string, v url.Values) (CurseForgeFiles, error) {
-	q := newQuery(v, "gameVersion", "pageSize", "index")
-	id, err := positiveID("projectId", projectID)
+	id, up, index, size, err := curseForgeFilesQuery(projectID, v)
 	if err != nil {
-		q.add("projectId", "must be a positive integer")
-	}
-	up := url.Values{}
-	if gv, ok := q.get("gameVersion"); ok {
-		if !gameVersionRe.MatchString(gv) {
-			q.add("gameVersion", "%q is not a game version", gv)
-		}
-		up.Set("gameVersion", gv)
-	}
-	size := q.integer("pageSize", MaxPageSize, 1, MaxPageSize)
-	index := q.integer("index", 0, 0, -1)
-	if index+size > MaxResultWindow {
-		q.add("index", "index + pageSize must be at most %d", MaxResultWindow)
-	}
-	up.Set("pageSize", strconv.Itoa(size))
-	up.Set("index", strconv.Itoa(index))
-	if err := q.err(); err != nil {
 		return CurseForgeFiles{}, err
 	}
 	if s.curseforge == nil {
 		return CurseForgeFiles{}, ErrNotConfigured
 	}
 	path := "/v1/mods/" + strconv.FormatInt(id, 10) + "/files"
-	return fetch(ctx, s, "cf:files:"+path+"?"+up.Encode(), func(ctx context.Context) (CurseForgeFiles, int, error) {
+	return fetch(ctx, s, s.curseforge, "cf:files:"+path+"?"+up.Encode(), func(ctx context.Context) (CurseForgeFiles, error) {
 		var raw struct {
 			Data       []cfFile `json:"data"`
 			Pagination cfPage   `json:"pagination"`
 		}
-		n, err := s.curseforge.getJSON(ctx, path, up, &raw)
+		err := s.curseforge.getJSON(ctx, path, up, &raw)
 		if err != nil {
-			return CurseForgeFiles{}, 0, err
+			return CurseForgeFiles{}, err
 		}
 		out := CurseForgeFiles{
 			Count: len(raw.Data), TotalCount: raw.Pagination.TotalCount, Index: index, PageSize: size,
@@ -352,7 +408,7 @@ func (s *Service) CurseForgeVersions(ctx context.Context, projectID string, v ur
 		for _, f := range raw.Data {
 			out.Results = append(out.Results, f.normalize())
 		}
-		return out, n, nil
+		return out, nil
 	})
 }
 
@@ -365,18 +421,18 @@ func (s *Service) CurseForgeFile(ctx context.Context, projectID, fileID int64) (
 		return CurseForgeFile{}, ErrNotConfigured
 	}
 	path := fmt.Sprintf("/v1/mods/%d/files/%d", projectID, fileID)
-	return fetch(ctx, s, "cf:file:"+path, func(ctx context.Context) (CurseForgeFile, int, error) {
+	return fetch(ctx, s, s.curseforge, "cf:file:"+path, func(ctx context.Context) (CurseForgeFile, error) {
 		var raw struct {
 			Data cfFile `json:"data"`
 		}
-		n, err := s.curseforge.getJSON(ctx, path, nil, &raw)
+		err := s.curseforge.getJSON(ctx, path, nil, &raw)
 		if err != nil {
-			return CurseForgeFile{}, 0, err
+			return CurseForgeFile{}, err
 		}
 		if raw.Data.ModID != projectID {
-			return CurseForgeFile{}, 0, ErrNotFound
+			return CurseForgeFile{}, ErrNotFound
 		}
-		return raw.Data.normalize(), n, nil
+		return raw.Data.normalize(), nil
 	})
 }
 
@@ -422,6 +478,37 @@ func (m cfMod) normalize() CurseForgeProject {
 		p.LatestFiles = append(p.LatestFiles, idx)
 	}
 	return p
+}
+
+// hit is the project as a search result; intern keeps one copy of each
+// game version string.
+func (m cfMod) hit(intern map[string]string) CurseForgeHit {
+	var files []cfFileIndex
+	files, m.LatestFilesIndexes = m.LatestFilesIndexes, nil
+	p := m.normalize()
+	h := CurseForgeHit{
+		ID: p.ID, Name: p.Name, Slug: p.Slug, Summary: p.Summary, ClassID: p.ClassID, Kind: p.Kind,
+		DownloadCount: p.DownloadCount, Authors: p.Authors, Categories: p.Categories, LogoURL: p.LogoURL,
+		WebsiteURL: p.WebsiteURL, MainFileID: p.MainFileID, AllowDistribution: p.AllowDistribution,
+		DistributionNote: p.DistributionNote, GameVersions: []string{}, Loaders: []string{},
+		DateCreated: p.DateCreated, DateModified: p.DateModified, DateReleased: p.DateReleased,
+	}
+	for _, fi := range files {
+		if gv := fi.GameVersion; gv != "" && !slices.Contains(h.GameVersions, gv) {
+			if s, ok := intern[gv]; ok {
+				gv = s
+			} else {
+				intern[gv] = gv
+			}
+			h.GameVersions = append(h.GameVersions, gv)
+		}
+		if fi.ModLoader != nil {
+			if l := cfModLoaders[*fi.ModLoader]; l != "" && !slices.Contains(h.Loaders, l) {
+				h.Loaders = append(h.Loaders, l)
+			}
+		}
+	}
+	return h
 }
 
 func (f cfFile) normalize() CurseForgeFile {

@@ -39,7 +39,13 @@
 //     game_versions (project versions) are comma-separated lists, each
 //     value ORed; search loaders become categories: facets, which is where
 //     Modrinth files loaders. The search always sends index (default
-//     relevance), limit and offset, so the cache key is canonical.
+//     relevance), limit and offset, so the cache key is canonical. A
+//     project's versions are asked with include_changelog=false, as
+//     Modrinth advises: changelogs are not in our answer. A slug or id of
+//     dots only ("..") is refused: it would be a path step in the
+//     upstream URL. The parsing of every endpoint's query is fuzzed
+//     (FuzzCatalogQuery): whatever is accepted is inside the upstream's
+//     bounds, and index + pageSize is checked without overflow.
 //   - Download URLs: CurseForge's downloadUrl is null when the author
 //     forbids third-party downloads; the file then has download_url null
 //     and download_note saying so (and the project allow_distribution
@@ -63,9 +69,21 @@
 //     limit and has none here.
 //   - Cache: successful answers only, keyed by the upstream URL, for
 //     Options.CacheTTL (5 min), at most CacheEntries (2,000) and
-//     CacheBytes (64 MiB) counted as the upstream bodies' sizes (the
-//     normalized values are smaller), least recently used first out.
-//     Cached values are shared: callers must not modify them.
+//     CacheBytes (64 MiB) counted as the answers' JSON sizes (the live
+//     heap of a cached answer is about 1.4 times that:
+//     BenchmarkCacheMemory), least recently used first out. Cached values
+//     are shared: callers must not modify them.
+//   - Search hits of CurseForge carry the distinct game versions and
+//     loaders of the project's latest files, not the files themselves
+//     (GET /curseforge/projects/{id} lists them): a popular mod lists
+//     dozens, and 1,000 cached pages of them would hold 58 MiB instead of
+//     11 (the target is 20).
+//   - Metrics (Options.Metrics, Prometheus in kiln serve): every
+//     upstream request, retries included, by catalog and outcome (ok,
+//     not_found, rate_limited, server_error, refused, client_error,
+//     invalid_answer, timeout, unreachable, canceled) with its latency,
+//     and every cache lookup as a hit or a miss. Labels come from these
+//     fixed sets only.
 //   - Identical concurrent requests share one upstream call
 //     (singleflight, same key as the cache). The call runs detached from
 //     the first caller's cancellation, so one client leaving does not

@@ -25,8 +25,9 @@ const (
 	testUA  = "kilnhq/kiln/1.2.3 (ops@example.test)"
 )
 
-// upstreamStub serves the catalogs' documented shapes from testdata on a
-// loopback httptest server and records what it received.
+// upstreamStub serves the catalogs' published example answers from
+// testdata (see testdata/README.md) on a loopback httptest server and
+// records what it received.
 type upstreamStub struct {
 	srv   *httptest.Server
 	mux   *http.ServeMux
@@ -56,9 +57,7 @@ func newUpstream(t testing.TB) *upstreamStub {
 	serve("GET /v2/search", "modrinth/search.json")
 	serve("GET /v2/project/luckperms/version", "modrinth/versions.json")
 	serve("GET /v2/version/OrIs0S6b", "modrinth/version.json")
-	u.mux.HandleFunc("GET /v2/project/luckperms", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"id":"Vebnzrzj","slug":"luckperms","project_type":"plugin"}`))
-	})
+	serve("GET /v2/project/luckperms", "modrinth/project.json")
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u.calls.Add(1)
 		u.mu.Lock()
@@ -180,3 +179,48 @@ func golden(t *testing.T, name string, v any) {
 // netguardDefault refuses every private address, as kiln serve does
 // without --pull-allow-cidr.
 func netguardDefault() *netguard.Policy { return netguard.NewPolicy(nil, nil) }
+
+// fixture is testdata/name, a published example answer, with edit applied
+// to its decoded JSON (nil: unchanged). Tests that need other values than
+// the example's change them here, in sight.
+func fixture(t testing.TB, name string, edit func(v any)) []byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit == nil {
+		return raw
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	edit(v)
+	out, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// at walks v by object keys (string) and array indexes (int) to an object.
+func at(v any, path ...any) map[string]any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			v = v.(map[string]any)[k]
+		case int:
+			v = v.([]any)[k]
+		}
+	}
+	return v.(map[string]any)
+}
+
+// serveBody makes u answer pattern with body.
+func (u *upstreamStub) serveBody(pattern string, body []byte) {
+	u.handle(pattern, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(body)
+	})
+}

@@ -35,6 +35,8 @@ type UpstreamError struct {
 	Reason string
 	// Err is the underlying error, if any (logged, not shown).
 	Err error
+
+	timeout bool // no answer within Options.Timeout (metrics)
 }
 
 func (e *UpstreamError) Error() string {

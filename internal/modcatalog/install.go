@@ -139,10 +139,10 @@ func (in *Installer) Install(ctx context.Context, teamID, serverID string, req I
 		if req.FileID != "" {
 			c.Add("file_id", "is for CurseForge; Modrinth versions are named by version_id")
 		}
-		if !slugRe.MatchString(string(req.ProjectID)) {
+		if !validSlug(string(req.ProjectID)) {
 			c.Add("project_id", "must be a Modrinth project id or slug")
 		}
-		if !slugRe.MatchString(string(req.VersionID)) {
+		if !validSlug(string(req.VersionID)) {
 			c.Add("version_id", "must be a Modrinth version id")
 		}
 	default:
@@ -316,14 +316,14 @@ func loadsWhat(software string, accepted []string) string {
 // installs).
 func (s *Service) modrinthProjectID(ctx context.Context, idOrSlug string) (string, error) {
 	path := "/v2/project/" + url.PathEscape(idOrSlug)
-	return fetch(ctx, s, "mr:project:"+path, func(ctx context.Context) (string, int, error) {
+	return fetch(ctx, s, s.modrinth, "mr:project:"+path, func(ctx context.Context) (string, error) {
 		var raw struct {
 			ID string `json:"id"`
 		}
-		n, err := s.modrinth.getJSON(ctx, path, nil, &raw)
+		err := s.modrinth.getJSON(ctx, path, nil, &raw)
 		if err != nil {
-			return "", 0, err
+			return "", err
 		}
-		return raw.ID, n, nil
+		return raw.ID, nil
 	})
 }

@@ -2,6 +2,8 @@ package modcatalog
 
 import (
 	"context"
+	"crypto/md5"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/hex"
@@ -37,7 +39,7 @@ type installEnv struct {
 	root     string
 }
 
-func newInstallEnv(t *testing.T) *installEnv {
+func newInstallEnv(t testing.TB) *installEnv {
 	t.Helper()
 	db := storetest.SQLite(t)
 	a, err := auth.NewService(t.Context(), db)
@@ -89,7 +91,7 @@ func newInstallEnv(t *testing.T) *installEnv {
 }
 
 // paperMirror serves Fill v3 for paper 1.21.4 under a mirror root.
-func paperMirror(t *testing.T) *httptest.Server {
+func paperMirror(t testing.TB) *httptest.Server {
 	jar := []byte("PK\x03\x04 not really a paper jar")
 	h := sha256.Sum256(jar)
 	mux := http.NewServeMux()
@@ -106,27 +108,28 @@ func paperMirror(t *testing.T) *httptest.Server {
 	return srv
 }
 
-// serveVersion makes the stub answer /v2/version/OrIs0S6b with the
-// documented version, changed by mod, its file served by the stub.
+// serveVersion makes the stub answer /v2/version/OrIs0S6b with Modrinth's
+// published Version example (whose project, AABBCCDD, is the published
+// Project the stub serves as luckperms), made a Bukkit plugin for 1.21.4
+// whose one file is jar, served by the stub; then changed by mod.
 func (e *installEnv) serveVersion(t *testing.T, jar []byte, mod func(v map[string]any)) {
-	raw, err := os.ReadFile("testdata/modrinth/version.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v map[string]any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
 	sum := sha512.Sum512(jar)
-	f := v["files"].([]any)[0].(map[string]any)
-	f["url"] = e.up.srv.URL + "/cdn/LuckPerms-Bukkit-5.4.137.jar"
-	f["hashes"].(map[string]any)["sha512"] = hex.EncodeToString(sum[:])
-	v["game_versions"] = []string{"1.21.4"}
-	if mod != nil {
-		mod(v)
-	}
-	body, _ := json.Marshal(v)
-	e.up.handle("GET /v2/version/OrIs0S6b", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
+	body := fixture(t, "modrinth/version.json", func(doc any) {
+		v := doc.(map[string]any)
+		v["id"] = "OrIs0S6b"
+		v["loaders"] = []any{"bukkit", "paper", "spigot"}
+		v["game_versions"] = []any{"1.21.4"}
+		f := at(v, "files", 0)
+		f["filename"] = "LuckPerms-Bukkit-5.4.137.jar"
+		f["url"] = e.up.srv.URL + "/cdn/LuckPerms-Bukkit-5.4.137.jar"
+		f["hashes"].(map[string]any)["sha512"] = hex.EncodeToString(sum[:])
+		f["primary"] = true
+		f["file_type"] = nil // the example's "string" placeholder: a primary jar has none
+		if mod != nil {
+			mod(v)
+		}
+	})
+	e.up.serveBody("GET /v2/version/OrIs0S6b", body)
 	e.up.handle("GET /cdn/LuckPerms-Bukkit-5.4.137.jar", func(w http.ResponseWriter, r *http.Request) { w.Write(jar) })
 }
 
@@ -163,8 +166,10 @@ func TestInstallPluginOnPaper(t *testing.T) {
 	if got.Download.Directory != "/plugins" || got.Download.Filename != "LuckPerms-Bukkit-5.4.137.jar" {
 		t.Errorf("download into %s/%s, want /plugins/LuckPerms-Bukkit-5.4.137.jar", got.Download.Directory, got.Download.Filename)
 	}
-	if len(got.Dependencies) != 1 || got.Dependencies[0].ProjectID != "P7dR8mSH" {
-		t.Errorf("dependencies = %+v, want the required P7dR8mSH", got.Dependencies)
+	// The example's one dependency: required, project QQRRSSTT, version
+	// IIJJKKLL, file sodium-fabric-mc1.19-0.4.2+build.16.jar.
+	if len(got.Dependencies) != 1 || got.Dependencies[0].ProjectID != "QQRRSSTT" || *got.Dependencies[0].VersionID != "IIJJKKLL" {
+		t.Errorf("dependencies = %+v, want the required QQRRSSTT", got.Dependencies)
 	}
 	d := e.wait(t, got.Download.ID)
 	if d.Status != pull.StatusDone {
@@ -235,17 +240,64 @@ func TestInstallRefusals(t *testing.T) {
 	}
 }
 
-// TestInstallCurseForgeMod: a Forge mod from CurseForge on a Paper server
-// is refused; the CurseForge ids parse as JSON numbers.
-func TestInstallCurseForgeMod(t *testing.T) {
+// serveCurseForge makes the stub answer project 238222 and its file
+// 4593548 with CurseForge's published Mod and File examples, the mod of
+// class classID and the file served by the stub with gameVersions gvs
+// and only a sha1 (plugins) or an md5 (mods) of jar.
+func (e *installEnv) serveCurseForge(t *testing.T, classID int, gvs []any, jar []byte) {
+	e.up.serveBody("GET /v1/mods/238222", fixture(t, "curseforge/mod.json", func(v any) {
+		m := at(v, "data")
+		m["id"], m["gameId"], m["classId"], m["name"] = 238222, 432, classID, "Example"
+	}))
+	e.up.serveBody("GET /v1/mods/238222/files/4593548", fixture(t, "curseforge/file.json", func(v any) {
+		f := at(v, "data")
+		f["id"], f["modId"], f["fileName"] = 4593548, 238222, "example-1.0.jar"
+		f["downloadUrl"] = e.up.srv.URL + "/cdn/example-1.0.jar"
+		f["gameVersions"] = gvs
+		if classID == ClassPlugins {
+			s := sha1.Sum(jar)
+			f["hashes"] = []any{map[string]any{"value": hex.EncodeToString(s[:]), "algo": 1}}
+		} else {
+			s := md5.Sum(jar)
+			f["hashes"] = []any{map[string]any{"value": hex.EncodeToString(s[:]), "algo": 2}}
+		}
+		f["dependencies"] = []any{map[string]any{"modId": 306612, "relationType": 3}, map[string]any{"modId": 1, "relationType": 2}}
+	}))
+	e.up.handle("GET /cdn/example-1.0.jar", func(w http.ResponseWriter, r *http.Request) { w.Write(jar) })
+}
+
+// TestInstallCurseForge: a Forge mod on a Paper server is refused; a
+// Bukkit plugin (class 5) lands in plugins/, verified by its sha1, its
+// required dependency listed. The ids parse as JSON numbers.
+func TestInstallCurseForge(t *testing.T) {
 	e := newInstallEnv(t)
 	var req InstallRequest
 	if err := json.Unmarshal([]byte(`{"catalog":"curseforge","project_id":238222,"file_id":4593548}`), &req); err != nil {
 		t.Fatal(err)
 	}
+	jar := []byte("PK\x03\x04 a plugin")
+	e.serveCurseForge(t, ClassMods, []any{"Forge", "1.21.4", "Server"}, jar)
 	_, err := e.in.Install(t.Context(), e.teamID, e.serverID, req)
 	ve, ok := errors.AsType[*validate.Error](err)
 	if !ok || ve.Issues[0].Path != "file_id" || !strings.Contains(ve.Issues[0].Message, "made for forge") {
 		t.Errorf("Install(forge mod on paper) = %v, want a validation error at file_id naming forge", err)
+	}
+
+	e.serveCurseForge(t, ClassPlugins, []any{"1.21", "Server"}, jar)
+	got, err := e.in.Install(t.Context(), e.teamID, e.serverID, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Download.Directory != "/plugins" || got.Download.Filename != "example-1.0.jar" {
+		t.Errorf("download into %s/%s, want /plugins/example-1.0.jar", got.Download.Directory, got.Download.Filename)
+	}
+	if len(got.Dependencies) != 1 || got.Dependencies[0].ProjectID != "306612" || got.Dependencies[0].Catalog != CatalogCurseForge {
+		t.Errorf("dependencies = %+v, want the required 306612", got.Dependencies)
+	}
+	if d := e.wait(t, got.Download.ID); d.Status != pull.StatusDone {
+		t.Fatalf("download %s: %s", d.Status, d.Error)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.root, "plugins", "example-1.0.jar")); err != nil || string(b) != string(jar) {
+		t.Errorf("plugins/example-1.0.jar = %q, %v; want the served jar", b, err)
 	}
 }

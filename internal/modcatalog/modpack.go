@@ -306,7 +306,7 @@ func (m *Modpacks) Install(ctx context.Context, teamID, serverID string, req Mod
 		return ModpackInstall{}, validate.Errorf("version_id", "or file is required: a Modrinth version id, or the path of an .mrpack in the server's files")
 	case req.VersionID != "" && req.File != "":
 		return ModpackInstall{}, validate.Errorf("file", "must not be given with version_id: name one pack")
-	case req.VersionID != "" && !slugRe.MatchString(req.VersionID):
+	case req.VersionID != "" && !validSlug(req.VersionID):
 		return ModpackInstall{}, validate.Errorf("version_id", "must be a Modrinth version id")
 	}
 	src := packSource{field: "version_id"}

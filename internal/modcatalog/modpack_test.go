@@ -34,7 +34,7 @@ type packEnv struct {
 	gets   []string          // /dl/ paths requested
 }
 
-func newPackEnv(t *testing.T, mod func(*ModpackOptions)) *packEnv {
+func newPackEnv(t testing.TB, mod func(*ModpackOptions)) *packEnv {
 	t.Helper()
 	e := &packEnv{installEnv: newInstallEnv(t), served: map[string][]byte{}}
 	opts := ModpackOptions{Origins: append(slices.Clone(DefaultModpackOrigins), e.up.srv.URL)}
@@ -87,7 +87,7 @@ func packFile(path, url string, body []byte, env string) map[string]any {
 
 // buildPack zips an index (modrinth.index.json) and other entries, in the
 // order given (name, content pairs).
-func buildPack(t *testing.T, index map[string]any, entries ...string) []byte {
+func buildPack(t testing.TB, index map[string]any, entries ...string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	zw := zip.NewWriter(&buf)
@@ -120,25 +120,25 @@ func index(files ...map[string]any) map[string]any {
 	}
 }
 
-// servePackVersion makes /v2/version/PackVer1 a modpack version whose
-// .mrpack is pack, served by the stub.
+// servePackVersion makes /v2/version/PackVer1 Modrinth's published
+// Version example made a modpack version for 1.21.4 (loaders: minecraft,
+// which needs no mod loader) whose one file is pack, served by the stub.
 func (e *packEnv) servePackVersion(t *testing.T, pack []byte) {
 	t.Helper()
 	sum := sha512.Sum512(pack)
 	url := e.serve("pack.mrpack", pack)
-	v := map[string]any{
-		"id": "PackVer1", "project_id": "PackProj", "name": "Test Pack 1.0.0", "version_number": "1.0.0",
-		"version_type": "release", "game_versions": []string{"1.21.4"}, "loaders": []string{"minecraft"},
-		"files": []map[string]any{{"filename": "Test Pack 1.0.0.mrpack", "url": url, "primary": true, "size": len(pack),
-			"hashes": map[string]string{"sha512": hex.EncodeToString(sum[:])}}},
-		"dependencies": []any{},
-	}
-	body, _ := json.Marshal(v)
-	e.up.handle("GET /v2/version/PackVer1", func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
+	body := fixture(t, "modrinth/version.json", func(doc any) {
+		v := doc.(map[string]any)
+		v["id"], v["loaders"], v["game_versions"], v["dependencies"] = "PackVer1", []any{"minecraft"}, []any{"1.21.4"}, []any{}
+		f := at(v, "files", 0)
+		f["filename"], f["url"], f["primary"], f["size"], f["file_type"] = "Test Pack 1.0.0.mrpack", url, true, len(pack), nil
+		f["hashes"] = map[string]any{"sha512": hex.EncodeToString(sum[:])}
+	})
+	e.up.serveBody("GET /v2/version/PackVer1", body)
 }
 
 // writePack puts pack in the server's files at rel.
-func (e *packEnv) writePack(t *testing.T, rel string, pack []byte) {
+func (e *packEnv) writePack(t testing.TB, rel string, pack []byte) {
 	t.Helper()
 	p := filepath.Join(e.root, filepath.FromSlash(rel))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -149,7 +149,7 @@ func (e *packEnv) writePack(t *testing.T, rel string, pack []byte) {
 	}
 }
 
-func (e *packEnv) waitPack(t *testing.T, id string) ModpackInstall {
+func (e *packEnv) waitPack(t testing.TB, id string) ModpackInstall {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -431,12 +431,13 @@ func TestModpackRequests(t *testing.T) {
 	}
 }
 
-// TestModpackParallel: at most Parallel (8) downloads are in flight, and
-// the limit is reached (the stub holds the first requests until 8 are
-// in flight).
+// TestModpackParallel: a 200-file pack installs with at most Parallel (8)
+// downloads in flight, and the limit is reached (the stub holds the first
+// requests until 8 are in flight). Its memory is measured by
+// BenchmarkModpack200.
 func TestModpackParallel(t *testing.T) {
 	e := newPackEnv(t, nil)
-	const n = 24
+	const n = 200
 	var (
 		mu       sync.Mutex
 		inFlight int
@@ -447,7 +448,7 @@ func TestModpackParallel(t *testing.T) {
 	var list []map[string]any
 	for i := range n {
 		body := fmt.Appendf(nil, "mod %d", i)
-		name := fmt.Sprintf("m%02d.jar", i)
+		name := fmt.Sprintf("m%03d.jar", i)
 		list = append(list, packFile("mods/"+name, e.up.srv.URL+"/par/"+name, body, ""))
 		e.up.handle("GET /par/"+name, func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
@@ -486,9 +487,9 @@ func TestModpackParallel(t *testing.T) {
 		t.Errorf("at most %d downloads were in flight, want 8", most)
 	}
 	for i := range n {
-		b, err := os.ReadFile(filepath.Join(e.root, "mods", fmt.Sprintf("m%02d.jar", i)))
+		b, err := os.ReadFile(filepath.Join(e.root, "mods", fmt.Sprintf("m%03d.jar", i)))
 		if err != nil || string(b) != fmt.Sprintf("mod %d", i) {
-			t.Errorf("mods/m%02d.jar = %q, %v", i, b, err)
+			t.Errorf("mods/m%03d.jar = %q, %v", i, b, err)
 		}
 	}
 }

@@ -20,6 +20,11 @@ var modrinthProjectTypes = []string{"mod", "modpack", "plugin", "datapack", "res
 // slugRe accepts Modrinth project ids (8 base62 characters) and slugs.
 var slugRe = regexp.MustCompile(`^[A-Za-z0-9!@$()'.+,_\-]{1,64}$`)
 
+// validSlug reports whether s is a Modrinth id or slug: slugRe, and not
+// made of dots only, which would be a path step ("..") in the upstream
+// URL rather than a name.
+func validSlug(s string) bool { return slugRe.MatchString(s) && strings.Trim(s, ".") != "" }
+
 // ModrinthSearch is the answer of GET /modrinth/search.
 type ModrinthSearch struct {
 	// Count is the number of items in Results.
@@ -153,22 +158,17 @@ type mrVersion struct {
 	} `json:"dependencies"`
 }
 
-// SearchModrinth answers GET /modrinth/search. Parameters: query, limit
-// (1–100, default 10), offset (≥ 0), index (relevance (default),
-// downloads, follows, newest, updated), project_type (mod, modpack,
-// plugin, datapack, resourcepack, shader), versions and loaders
-// (comma-separated; any of the listed values matches).
-//
-// Errors: *validate.Error (before any upstream call), *UpstreamError
-// (ErrUpstream), the context's error.
-func (s *Service) SearchModrinth(ctx context.Context, v url.Values) (ModrinthSearch, error) {
+// modrinthSearchQuery validates the parameters of GET /modrinth/search and
+// returns the upstream query (canonical: the cache key), the limit and
+// the offset. Errors: *validate.Error naming every bad parameter.
+func modrinthSearchQuery(v url.Values) (up url.Values, limit, offset int, err error) {
 	q := newQuery(v, "query", "limit", "offset", "index", "project_type", "versions", "loaders")
-	up := url.Values{}
+	up = url.Values{}
 	if t := q.text("query"); t != "" {
 		up.Set("query", t)
 	}
-	limit := q.integer("limit", 10, 1, MaxModrinthLimit)
-	offset := q.integer("offset", 0, 0, -1)
+	limit = q.integer("limit", 10, 1, MaxModrinthLimit)
+	offset = q.integer("offset", 0, 0, -1)
 	up.Set("limit", strconv.Itoa(limit))
 	up.Set("offset", strconv.Itoa(offset))
 	up.Set("index", q.enum("index", "relevance", "relevance", "downloads", "follows", "newest", "updated"))
@@ -189,18 +189,34 @@ func (s *Service) SearchModrinth(ctx context.Context, v url.Values) (ModrinthSea
 		up.Set("facets", string(b))
 	}
 	if err := q.err(); err != nil {
+		return nil, 0, 0, err
+	}
+	return up, limit, offset, nil
+}
+
+// SearchModrinth answers GET /modrinth/search. Parameters: query, limit
+// (1–100, default 10), offset (≥ 0), index (relevance (default),
+// downloads, follows, newest, updated), project_type (mod, modpack,
+// plugin, datapack, resourcepack, shader), versions and loaders
+// (comma-separated; any of the listed values matches).
+//
+// Errors: *validate.Error (before any upstream call), *UpstreamError
+// (ErrUpstream), the context's error.
+func (s *Service) SearchModrinth(ctx context.Context, v url.Values) (ModrinthSearch, error) {
+	up, limit, offset, err := modrinthSearchQuery(v)
+	if err != nil {
 		return ModrinthSearch{}, err
 	}
-	return fetch(ctx, s, "mr:search?"+up.Encode(), func(ctx context.Context) (ModrinthSearch, int, error) {
+	return fetch(ctx, s, s.modrinth, "mr:search?"+up.Encode(), func(ctx context.Context) (ModrinthSearch, error) {
 		var raw struct {
 			Hits      []mrHit `json:"hits"`
 			Offset    int     `json:"offset"`
 			Limit     int     `json:"limit"`
 			TotalHits int64   `json:"total_hits"`
 		}
-		n, err := s.modrinth.getJSON(ctx, "/v2/search", up, &raw)
+		err := s.modrinth.getJSON(ctx, "/v2/search", up, &raw)
 		if err != nil {
-			return ModrinthSearch{}, 0, err
+			return ModrinthSearch{}, err
 		}
 		out := ModrinthSearch{Count: len(raw.Hits), TotalHits: raw.TotalHits, Offset: offset, Limit: limit, Results: make([]ModrinthProject, 0, len(raw.Hits))}
 		for _, h := range raw.Hits {
@@ -213,8 +229,35 @@ func (s *Service) SearchModrinth(ctx context.Context, v url.Values) (ModrinthSea
 				DateCreated: nonEmpty(h.DateCreated), DateModified: nonEmpty(h.DateModified),
 			})
 		}
-		return out, n, nil
+		return out, nil
 	})
+}
+
+// modrinthVersionsQuery validates the slug and parameters of GET
+// /modrinth/projects/{slug}/versions and returns the upstream path and
+// query. Errors: *validate.Error.
+func modrinthVersionsQuery(slug string, v url.Values) (path string, up url.Values, err error) {
+	q := newQuery(v, "loaders", "game_versions", "featured")
+	if !validSlug(slug) {
+		q.add("slug", "must be a Modrinth project id or slug")
+	}
+	up = url.Values{}
+	if ls := q.list("loaders", loaderRe, "loader name"); len(ls) > 0 {
+		up.Set("loaders", jsonList(ls))
+	}
+	if gvs := q.list("game_versions", gameVersionRe, "game version"); len(gvs) > 0 {
+		up.Set("game_versions", jsonList(gvs))
+	}
+	if f := q.boolean("featured"); f != nil {
+		up.Set("featured", strconv.FormatBool(*f))
+	}
+	// Changelogs are not part of our answer and can be long: Modrinth
+	// advises leaving them out.
+	up.Set("include_changelog", "false")
+	if err := q.err(); err != nil {
+		return "", nil, err
+	}
+	return "/v2/project/" + url.PathEscape(slug) + "/version", up, nil
 }
 
 // ModrinthProjectVersions answers GET /modrinth/projects/{slug}/versions:
@@ -225,35 +268,21 @@ func (s *Service) SearchModrinth(ctx context.Context, v url.Values) (ModrinthSea
 // Errors: *validate.Error, ErrNotFound, *UpstreamError, the context's
 // error.
 func (s *Service) ModrinthProjectVersions(ctx context.Context, slug string, v url.Values) (ModrinthVersions, error) {
-	q := newQuery(v, "loaders", "game_versions", "featured")
-	if !slugRe.MatchString(slug) {
-		q.add("slug", "must be a Modrinth project id or slug")
-	}
-	up := url.Values{}
-	if ls := q.list("loaders", loaderRe, "loader name"); len(ls) > 0 {
-		up.Set("loaders", jsonList(ls))
-	}
-	if gvs := q.list("game_versions", gameVersionRe, "game version"); len(gvs) > 0 {
-		up.Set("game_versions", jsonList(gvs))
-	}
-	if f := q.boolean("featured"); f != nil {
-		up.Set("featured", strconv.FormatBool(*f))
-	}
-	if err := q.err(); err != nil {
+	path, up, err := modrinthVersionsQuery(slug, v)
+	if err != nil {
 		return ModrinthVersions{}, err
 	}
-	path := "/v2/project/" + url.PathEscape(slug) + "/version"
-	return fetch(ctx, s, "mr:versions:"+path+"?"+up.Encode(), func(ctx context.Context) (ModrinthVersions, int, error) {
+	return fetch(ctx, s, s.modrinth, "mr:versions:"+path+"?"+up.Encode(), func(ctx context.Context) (ModrinthVersions, error) {
 		var raw []mrVersion
-		n, err := s.modrinth.getJSON(ctx, path, up, &raw)
+		err := s.modrinth.getJSON(ctx, path, up, &raw)
 		if err != nil {
-			return ModrinthVersions{}, 0, err
+			return ModrinthVersions{}, err
 		}
 		out := ModrinthVersions{Count: len(raw), Results: make([]ModrinthVersion, 0, len(raw))}
 		for _, mv := range raw {
 			out.Results = append(out.Results, mv.normalize())
 		}
-		return out, n, nil
+		return out, nil
 	})
 }
 
@@ -262,17 +291,17 @@ func (s *Service) ModrinthProjectVersions(ctx context.Context, slug string, v ur
 // Errors: *validate.Error ("version_id"), ErrNotFound, *UpstreamError, the
 // context's error.
 func (s *Service) ModrinthVersion(ctx context.Context, versionID string) (ModrinthVersion, error) {
-	if !slugRe.MatchString(versionID) {
+	if !validSlug(versionID) {
 		return ModrinthVersion{}, errorf("version_id", "must be a Modrinth version id")
 	}
 	path := "/v2/version/" + url.PathEscape(versionID)
-	return fetch(ctx, s, "mr:version:"+path, func(ctx context.Context) (ModrinthVersion, int, error) {
+	return fetch(ctx, s, s.modrinth, "mr:version:"+path, func(ctx context.Context) (ModrinthVersion, error) {
 		var raw mrVersion
-		n, err := s.modrinth.getJSON(ctx, path, nil, &raw)
+		err := s.modrinth.getJSON(ctx, path, nil, &raw)
 		if err != nil {
-			return ModrinthVersion{}, 0, err
+			return ModrinthVersion{}, err
 		}
-		return raw.normalize(), n, nil
+		return raw.normalize(), nil
 	})
 }
 

@@ -2,6 +2,7 @@ package modcatalog
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -49,12 +50,15 @@ type Options struct {
 	// (default 5 min; negative disables the cache).
 	CacheTTL time.Duration
 	// CacheEntries and CacheBytes bound the cache (defaults 2,000 entries
-	// and 64 MiB, counted as the upstream bodies' sizes).
+	// and 64 MiB, counted as the answers' JSON sizes).
 	CacheEntries int
 	CacheBytes   int64
 	// ModrinthPerMinute is the most requests sent to Modrinth in any
 	// minute (default 300, Modrinth's limit per IP).
 	ModrinthPerMinute int
+	// Metrics records upstream requests and cache lookups;
+	// *metrics.Catalog implements it. nil records nothing.
+	Metrics Metrics
 	// Now and Sleep are the clock (cache expiry, Retry-After dates, the
 	// limiter) and the wait between retries and for the limiter; tests
 	// replace them (defaults time.Now and a timer).
@@ -93,6 +97,9 @@ func (o *Options) defaults() {
 	if o.ModrinthPerMinute <= 0 {
 		o.ModrinthPerMinute = 300
 	}
+	if o.Metrics == nil {
+		o.Metrics = noMetrics{}
+	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
@@ -100,6 +107,34 @@ func (o *Options) defaults() {
 		o.Sleep = sleep
 	}
 }
+
+// Metrics is where a Service records what it does (Prometheus, in
+// kiln serve). catalog is CatalogCurseForge or CatalogModrinth; outcome
+// one of the Outcome constants.
+type Metrics interface {
+	ObserveCatalogRequest(catalog, outcome string, d time.Duration)
+	ObserveCatalogCache(catalog string, hit bool)
+}
+
+// Outcomes of one upstream request, the outcome label of
+// kiln_catalog_upstream_requests_total.
+const (
+	OutcomeOK            = "ok"             // 200 with the JSON expected
+	OutcomeNotFound      = "not_found"      // 404
+	OutcomeRateLimited   = "rate_limited"   // 429
+	OutcomeServerError   = "server_error"   // 5xx
+	OutcomeRefused       = "refused"        // 401, 403 (a bad key)
+	OutcomeClientError   = "client_error"   // another status
+	OutcomeInvalidAnswer = "invalid_answer" // not the JSON expected, or too large
+	OutcomeTimeout       = "timeout"        // no answer within Options.Timeout
+	OutcomeUnreachable   = "unreachable"    // connection refused, DNS, netguard
+	OutcomeCanceled      = "canceled"       // Close, or every caller gone
+)
+
+type noMetrics struct{}
+
+func (noMetrics) ObserveCatalogRequest(string, string, time.Duration) {}
+func (noMetrics) ObserveCatalogCache(string, bool)                    {}
 
 // Service answers the catalog endpoints of api.md §7 from CurseForge and
 // Modrinth: validated queries, normalized answers, cached. It is safe for
@@ -153,10 +188,10 @@ func New(policy *netguard.Policy, opts Options) (*Service, error) {
 	if opts.CurseForgeKey != "" {
 		h := ua.Clone()
 		h.Set("X-Api-Key", opts.CurseForgeKey)
-		s.curseforge = &upstream{name: "CurseForge", base: cf, client: client, header: h, opts: &s.opts}
+		s.curseforge = &upstream{name: "CurseForge", label: CatalogCurseForge, base: cf, client: client, header: h, opts: &s.opts}
 	}
 	s.modrinth = &upstream{
-		name: "Modrinth", base: mr, client: client, header: ua.Clone(), opts: &s.opts,
+		name: "Modrinth", label: CatalogModrinth, base: mr, client: client, header: ua.Clone(), opts: &s.opts,
 		limiter: newLimiter(opts.ModrinthPerMinute, opts.Now, opts.Sleep),
 	}
 	return s, nil
@@ -194,9 +229,13 @@ func (s *Service) Close() {
 // context that keeps ctx's values but not its cancellation (a caller that
 // leaves does not fail the others); Close cancels it. The call is bounded
 // by Attempts × Timeout plus the retry waits.
-func fetch[T any](ctx context.Context, s *Service, key string, load func(ctx context.Context) (T, int, error)) (T, error) {
+func fetch[T any](ctx context.Context, s *Service, up *upstream, key string, load func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
-	if v, ok := s.cache.get(key); ok {
+	v, ok := s.cache.get(key)
+	if s.cache.enabled() {
+		s.opts.Metrics.ObserveCatalogCache(up.label, ok)
+	}
+	if ok {
 		return v.(T), nil
 	}
 	ch := s.flights.DoChan(key, func() (any, error) {
@@ -213,14 +252,14 @@ func fetch[T any](ctx context.Context, s *Service, key string, load func(ctx con
 		defer cancel()
 		stop := context.AfterFunc(s.base, cancel)
 		defer stop()
-		v, size, err := load(lctx)
+		v, err := load(lctx)
 		if err != nil {
 			if s.base.Err() != nil {
 				return nil, ErrClosed
 			}
 			return nil, err
 		}
-		s.cache.put(key, v, size)
+		s.cache.put(key, v, encodedSize(v))
 		return v, nil
 	})
 	select {
@@ -243,4 +282,15 @@ func (s *Service) track() bool {
 	}
 	s.wg.Add(1)
 	return true
+}
+
+// encodedSize is the cache's cost of a value: the length of its JSON, the
+// answer Kiln writes. Measured against the live heap
+// (BenchmarkCacheMemory), a cached answer holds about its JSON's size.
+func encodedSize(v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return maxBody // not expected of our types; count it as the largest
+	}
+	return len(b)
 }

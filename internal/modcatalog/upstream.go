@@ -22,6 +22,7 @@ const maxBody = 8 << 20
 // request carries, the retry policy and, for Modrinth, the rate limiter.
 type upstream struct {
 	name    string // "CurseForge", "Modrinth": starts the user's sentence
+	label   string // CatalogCurseForge, CatalogModrinth: the metrics' label
 	base    *url.URL
 	client  *http.Client
 	header  http.Header
@@ -29,8 +30,7 @@ type upstream struct {
 	opts    *Options
 }
 
-// getJSON requests base+path?query and decodes a 200 answer into v. It
-// returns the size of the body (the cache's cost of the answer).
+// getJSON requests base+path?query and decodes a 200 answer into v.
 //
 // Errors: ErrNotFound (404), *UpstreamError (anything else that is not a
 // 200 with JSON, after retries), the context's error when ctx ended.
@@ -39,26 +39,26 @@ type upstream struct {
 // answer's Retry-After (seconds or an HTTP date), else Modrinth's
 // X-Ratelimit-Reset on a 429, else 250 ms doubling; a wait longer than
 // Options.MaxRetryWait is not waited for: the call fails at once.
-func (u *upstream) getJSON(ctx context.Context, path string, query url.Values, v any) (int, error) {
+func (u *upstream) getJSON(ctx context.Context, path string, query url.Values, v any) error {
 	target := u.base.JoinPath(path)
 	target.RawQuery = query.Encode()
 	var last *UpstreamError
 	for attempt := 1; ; attempt++ {
 		if u.limiter != nil {
 			if err := u.limiter.wait(ctx); err != nil {
-				return 0, err
+				return err
 			}
 		}
-		n, retryAfter, err := u.attempt(ctx, target.String(), v)
+		retryAfter, err := u.attempt(ctx, target.String(), v)
 		if err == nil || errors.Is(err, ErrNotFound) || ctx.Err() != nil {
 			if ctx.Err() != nil && err != nil {
-				return 0, fmt.Errorf("%s: %w", u.name, context.Cause(ctx))
+				return fmt.Errorf("%s: %w", u.name, context.Cause(ctx))
 			}
-			return n, err
+			return err
 		}
 		ue, ok := errors.AsType[*UpstreamError](err)
 		if !ok {
-			return 0, err
+			return err
 		}
 		last = ue
 		if retryAfter < 0 || attempt >= u.opts.Attempts {
@@ -69,26 +69,30 @@ func (u *upstream) getJSON(ctx context.Context, path string, query url.Values, v
 		}
 		if retryAfter > u.opts.MaxRetryWait {
 			last.Reason += fmt.Sprintf(" and asked to wait %s, longer than Kiln waits", retryAfter.Round(time.Second))
-			return 0, last
+			return last
 		}
 		if err := u.opts.Sleep(ctx, retryAfter); err != nil {
-			return 0, fmt.Errorf("%s: %w", u.name, err)
+			return fmt.Errorf("%s: %w", u.name, err)
 		}
 	}
 	if u.opts.Attempts > 1 {
 		last.Reason += fmt.Sprintf(" (%d attempts)", u.opts.Attempts)
 	}
-	return 0, last
+	return last
 }
 
 // attempt makes one request. retryAfter is how long to wait before trying
 // again: negative when retrying is pointless, 0 for the default backoff.
-func (u *upstream) attempt(ctx context.Context, target string, v any) (n int, retryAfter time.Duration, err error) {
+func (u *upstream) attempt(ctx context.Context, target string, v any) (retryAfter time.Duration, err error) {
 	actx, cancel := context.WithTimeout(ctx, u.opts.Timeout)
 	defer cancel()
+	// Latency is wall time whatever Options.Now says: it is a measure,
+	// not a decision.
+	start := time.Now()
+	defer func() { u.opts.Metrics.ObserveCatalogRequest(u.label, outcome(ctx, err), time.Since(start)) }()
 	req, err := http.NewRequestWithContext(actx, http.MethodGet, target, nil)
 	if err != nil {
-		return 0, -1, &UpstreamError{Catalog: u.name, Reason: "cannot be requested", Err: err}
+		return -1, &UpstreamError{Catalog: u.name, Reason: "cannot be requested", Err: err}
 	}
 	for k, vs := range u.header {
 		req.Header[k] = vs
@@ -96,42 +100,42 @@ func (u *upstream) attempt(ctx context.Context, target string, v any) (n int, re
 	req.Header.Set("Accept", "application/json")
 	resp, err := u.client.Do(req)
 	if err != nil {
-		return 0, 0, u.transportError(actx, err)
+		return 0, u.transportError(actx, err)
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusNotFound:
-		return 0, -1, ErrNotFound
+		return -1, ErrNotFound
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return 0, u.retryAfter(resp), &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: "answered HTTP " + statusLine(resp.StatusCode)}
+		return u.retryAfter(resp), &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: "answered HTTP " + statusLine(resp.StatusCode)}
 	case resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized:
 		reason := "refused the request (HTTP " + statusLine(resp.StatusCode) + ")"
 		if _, ok := u.header["X-Api-Key"]; ok {
 			reason = "refused Kiln's API key (HTTP " + statusLine(resp.StatusCode) + "): the operator must check --curseforge-api-key"
 		}
-		return 0, -1, &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: reason}
+		return -1, &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: reason}
 	default:
-		return 0, -1, &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: "answered HTTP " + statusLine(resp.StatusCode)}
+		return -1, &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: "answered HTTP " + statusLine(resp.StatusCode)}
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
-		return 0, 0, u.transportError(actx, err)
+		return 0, u.transportError(actx, err)
 	}
 	if len(body) > maxBody {
-		return 0, -1, &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: fmt.Sprintf("sent an answer larger than %d MiB", maxBody>>20)}
+		return -1, &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: fmt.Sprintf("sent an answer larger than %d MiB", maxBody>>20)}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return 0, -1, &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: "sent an answer that is not the JSON Kiln expects", Err: err}
+		return -1, &UpstreamError{Catalog: u.name, Status: resp.StatusCode, Reason: "sent an answer that is not the JSON Kiln expects", Err: err}
 	}
-	return len(body), 0, nil
+	return 0, nil
 }
 
 // transportError describes a failed connection or read; the attempt may
 // be retried.
 func (u *upstream) transportError(actx context.Context, err error) error {
 	if ne, ok := errors.AsType[net.Error](err); errors.Is(actx.Err(), context.DeadlineExceeded) || (ok && ne.Timeout()) {
-		return &UpstreamError{Catalog: u.name, Reason: "did not answer within " + u.opts.Timeout.String(), Err: err}
+		return &UpstreamError{Catalog: u.name, Reason: "did not answer within " + u.opts.Timeout.String(), Err: err, timeout: true}
 	}
 	return &UpstreamError{Catalog: u.name, Reason: "could not be reached", Err: err}
 }
@@ -177,4 +181,35 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// outcome names how an attempt ended, for the metrics.
+func outcome(ctx context.Context, err error) string {
+	if err == nil {
+		return OutcomeOK
+	}
+	if errors.Is(err, ErrNotFound) {
+		return OutcomeNotFound
+	}
+	if ctx.Err() != nil {
+		return OutcomeCanceled
+	}
+	ue, ok := errors.AsType[*UpstreamError](err)
+	switch {
+	case !ok:
+		return OutcomeClientError
+	case ue.Status == http.StatusTooManyRequests:
+		return OutcomeRateLimited
+	case ue.Status >= 500:
+		return OutcomeServerError
+	case ue.Status == http.StatusUnauthorized || ue.Status == http.StatusForbidden:
+		return OutcomeRefused
+	case ue.Status == http.StatusOK:
+		return OutcomeInvalidAnswer
+	case ue.Status != 0:
+		return OutcomeClientError
+	case ue.timeout:
+		return OutcomeTimeout
+	}
+	return OutcomeUnreachable
 }

@@ -25,7 +25,7 @@ func Each(t *testing.T, fn func(t *testing.T, db *store.DB)) {
 }
 
 // SQLite opens a migrated SQLite database in a temporary directory.
-func SQLite(t *testing.T) *store.DB {
+func SQLite(t testing.TB) *store.DB {
 	t.Helper()
 	db, err := store.Open(t.Context(), store.Options{DataDir: t.TempDir()})
 	if err != nil {
