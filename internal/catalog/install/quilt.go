@@ -91,6 +91,11 @@ func (i *Installer) quilt(ctx context.Context, j job) (catalog.Result, error) {
 	if err != nil {
 		return catalog.Result{}, err
 	}
+	// The installer is verified into the cache before anything is written
+	// into the root, so a bad one leaves the root as it was.
+	if err := i.prefetch(ctx, artifact{URL: inst.URL, Sums: map[string]string{inst.Algo: inst.Sum}}); err != nil {
+		return catalog.Result{}, err
+	}
 	m, err := i.mojangServer(ctx, j, game, "server.jar")
 	if err != nil {
 		return catalog.Result{}, err
@@ -145,4 +150,14 @@ func quiltPick(want, kind string, list func(func(string) bool)) (string, error) 
 		return "", notFound("quilt lists no %s release", kind)
 	}
 	return "", notFound("quilt has no %s version %s", kind, want)
+}
+
+// prefetch makes sure a is in the cache, downloading and verifying it if
+// not, without writing anything into a root.
+func (i *Installer) prefetch(ctx context.Context, a artifact) error {
+	if _, ok := i.cache.find(a); ok {
+		return nil
+	}
+	_, err := i.download(ctx, a)
+	return err
 }

@@ -28,6 +28,9 @@ type upstream struct {
 	mu       sync.Mutex
 	requests []seen
 	override map[string]http.HandlerFunc
+	// subst replaces strings in fixture answers (fixtures_test.go): the
+	// checksums and sizes of real artifacts by those of the stand-ins.
+	subst map[string]string
 }
 
 type seen struct {
@@ -48,7 +51,8 @@ func jar(name string) []byte { return []byte("PK fake jar: " + name + "\n") }
 
 func newUpstream(t *testing.T) *upstream {
 	t.Helper()
-	u := &upstream{t: t, routes: map[string]http.HandlerFunc{}, override: map[string]http.HandlerFunc{}, mojangDocs: map[string]string{}}
+	u := &upstream{t: t, routes: map[string]http.HandlerFunc{}, override: map[string]http.HandlerFunc{},
+		mojangDocs: map[string]string{}, subst: map[string]string{}}
 	u.fill()
 	u.purpur()
 	u.mojang()
