@@ -121,7 +121,7 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 		if p.Installer.Project == "" {
 			c.Add(at("installer.project"), "is required for fill")
 		}
-	case InstallPurpur, InstallMojang, InstallFabric, InstallForge, InstallNeoForge, InstallBungeeCord, InstallTestServer:
+	case InstallPurpur, InstallMojang, InstallFabric, InstallQuilt, InstallForge, InstallNeoForge, InstallBungeeCord, InstallTestServer:
 	default:
 		c.Add(at("installer.kind"), "unknown installer %q", p.Installer.Kind)
 	}

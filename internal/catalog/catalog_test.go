@@ -46,6 +46,7 @@ func TestLoadEmbedded(t *testing.T) {
 		{8, "velocity", Proxy, 25577, "end", "plugins", InstallFill},
 		{9, "waterfall", Proxy, 25577, "end", "plugins", InstallFill},
 		{10, "bungeecord", Proxy, 25577, "end", "plugins", InstallBungeeCord},
+		{11, "quilt", Server, 25565, "stop", "mods", InstallQuilt},
 		{100, "kiln-test", Server, 25565, "stop", "plugins", InstallTestServer},
 		{101, "kiln-test-proxy", Proxy, 25577, "end", "plugins", InstallTestServer},
 	}
@@ -314,7 +315,7 @@ func TestEnv(t *testing.T) {
 		t.Fatalf("Env: %v", err)
 	}
 	want := map[string]string{
-		"MINECRAFT_VERSION": "latest", "BUILD_NUMBER": "latest", "EULA": "false",
+		"MINECRAFT_VERSION": "latest", "BUILD_NUMBER": "latest", "CHANNEL": "default", "EULA": "false",
 		"MOTD": "Hello", "MAX_PLAYERS": "50", "ONLINE_MODE": "true",
 	}
 	if !mapsEqual(got, want) {

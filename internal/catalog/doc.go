@@ -1,5 +1,5 @@
 // Package catalog owns the software profiles: what Kiln can install and run
-// (Paper, Purpur, Folia, Vanilla, Fabric, Forge, NeoForge, Velocity,
+// (Paper, Purpur, Folia, Vanilla, Fabric, Quilt, Forge, NeoForge, Velocity,
 // Waterfall, BungeeCord, and in development mode the bundled kiln-test
 // server and kiln-test-proxy), and how to start, stop and place plugins
 // for each. The installers that fetch the artifacts live in the
@@ -46,7 +46,7 @@
 //     allows (additionalProperties).
 //   - Ids are fixed in the files and never reused: 1 paper, 2 purpur,
 //     3 folia, 4 vanilla, 5 fabric, 6 forge, 7 neoforge, 8 velocity,
-//     9 waterfall, 10 bungeecord, 100 kiln-test, 101 kiln-test-proxy.
+//     9 waterfall, 10 bungeecord, 11 quilt, 100 kiln-test, 101 kiln-test-proxy.
 //   - Start commands are argv lists, never shell lines: no quoting, no
 //     injection through a variable's value. A placeholder expands inside
 //     one element and never splits it; that is why Forge 1.17+ needs the

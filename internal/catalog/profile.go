@@ -28,6 +28,7 @@ const (
 	InstallPurpur     = "purpur"     // api.purpurmc.org v2
 	InstallMojang     = "mojang"     // piston-meta: vanilla
 	InstallFabric     = "fabric"     // meta.fabricmc.net v2 (+ Mojang for the vanilla jar)
+	InstallQuilt      = "quilt"      // meta.quiltmc.org v3 + quilt-installer, run with java (+ Mojang)
 	InstallForge      = "forge"      // maven.minecraftforge.net installer, run with java
 	InstallNeoForge   = "neoforge"   // maven.neoforged.net installer, run with java
 	InstallBungeeCord = "bungeecord" // ci.md-5.net Jenkins

@@ -10,12 +10,11 @@ type Result struct {
 	JavaMajor int    // Java to run it with; 0 for kiln-test
 	Jar       string // jar to run, relative to the root; empty with ArgsFile or for kiln-test
 	ArgsFile  string // JVM args file relative to the root (Forge 1.17+, NeoForge); empty otherwise
-	SHA256    string // of the downloaded artifact (the jar, or the Forge/NeoForge installer)
+	SHA256    string // of the downloaded artifact (the jar, or the Forge/NeoForge/Quilt installer)
 	Source    string // upstream URL of that artifact (before mirror rewriting)
 	// Checksum names the upstream checksum that verified the artifact:
-	// sha256, sha1 or md5; empty when the upstream publishes none (Fabric,
-	// BungeeCord without a Jenkins fingerprint) and SHA256 is only what
-	// Kiln computed.
+	// sha256, sha1 or md5; empty when the upstream publishes none (Fabric's
+	// launcher) and SHA256 is only what Kiln computed.
 	Checksum string
 }
 

@@ -95,8 +95,8 @@ func paperMirror(t testing.TB) *httptest.Server {
 	jar := []byte("PK\x03\x04 not really a paper jar")
 	h := sha256.Sum256(jar)
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `{"project":{"id":"paper"},"versions":{"1.21":["1.21.4"]}}`)
+	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper/versions", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"versions":[{"version":{"id":"1.21.4","java":{"version":{"minimum":21}}},"builds":[232]}]}`)
 	})
 	mux.HandleFunc("GET /fill.papermc.io/v3/projects/paper/versions/1.21.4/builds", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `[{"id":232,"channel":"STABLE","downloads":{"server:default":{"name":"paper-1.21.4-232.jar","size":%d,

@@ -2,8 +2,10 @@ package install
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/validate"
@@ -13,18 +15,29 @@ import (
 const bungeeJob = "https://ci.md-5.net/job/BungeeCord/"
 
 // bungeeTree asks Jenkins for only the fields used.
-const bungeeTree = "api/json?tree=number,result,artifacts[fileName,relativePath],fingerprint[fileName,hash]"
+const bungeeTree = "api/json?tree=number,result,artifacts[fileName,relativePath]"
+
+// bungeeFingerprintTree asks the Fingerprint record for its hash.
+const bungeeFingerprintTree = "api/json?tree=hash,fileName"
 
 // bungeecord installs BungeeCord from its Jenkins: "latest" is
-// lastSuccessfulBuild, any other version is a build number. The build is
-// read first and the jar then fetched from that numbered build, so a build
-// finishing meanwhile does not change what is installed.
+// lastStableBuild (lastSuccessfulBuild may be UNSTABLE), any other version
+// is a build number, which must have succeeded. The build is read first
+// and the jar then fetched from that numbered build, so a build finishing
+// meanwhile does not change what is installed.
 //
-// Checksums: BungeeCord publishes none. When Jenkins recorded a fingerprint
-// of the jar (an MD5) it is verified; otherwise Result.Checksum is empty
-// and SHA256 is only what Kiln computed over the HTTPS download.
+// Checksums: BungeeCord publishes none of its own. The build's
+// fingerprint[] list is no substitute: BungeeCord is a Maven job, whose
+// fingerprints are named "<groupId>:<file>" (net.md-5:BungeeCord.jar) and
+// taken of what Maven installed, before the bootstrap jar is shaded, so
+// they do not match the archived jar. The jar is verified instead against
+// the MD5 Jenkins computes of the archived file itself: the artifact's
+// "*fingerprint*" URL makes Jenkins digest that file and answer with the
+// Fingerprint record of that MD5 (hudson.model.DirectoryBrowserSupport).
+// A build whose jar has no fingerprint record is refused, never installed
+// unverified.
 func (i *Installer) bungeecord(ctx context.Context, j job) (catalog.Result, error) {
-	ref := "lastSuccessfulBuild"
+	ref := "lastStableBuild"
 	if j.version != "latest" {
 		if n, err := strconv.Atoi(j.version); err != nil || n <= 0 {
 			return catalog.Result{}, validate.Errorf("version", "%q is not a BungeeCord build number (or latest)", j.version)
@@ -38,13 +51,12 @@ func (i *Installer) bungeecord(ctx context.Context, j job) (catalog.Result, erro
 			FileName     string `json:"fileName"`
 			RelativePath string `json:"relativePath"`
 		} `json:"artifacts"`
-		Fingerprint []struct {
-			FileName string `json:"fileName"`
-			Hash     string `json:"hash"`
-		} `json:"fingerprint"`
 	}
 	if err := i.fetch.json(ctx, bungeeJob+ref+"/"+bungeeTree, &build); err != nil {
 		if isStatus(err, http.StatusNotFound) {
+			if ref == "lastStableBuild" {
+				return catalog.Result{}, notFound("bungeecord has no stable build")
+			}
 			return catalog.Result{}, notFound("bungeecord has no build %s", j.version)
 		}
 		return catalog.Result{}, err
@@ -63,18 +75,25 @@ func (i *Installer) bungeecord(ctx context.Context, j job) (catalog.Result, erro
 	}
 	n := strconv.Itoa(build.Number)
 	a := artifact{URL: bungeeJob + n + "/artifact/" + rel}
-	for _, f := range build.Fingerprint {
-		if f.FileName == "BungeeCord.jar" && isHex(f.Hash, 32) {
-			a.Sums = map[string]string{"md5": f.Hash}
-		}
+	var fp struct {
+		Hash     string `json:"hash"`
+		FileName string `json:"fileName"`
 	}
+	err := i.fetch.json(ctx, a.URL+"/*fingerprint*/"+bungeeFingerprintTree, &fp)
+	if isStatus(err, http.StatusNotFound) || err == nil && !isHex(strings.ToLower(fp.Hash), 32) {
+		return catalog.Result{}, fmt.Errorf("bungeecord build %d: Jenkins published no fingerprint (MD5) of %s; refusing an unverifiable jar", build.Number, rel)
+	}
+	if err != nil {
+		return catalog.Result{}, err
+	}
+	a.Sums = map[string]string{"md5": strings.ToLower(fp.Hash)}
 	sha, err := i.artifactInto(ctx, j, a, "server.jar")
 	if err != nil {
 		return catalog.Result{}, err
 	}
 	return catalog.Result{
 		Version: n, Build: n, JavaMajor: j.p.JavaFor(n), Jar: "server.jar",
-		SHA256: sha, Source: a.URL, Checksum: a.strongest(),
+		SHA256: sha, Source: a.URL, Checksum: "md5",
 	}, nil
 }
 

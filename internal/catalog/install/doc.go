@@ -1,8 +1,8 @@
 // Package install fetches server software from each project's official
 // API into a server root: Fill v3 (Paper, Folia, Velocity, Waterfall),
-// Purpur, Mojang's piston-meta (Vanilla), Fabric meta, the Forge and
-// NeoForge Mavens, and BungeeCord's Jenkins; kiln-test and kiln-test-proxy
-// need nothing.
+// Purpur, Mojang's piston-meta (Vanilla), Fabric meta, Quilt meta and
+// quilt-installer, the Forge and NeoForge Mavens, and BungeeCord's Jenkins;
+// kiln-test and kiln-test-proxy need nothing.
 //
 // It owns resolving versions ("latest" → a concrete version and build),
 // verifying every checksum an upstream publishes, the content-addressed
@@ -29,9 +29,36 @@
 // so one mirror (a static tree or a caching proxy) serves every upstream.
 // Hosts used: fill.papermc.io, fill-data.papermc.io (or whatever host Fill
 // names), api.purpurmc.org, piston-meta.mojang.com, piston-data.mojang.com,
-// meta.fabricmc.net, files.minecraftforge.net, maven.minecraftforge.net,
+// meta.fabricmc.net, meta.quiltmc.org, maven.quiltmc.org (or whatever host
+// Quilt's meta names), files.minecraftforge.net, maven.minecraftforge.net,
 // maven.neoforged.net, ci.md-5.net. Without a mirror every URL must be
 // https.
+//
+// Per upstream, what "latest" follows (docs/software.md has the operator's
+// table):
+//   - Fill (https://fill.papermc.io/v3/projects/<p>/versions, then
+//     …/versions/<v>/builds): the newest version, in Fill's order, that has
+//     a STABLE or RECOMMENDED build, and that build; CHANNEL=experimental
+//     (Paper, Folia) takes the newest build of any channel. JavaMajor is
+//     the version's java.version.minimum.
+//   - Purpur (https://api.purpurmc.org/v2/purpur): the last version listed,
+//     its builds.latest.
+//   - Mojang (https://piston-meta.mojang.com/mc/game/version_manifest_v2.json):
+//     latest.release; "snapshot" is latest.snapshot.
+//   - Fabric (https://meta.fabricmc.net/v2/versions/{game,installer} and
+//     /versions/loader/<game>): the first stable entry of each; "snapshot"
+//     the first game version whatever its stability.
+//   - Quilt (https://meta.quiltmc.org/v3/versions/{game,loader,installer}):
+//     the first stable game version ("snapshot": the first), the first
+//     loader and installer without a pre-release suffix.
+//   - Forge (https://files.minecraftforge.net/net/minecraftforge/forge/promotions_slim.json,
+//     https://maven.minecraftforge.net/net/minecraftforge/forge/): the newest
+//     game version with a promotion, FORGE_VERSION recommended (else its
+//     latest promotion) or latest.
+//   - NeoForge (https://maven.neoforged.net/releases/net/neoforged/neoforge/maven-metadata.xml;
+//     for 1.20.1 …/net/neoforged/forge/maven-metadata.xml): the newest
+//     release; for a game version without one its newest -beta; alphas never.
+//   - BungeeCord (https://ci.md-5.net/job/BungeeCord/): lastStableBuild.
 //
 // Checksums, per upstream:
 //   - Fill: sha256 of each build's server:default download, downloaded
@@ -39,15 +66,20 @@
 //   - Purpur: md5 from the build's metadata.
 //   - Mojang: the version document is checked against the manifest's sha1,
 //     the server jar against the document's sha1 and size.
-//   - Forge, NeoForge: the Maven sidecar next to the installer jar, the
-//     strongest present of .sha256, .sha1, .md5; an installer with no
-//     sidecar is refused.
+//   - Forge, NeoForge, quilt-installer: the Maven sidecar next to the
+//     installer jar, the strongest present of .sha256, .sha1, .md5; an
+//     installer with no sidecar is refused. What the installers then
+//     download themselves (libraries, Forge's game jar) Kiln cannot check.
 //   - Fabric publishes no checksum of its server launcher: Kiln records the
 //     sha256 it computed (catalog.Result.Checksum is empty) and caches the launcher
-//     by its URL, which pins game, loader and installer versions.
-//   - BungeeCord publishes no checksum either. Jenkins' fingerprint of the
-//     jar (an MD5) is verified when the build recorded one; otherwise only
-//     HTTPS protects the download and catalog.Result.Checksum is empty.
+//     by its URL, which pins game, loader and installer versions. The
+//     vanilla jar beside it is Mojang's, sha1-verified. Quilt's launcher is
+//     built by quilt-installer in the root; likewise unverifiable.
+//   - BungeeCord publishes none of its own. The jar is verified against
+//     the MD5 Jenkins computes of the archived file (the artifact's
+//     *fingerprint* page); the build's fingerprint[] list is not used (its
+//     net.md-5:BungeeCord.jar entry is Maven's unshaded artifact, another
+//     file). No fingerprint: the install is refused, never unverified.
 //
 // Cache: the artifacts live in a blob store (package blob; Options.Artifacts,
 // which cmd/kiln sets to the store of --blob-url, or a file store in
@@ -72,11 +104,24 @@
 //   - "latest" for Fill is the newest version that has a STABLE or
 //     RECOMMENDED build (Fill lists versions whose builds are all ALPHA or
 //     BETA); BUILD_NUMBER pins a build of any channel.
-//   - Fabric: the Mojang server jar is installed as server.jar
-//     (sha1-verified) next to fabric-server-launcher.jar, so the launcher
-//     finds it instead of downloading it unverified at first start. The
+//   - Fabric: the Mojang server jar is installed (sha1-verified) as
+//     .fabric/server/<game>-server.jar, where the launcher that meta's
+//     /server/jar serves (fabric-installer's ServerLauncher) looks for it,
+//     so it does not download it again, unverified, at first start. The
 //     launcher still fetches loader libraries from Fabric's Maven then.
-//   - Forge and NeoForge installers are upstream code run on the host with
+//   - Quilt's meta serves no ready launcher, so quilt-installer (`install
+//     server <game> <loader> --install-dir=.`) runs like the Forge
+//     installers; Kiln writes the vanilla server.jar itself, without
+//     --download-server, so that download is verified.
+//   - A reinstall of Forge or NeoForge removes the previous
+//     libraries/net/minecraftforge/forge (net/neoforged/neoforge,
+//     net/neoforged/forge) tree right before the new installer runs,
+//     through os.Root (a symlink out of the root is refused), once the new
+//     installer is downloaded and verified: a bad download leaves the old
+//     install whole.
+//   - Forge's Maven names are tried as <mc>-<forge>, <mc>-<forge>-<mc>
+//     (1.7.10, 1.8.9), <mc>-<forge>-mc172, as itzg/mc-image-helper does.
+//   - Forge, NeoForge and Quilt installers are upstream code run on the host with
 //     `java -jar <installer> --installServer` in the root, through Runner
 //     (a seam so an agent or a container can run it instead), with a
 //     minimal environment and a 30-minute limit. They download the game jar

@@ -1,13 +1,12 @@
 package install
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/validate"
@@ -36,11 +35,32 @@ type fillDownload struct {
 	} `json:"checksums"`
 }
 
+// fillVersion is one entry of /v3/projects/{project}/versions.
+type fillVersion struct {
+	Version struct {
+		ID   string `json:"id"`
+		Java struct {
+			Version struct {
+				Minimum int `json:"minimum"`
+			} `json:"version"`
+		} `json:"java"`
+	} `json:"version"`
+	Builds []int `json:"builds"`
+}
+
+// Fill channels a build may be published in, and the values of the
+// profile's CHANNEL variable.
+const (
+	fillChannelDefault      = "default"      // STABLE and RECOMMENDED builds
+	fillChannelExperimental = "experimental" // any build: ALPHA, BETA, STABLE, RECOMMENDED
+)
+
 // fill installs a Fill v3 project. "latest" is the newest version that has
-// a STABLE or RECOMMENDED build; BUILD_NUMBER "latest" is that version's
-// newest such build, while a pinned build is taken whatever its channel.
-// The jar is downloaded from the URL in the answer, never a built one, and
-// its sha256 verified.
+// a STABLE or RECOMMENDED build (CHANNEL=experimental: any build);
+// BUILD_NUMBER "latest" is that version's newest such build, while a
+// pinned build is taken whatever its channel. The jar is downloaded from
+// the URL in the answer, never a built one, and its sha256 verified. The
+// Java major is the java.version.minimum Fill publishes for the version.
 func (i *Installer) fill(ctx context.Context, j job) (catalog.Result, error) {
 	project := j.p.Installer.Project
 	build := j.setting("BUILD_NUMBER")
@@ -49,25 +69,48 @@ func (i *Installer) fill(ctx context.Context, j job) (catalog.Result, error) {
 			return catalog.Result{}, validate.Errorf("env.BUILD_NUMBER", "%q is not a build number", build)
 		}
 	}
-	versions, err := i.fillVersions(ctx, project)
-	if err != nil {
+	channel := fillChannelDefault
+	if _, ok := j.p.Var("CHANNEL"); ok {
+		switch c := strings.ToLower(j.env["CHANNEL"]); c {
+		case "", fillChannelDefault:
+		case fillChannelExperimental:
+			channel = c
+		default:
+			return catalog.Result{}, validate.Errorf("env.CHANNEL", "%q is not a channel (default or experimental)", j.env["CHANNEL"])
+		}
+	}
+	var list struct {
+		Versions []fillVersion `json:"versions"`
+	}
+	if err := i.fetch.json(ctx, fillBase+project+"/versions", &list); err != nil {
 		return catalog.Result{}, err
 	}
-	candidates := versions
+	// Fill lists versions newest first; that order is kept (version names
+	// such as 1.21.9-rc1 or 3.4.0-SNAPSHOT do not sort by themselves).
+	var candidates []fillVersion
 	if j.version == "latest" {
-		candidates = versions[:min(len(versions), fillLatestScan)]
+		for _, v := range list.Versions {
+			if len(v.Builds) > 0 && len(candidates) < fillLatestScan {
+				candidates = append(candidates, v)
+			}
+		}
 	} else {
-		if !slices.Contains(versions, j.version) {
+		for _, v := range list.Versions {
+			if v.Version.ID == j.version {
+				candidates = []fillVersion{v}
+			}
+		}
+		if candidates == nil {
 			return catalog.Result{}, notFound("%s has no version %s", project, j.version)
 		}
-		candidates = []string{j.version}
 	}
-	for _, v := range candidates {
+	for _, fv := range candidates {
+		v := fv.Version.ID
 		var builds []fillBuild
 		if err := i.fetch.json(ctx, fillBase+project+"/versions/"+url.PathEscape(v)+"/builds", &builds); err != nil {
 			return catalog.Result{}, err
 		}
-		b, ok := pickFillBuild(builds, build)
+		b, ok := pickFillBuild(builds, build, channel)
 		if !ok {
 			continue
 		}
@@ -83,8 +126,12 @@ func (i *Installer) fill(ctx context.Context, j job) (catalog.Result, error) {
 		if err != nil {
 			return catalog.Result{}, err
 		}
+		java := fv.Version.Java.Version.Minimum
+		if java <= 0 {
+			java = j.p.JavaFor(v)
+		}
 		return catalog.Result{
-			Version: v, Build: strconv.Itoa(b.ID), JavaMajor: j.p.JavaFor(v), Jar: "server.jar",
+			Version: v, Build: strconv.Itoa(b.ID), JavaMajor: java, Jar: "server.jar",
 			SHA256: sha, Source: d.URL, Checksum: "sha256",
 		}, nil
 	}
@@ -94,47 +141,19 @@ func (i *Installer) fill(ctx context.Context, j job) (catalog.Result, error) {
 	if j.version == "latest" {
 		return catalog.Result{}, notFound("none of the %d newest %s versions has a stable build", len(candidates), project)
 	}
-	return catalog.Result{}, notFound("%s %s has no STABLE or RECOMMENDED build (set BUILD_NUMBER to pin one)", project, j.version)
-}
-
-// fillVersions returns the project's versions, newest first, in the order
-// of the answer: {"versions": {"1.21": ["1.21.4", "1.21.3"], "1.20": […]}}.
-// The object is read token by token because its key order carries the
-// order of the version groups.
-func (i *Installer) fillVersions(ctx context.Context, project string) ([]string, error) {
-	var doc struct {
-		Versions json.RawMessage `json:"versions"`
-	}
-	if err := i.fetch.json(ctx, fillBase+project, &doc); err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(doc.Versions))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, fmt.Errorf("decode %s versions: not an object", project)
-	}
-	var out []string
-	for dec.More() {
-		if _, err := dec.Token(); err != nil { // the group key
-			return nil, fmt.Errorf("decode %s versions: %w", project, err)
-		}
-		var group []string
-		if err := dec.Decode(&group); err != nil {
-			return nil, fmt.Errorf("decode %s versions: %w", project, err)
-		}
-		out = append(out, group...)
-	}
-	return out, nil
+	return catalog.Result{}, notFound("%s %s has no STABLE or RECOMMENDED build (set BUILD_NUMBER to pin one, or CHANNEL=experimental)", project, j.version)
 }
 
 // pickFillBuild returns the build to install: the pinned one, or the
-// newest STABLE or RECOMMENDED one. Fill lists builds newest first; they are
-// sorted by id anyway so the choice does not depend on that.
-func pickFillBuild(builds []fillBuild, build string) (fillBuild, bool) {
+// newest one of the channel (default: STABLE or RECOMMENDED; experimental:
+// any). Fill lists builds newest first; they are sorted by id anyway so
+// the choice does not depend on that.
+func pickFillBuild(builds []fillBuild, build, channel string) (fillBuild, bool) {
 	builds = slices.Clone(builds)
 	slices.SortStableFunc(builds, func(a, b fillBuild) int { return b.ID - a.ID })
 	for _, b := range builds {
 		if build == "latest" {
-			if b.Channel == "STABLE" || b.Channel == "RECOMMENDED" {
+			if channel == fillChannelExperimental || b.Channel == "STABLE" || b.Channel == "RECOMMENDED" {
 				return b, true
 			}
 		} else if strconv.Itoa(b.ID) == build {

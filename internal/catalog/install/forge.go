@@ -3,6 +3,7 @@ package install
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,8 +23,11 @@ import (
 const (
 	forgePromotions = "https://files.minecraftforge.net/net/minecraftforge/forge/promotions_slim.json"
 	forgeMaven      = "https://maven.minecraftforge.net/net/minecraftforge/forge/"
-	neoVersions     = "https://maven.neoforged.net/api/maven/versions/releases/net/neoforged/neoforge"
 	neoMaven        = "https://maven.neoforged.net/releases/net/neoforged/neoforge/"
+	// NeoForge for 1.20.1 is a fork of Forge 47.1 published under Forge's
+	// coordinates in NeoForge's group: net.neoforged:forge 1.20.1-47.1.x.
+	neoForgeMaven = "https://maven.neoforged.net/releases/net/neoforged/forge/"
+	neoForgeGame  = "1.20.1"
 )
 
 // installerJar is the name the Forge/NeoForge installer has in the root
@@ -108,17 +112,43 @@ func (i *Installer) forge(ctx context.Context, j job) (catalog.Result, error) {
 		}
 		fv = v
 	}
-	full := mc + "-" + fv
-	if !validToken(full) {
+	if !validToken(mc + "-" + fv) {
 		return catalog.Result{}, validate.Errorf("env.FORGE_VERSION", "%q is not a forge version", fv)
 	}
-	src := forgeMaven + url.PathEscape(full) + "/forge-" + url.PathEscape(full) + "-installer.jar"
-	res, err := i.runInstaller(ctx, j, src, "forge")
+	// Every few major versions Forge changed how it names its Maven
+	// versions: 1.7.10 and 1.8.9 builds carry the game version again
+	// (1.7.10-10.13.4.1614-1.7.10), some 1.7.2 ones "-mc172". Each name is
+	// tried in this order, as itzg/mc-image-helper's ForgeInstallerResolver
+	// does; the first with a published installer wins.
+	var (
+		full string
+		inst installerRef
+	)
+	for _, name := range []string{mc + "-" + fv, mc + "-" + fv + "-" + mc, mc + "-" + fv + "-mc172"} {
+		src := forgeMaven + url.PathEscape(name) + "/forge-" + url.PathEscape(name) + "-installer.jar"
+		ref, err := i.mavenInstaller(ctx, src)
+		if errors.Is(err, ErrVersionNotFound) {
+			continue
+		}
+		if err != nil {
+			return catalog.Result{}, err
+		}
+		full, inst = name, ref
+		break
+	}
+	if full == "" {
+		return catalog.Result{}, notFound("forge has no installer for minecraft %s forge %s", mc, fv)
+	}
+	libs := "libraries/net/minecraftforge/forge"
+	res, err := i.runInstaller(ctx, j, inst, "forge", libs)
 	if err != nil {
 		return catalog.Result{}, err
 	}
 	res.Version, res.Build, res.JavaMajor = mc, fv, j.p.JavaFor(mc)
-	args := "libraries/net/minecraftforge/forge/" + full + "/unix_args.txt"
+	// 1.17+ leaves an args file (1.20.3+ also a -shim.jar, which run.sh
+	// only uses to check the Java version); 1.12.2 from 14.23.5.2851 on a
+	// forge-<full>.jar; older ones forge-<full>-universal.jar.
+	args := libs + "/" + full + "/unix_args.txt"
 	jars := []string{"forge-" + full + ".jar", "forge-" + full + "-universal.jar", "forge-" + full + "-shim.jar"}
 	if err := i.launchTarget(j, &res, args, jars); err != nil {
 		return catalog.Result{}, err
@@ -126,28 +156,33 @@ func (i *Installer) forge(ctx context.Context, j job) (catalog.Result, error) {
 	return res, nil
 }
 
-// neoforge installs NeoForge. Its versions encode the game version: 21.1.x
-// is for 1.21.1, 21.0.x for 1.21, 20.4.x for 1.20.4; year-based game
-// versions (26.1 …) are expected to map to 26.1.x.y (verify when they
-// ship). "latest" is the newest stable (non-beta) version; for a game
-// version, NEOFORGE_VERSION "latest" is its newest stable version, or its
-// newest beta when it has no stable one.
+// neoforge installs NeoForge from its Maven's maven-metadata.xml. Its
+// versions encode the game version: 21.1.x is for 1.21.1, 21.0.x for
+// 1.21, 20.4.x for 1.20.4, year-based 26.1.0.x for 26.1 and 26.1.1.x for
+// 26.1.1. Only releases and "-beta" versions are ever chosen: alphas
+// ("26.1.0.0-alpha.2+snapshot-1") are for snapshots and never installed,
+// not even pinned. "latest" is the newest release; for a game version,
+// NEOFORGE_VERSION "latest" is its newest release, or its newest beta when
+// it has no release. Game version 1.20.1 comes from net.neoforged:forge
+// (1.20.1-47.1.x), NEOFORGE_VERSION naming the part after "1.20.1-".
 func (i *Installer) neoforge(ctx context.Context, j job) (catalog.Result, error) {
-	var list struct {
-		Versions []string `json:"versions"`
-	}
-	if err := i.fetch.json(ctx, neoVersions, &list); err != nil {
-		return catalog.Result{}, err
-	}
-	versions := slices.Clone(list.Versions)
-	slices.SortFunc(versions, func(a, b string) int { return compareVersions(b, a) }) // newest first
-	stable := func(v string) bool { return !strings.Contains(v, "-") }
-
 	nv := j.setting("NEOFORGE_VERSION")
 	mc := j.version
+	if mc == neoForgeGame {
+		return i.neoforge1201(ctx, j, nv)
+	}
+	versions, err := i.mavenVersions(ctx, neoMaven)
+	if err != nil {
+		return catalog.Result{}, err
+	}
+	versions = slices.DeleteFunc(versions, func(v string) bool { return neoChannel(v) == "" })
+	slices.SortFunc(versions, func(a, b string) int { return compareVersions(b, a) }) // newest first
 	switch {
 	case nv != "latest":
 		if !slices.Contains(versions, nv) {
+			if neoChannel(nv) == "" && validToken(nv) {
+				return catalog.Result{}, notFound("neoforge %s is not a release or beta (alpha versions are not installed)", nv)
+			}
 			return catalog.Result{}, notFound("neoforge has no version %s", nv)
 		}
 		if mc != "latest" && neoGameVersion(nv) != mc {
@@ -155,13 +190,13 @@ func (i *Installer) neoforge(ctx context.Context, j job) (catalog.Result, error)
 		}
 	case mc == "latest":
 		for _, v := range versions {
-			if stable(v) {
+			if neoChannel(v) == "release" {
 				nv = v
 				break
 			}
 		}
 		if nv == "latest" {
-			return catalog.Result{}, notFound("neoforge lists no stable version")
+			return catalog.Result{}, notFound("neoforge lists no release")
 		}
 	default:
 		var beta string
@@ -169,7 +204,7 @@ func (i *Installer) neoforge(ctx context.Context, j job) (catalog.Result, error)
 			if neoGameVersion(v) != mc {
 				continue
 			}
-			if stable(v) {
+			if neoChannel(v) == "release" {
 				nv = v
 				break
 			}
@@ -181,23 +216,102 @@ func (i *Installer) neoforge(ctx context.Context, j job) (catalog.Result, error)
 			nv = beta
 		}
 		if nv == "" {
-			return catalog.Result{}, notFound("neoforge has no version for minecraft %s", mc)
+			return catalog.Result{}, notFound("neoforge has no release or beta for minecraft %s", mc)
 		}
 	}
 	mc = neoGameVersion(nv)
 	if !validToken(nv) {
 		return catalog.Result{}, fmt.Errorf("neoforge version %q from upstream is not a version", nv)
 	}
-	src := neoMaven + nv + "/neoforge-" + nv + "-installer.jar"
-	res, err := i.runInstaller(ctx, j, src, "neoforge")
+	libs := "libraries/net/neoforged/neoforge"
+	inst, err := i.mavenInstaller(ctx, neoMaven+url.PathEscape(nv)+"/neoforge-"+url.PathEscape(nv)+"-installer.jar")
+	if err != nil {
+		return catalog.Result{}, err
+	}
+	res, err := i.runInstaller(ctx, j, inst, "neoforge", libs)
 	if err != nil {
 		return catalog.Result{}, err
 	}
 	res.Version, res.Build, res.JavaMajor = mc, nv, j.p.JavaFor(mc)
-	if err := i.launchTarget(j, &res, "libraries/net/neoforged/neoforge/"+nv+"/unix_args.txt", nil); err != nil {
+	if err := i.launchTarget(j, &res, libs+"/"+nv+"/unix_args.txt", nil); err != nil {
 		return catalog.Result{}, err
 	}
 	return res, nil
+}
+
+// neoforge1201 installs NeoForge for 1.20.1: net.neoforged:forge, whose
+// versions are "1.20.1-47.1.x". NEOFORGE_VERSION "latest" is the newest.
+func (i *Installer) neoforge1201(ctx context.Context, j job, nv string) (catalog.Result, error) {
+	versions, err := i.mavenVersions(ctx, neoForgeMaven)
+	if err != nil {
+		return catalog.Result{}, err
+	}
+	var forks []string
+	for _, v := range versions {
+		if fv, ok := strings.CutPrefix(v, neoForgeGame+"-"); ok && validToken(fv) && !strings.Contains(fv, "-") {
+			forks = append(forks, fv)
+		}
+	}
+	slices.SortFunc(forks, func(a, b string) int { return compareVersions(b, a) })
+	switch {
+	case len(forks) == 0:
+		return catalog.Result{}, notFound("neoforge has no version for minecraft %s", neoForgeGame)
+	case nv == "latest":
+		nv = forks[0]
+	case !slices.Contains(forks, strings.TrimPrefix(nv, neoForgeGame+"-")):
+		return catalog.Result{}, notFound("neoforge has no version %s for minecraft %s", nv, neoForgeGame)
+	default:
+		nv = strings.TrimPrefix(nv, neoForgeGame+"-")
+	}
+	full := neoForgeGame + "-" + nv
+	libs := "libraries/net/neoforged/forge"
+	inst, err := i.mavenInstaller(ctx, neoForgeMaven+url.PathEscape(full)+"/forge-"+url.PathEscape(full)+"-installer.jar")
+	if err != nil {
+		return catalog.Result{}, err
+	}
+	res, err := i.runInstaller(ctx, j, inst, "neoforge", libs)
+	if err != nil {
+		return catalog.Result{}, err
+	}
+	res.Version, res.Build, res.JavaMajor = neoForgeGame, nv, j.p.JavaFor(neoForgeGame)
+	if err := i.launchTarget(j, &res, libs+"/"+full+"/unix_args.txt", nil); err != nil {
+		return catalog.Result{}, err
+	}
+	return res, nil
+}
+
+// neoChannel classifies a NeoForge version: "release" (no suffix), "beta"
+// (the suffix is exactly -beta), or "" for anything else (alpha builds
+// such as 26.1.0.0-alpha.2+snapshot-1 or 26.1.1.0-alpha.2+rc-1, and odd
+// names), which is never installed.
+func neoChannel(v string) string {
+	base, suffix, dashed := strings.Cut(v, "-")
+	if n, rest := splitVersion(base); len(n) < 3 || rest != "" {
+		return ""
+	}
+	switch {
+	case !dashed:
+		return "release"
+	case suffix == "beta":
+		return "beta"
+	}
+	return ""
+}
+
+// mavenVersions reads the <versions> of an artifact's maven-metadata.xml
+// (base ends with the artifact's directory and a slash).
+func (i *Installer) mavenVersions(ctx context.Context, base string) ([]string, error) {
+	body, err := i.fetch.bytes(ctx, base+"maven-metadata.xml")
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		Versions []string `xml:"versioning>versions>version"`
+	}
+	if err := xml.Unmarshal(body, &doc); err != nil {
+		return nil, fmt.Errorf("decode %smaven-metadata.xml: %w", base, err)
+	}
+	return doc.Versions, nil
 }
 
 // neoGameVersion maps a NeoForge version to its game version.
@@ -219,30 +333,37 @@ func neoGameVersion(nv string) string {
 }
 
 // runInstaller downloads an installer jar, verified against its Maven
-// checksum sidecar, into the root and runs `java -jar <jar>
-// --installServer` there. The installer jar is removed afterwards. The
+// checksum sidecar, into the root, removes the libraries tree of a
+// previous install (libs, relative to the root; see cleanLibraries) and
+// runs `java -jar <jar> --installServer` (or `java -jar <jar> args…`) there. The installer jar is
+// removed afterwards. The
 // upstream installer downloads the game jar and libraries itself; the
 // mirror does not cover those requests.
-func (i *Installer) runInstaller(ctx context.Context, j job, src, what string) (catalog.Result, error) {
+func (i *Installer) runInstaller(ctx context.Context, j job, inst installerRef, what, libs string, args ...string) (catalog.Result, error) {
+	if len(args) == 0 {
+		args = []string{"--installServer"}
+	}
 	if i.hostJava {
 		if _, err := exec.LookPath("java"); err != nil {
 			return catalog.Result{}, fmt.Errorf("%s installer needs java on the host (none on PATH; install a JRE): %w", what, ErrNoJava)
 		}
 	}
-	algo, sum, err := i.sidecar(ctx, src)
-	if err != nil {
-		return catalog.Result{}, err
-	}
-	sha, err := i.artifactInto(ctx, j, artifact{URL: src, Sums: map[string]string{algo: sum}}, installerJar)
+	src, algo := inst.URL, inst.Algo
+	sha, err := i.artifactInto(ctx, j, artifact{URL: src, Sums: map[string]string{algo: inst.Sum}}, installerJar)
 	if err != nil {
 		return catalog.Result{}, err
 	}
 	defer func() { _ = j.root.Remove(installerJar) }()
+	if libs != "" {
+		if err := cleanLibraries(j, libs); err != nil {
+			return catalog.Result{}, err
+		}
+	}
 
 	rctx, cancel := context.WithTimeout(ctx, i.runTimeout)
 	defer cancel()
 	i.log.InfoContext(ctx, "running installer", "software", j.p.Type, "url", src)
-	out, err := i.runner.Run(rctx, j.rootDir, []string{"java", "-jar", installerJar, "--installServer"})
+	out, err := i.runner.Run(rctx, j.rootDir, append([]string{"java", "-jar", installerJar}, args...))
 	if err != nil {
 		if errors.Is(err, exec.ErrNotFound) {
 			return catalog.Result{}, fmt.Errorf("%s installer needs java on the host: %w", what, ErrNoJava)
@@ -253,6 +374,37 @@ func (i *Installer) runInstaller(ctx context.Context, j job, src, what string) (
 		return catalog.Result{}, fmt.Errorf("%s installer failed: %w; output ends: %s", what, err, lastLines(out, 5))
 	}
 	return catalog.Result{SHA256: sha, Source: src, Checksum: algo}, nil
+}
+
+// cleanLibraries removes dir (a libraries tree such as
+// libraries/net/minecraftforge/forge) from the root before an installer
+// runs, so the files of two versions never mix: Forge and NeoForge keep
+// one directory per version there, and an args file or a library left by
+// the old one could be picked up by the new one. It goes through os.Root:
+// a symlink on the way that leads out of the root is refused, and a
+// symlink at dir itself is removed, never followed.
+func cleanLibraries(j job, dir string) error {
+	if err := j.root.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove the previous install's %s: %w", dir, err)
+	}
+	return nil
+}
+
+// installerRef is an installer jar on a Maven and the checksum its sidecar
+// publishes.
+type installerRef struct {
+	URL, Algo, Sum string
+}
+
+// mavenInstaller looks up the checksum sidecar of an installer jar:
+// ErrVersionNotFound when the jar does not exist, an error when it exists
+// without any checksum.
+func (i *Installer) mavenInstaller(ctx context.Context, src string) (installerRef, error) {
+	algo, sum, err := i.sidecar(ctx, src)
+	if err != nil {
+		return installerRef{}, err
+	}
+	return installerRef{URL: src, Algo: algo, Sum: sum}, nil
 }
 
 // sidecar fetches the checksum Maven publishes next to an artifact, trying

@@ -219,6 +219,8 @@ func (i *Installer) Install(ctx context.Context, p catalog.Profile, version, roo
 		res, err = i.vanilla(ctx, j)
 	case catalog.InstallFabric:
 		res, err = i.fabric(ctx, j)
+	case catalog.InstallQuilt:
+		res, err = i.quilt(ctx, j)
 	case catalog.InstallForge:
 		res, err = i.forge(ctx, j)
 	case catalog.InstallNeoForge:

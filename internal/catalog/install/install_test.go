@@ -129,8 +129,8 @@ func TestInstallLatest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if data, _ := os.ReadFile(filepath.Join(root, "server.jar")); !bytes.Equal(data, jar("server-1.21.4.jar")) {
-			t.Errorf("server.jar = %q, want the vanilla jar", data)
+		if data, _ := os.ReadFile(filepath.Join(root, ".fabric/server/1.21.4-server.jar")); !bytes.Equal(data, jar("server-1.21.4.jar")) {
+			t.Errorf(".fabric/server/1.21.4-server.jar = %q, want the vanilla jar", data)
 		}
 	})
 	t.Run("kiln-test writes only its marker", func(t *testing.T) {
@@ -373,7 +373,7 @@ func TestUpstreamError(t *testing.T) {
 		typ   string
 		route string
 	}{
-		{"metadata", "paper", "fill.papermc.io/v3/projects/paper"},
+		{"metadata", "paper", "fill.papermc.io/v3/projects/paper/versions"},
 		{"artifact", "vanilla", vanillaJarRoute},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -490,7 +490,7 @@ func TestOfficialURLsWithoutMirror(t *testing.T) {
 		got = append(got, s)
 	}
 	want := []string{
-		"https://fill.papermc.io/v3/projects/paper",
+		"https://fill.papermc.io/v3/projects/paper/versions",
 		"https://fill.papermc.io/v3/projects/paper/versions/1.20.6/builds",
 		"https://fill-data.papermc.io/v1/objects/paper-1.20.6-151/paper-1.20.6-151.jar",
 	}
@@ -515,7 +515,7 @@ func TestOfficialURLsWithoutMirror(t *testing.T) {
 func TestCancel(t *testing.T) {
 	u := newUpstream(t)
 	started := make(chan struct{})
-	u.set("fill.papermc.io/v3/projects/paper", func(w http.ResponseWriter, r *http.Request) {
+	u.set("fill.papermc.io/v3/projects/paper/versions", func(w http.ResponseWriter, r *http.Request) {
 		close(started)
 		<-r.Context().Done()
 	})

@@ -33,7 +33,8 @@ type mojangInstall struct {
 	url     string
 }
 
-// mojangServer resolves version ("latest" = latest.release) in the
+// mojangServer resolves version ("latest" = latest.release, "snapshot" =
+// latest.snapshot) in the
 // manifest, fetches the version document and checks it against the sha1
 // the manifest gives, then installs downloads.server (sha1 and size
 // verified) as name. Java comes from javaVersion.majorVersion, else from
@@ -41,7 +42,8 @@ type mojangInstall struct {
 func (i *Installer) mojangServer(ctx context.Context, j job, version, name string) (mojangInstall, error) {
 	var manifest struct {
 		Latest struct {
-			Release string `json:"release"`
+			Release  string `json:"release"`
+			Snapshot string `json:"snapshot"`
 		} `json:"latest"`
 		Versions []struct {
 			ID   string `json:"id"`
@@ -52,8 +54,17 @@ func (i *Installer) mojangServer(ctx context.Context, j job, version, name strin
 	if err := i.fetch.json(ctx, mojangManifest, &manifest); err != nil {
 		return mojangInstall{}, err
 	}
-	if version == "latest" {
+	asked := version
+	switch version {
+	case "latest":
 		version = manifest.Latest.Release
+	case "snapshot":
+		// Mojang's latest.snapshot is the newest version of any kind: it
+		// equals latest.release while no snapshot is newer.
+		version = manifest.Latest.Snapshot
+	}
+	if version == "" {
+		return mojangInstall{}, notFound("the minecraft manifest names no %s version", asked)
 	}
 	var docURL, docSHA1 string
 	for _, v := range manifest.Versions {

@@ -28,6 +28,9 @@ type upstream struct {
 	mu       sync.Mutex
 	requests []seen
 	override map[string]http.HandlerFunc
+	// subst replaces strings in fixture answers (fixtures_test.go): the
+	// checksums and sizes of real artifacts by those of the stand-ins.
+	subst map[string]string
 }
 
 type seen struct {
@@ -48,7 +51,8 @@ func jar(name string) []byte { return []byte("PK fake jar: " + name + "\n") }
 
 func newUpstream(t *testing.T) *upstream {
 	t.Helper()
-	u := &upstream{t: t, routes: map[string]http.HandlerFunc{}, override: map[string]http.HandlerFunc{}, mojangDocs: map[string]string{}}
+	u := &upstream{t: t, routes: map[string]http.HandlerFunc{}, override: map[string]http.HandlerFunc{},
+		mojangDocs: map[string]string{}, subst: map[string]string{}}
 	u.fill()
 	u.purpur()
 	u.mojang()
@@ -164,10 +168,18 @@ func (u *upstream) fill() {
 				Checksums: map[string]string{"sha256": sha256Hex(content)}},
 		}}
 	}
-	// The versions object is written by hand: its key order is the order
-	// of the version groups, newest first.
-	u.raw("fill.papermc.io/v3/projects/paper", "application/json",
-		[]byte(`{"project":{"id":"paper","name":"Paper"},"versions":{"1.21":["1.21.5","1.21.4"],"1.20":["1.20.6"]}}`))
+	// /versions lists versions newest first with Fill's java.version.minimum.
+	versions := func(project string, vs ...string) {
+		var list []map[string]any
+		for _, v := range vs {
+			list = append(list, map[string]any{
+				"version": map[string]any{"id": v, "java": map[string]any{"version": map[string]any{"minimum": 21}}},
+				"builds":  []int{1},
+			})
+		}
+		u.json("fill.papermc.io/v3/projects/"+project+"/versions", map[string]any{"versions": list})
+	}
+	versions("paper", "1.21.5", "1.21.4", "1.20.6")
 	u.json("fill.papermc.io/v3/projects/paper/versions/1.21.5/builds", []build{mk("paper", "1.21.5", 3, "BETA")})
 	u.json("fill.papermc.io/v3/projects/paper/versions/1.21.4/builds", []build{
 		mk("paper", "1.21.4", 233, "ALPHA"), mk("paper", "1.21.4", 232, "STABLE"), mk("paper", "1.21.4", 231, "STABLE"),
@@ -175,8 +187,7 @@ func (u *upstream) fill() {
 	u.json("fill.papermc.io/v3/projects/paper/versions/1.20.6/builds", []build{mk("paper", "1.20.6", 151, "STABLE")})
 
 	for project, version := range map[string]string{"folia": "1.21.4", "velocity": "3.4.0-SNAPSHOT", "waterfall": "1.21"} {
-		u.raw("fill.papermc.io/v3/projects/"+project, "application/json",
-			fmt.Appendf(nil, `{"project":{"id":%q},"versions":{"x":[%q]}}`, project, version))
+		versions(project, version)
 		u.json("fill.papermc.io/v3/projects/"+project+"/versions/"+version+"/builds",
 			[]build{mk(project, version, 7, "RECOMMENDED")})
 	}
@@ -230,10 +241,12 @@ func (u *upstream) fabric() {
 	u.json("meta.fabricmc.net/v2/versions/game", []map[string]any{
 		{"version": "25w02a", "stable": false}, {"version": "1.21.4", "stable": true}, {"version": "1.16.5", "stable": true},
 	})
-	u.json("meta.fabricmc.net/v2/versions/loader", []map[string]any{
-		{"separator": ".", "build": 10, "maven": "net.fabricmc:fabric-loader:0.17.0-beta.1", "version": "0.17.0-beta.1", "stable": false},
-		{"separator": ".", "build": 9, "maven": "net.fabricmc:fabric-loader:0.16.9", "version": "0.16.9", "stable": true},
-	})
+	for _, game := range []string{"1.21.4", "1.16.5"} {
+		u.json("meta.fabricmc.net/v2/versions/loader/"+game, []map[string]any{
+			{"loader": map[string]any{"separator": ".", "build": 10, "maven": "net.fabricmc:fabric-loader:0.17.0-beta.1", "version": "0.17.0-beta.1", "stable": false}},
+			{"loader": map[string]any{"separator": ".", "build": 9, "maven": "net.fabricmc:fabric-loader:0.16.9", "version": "0.16.9", "stable": true}},
+		})
+	}
 	u.json("meta.fabricmc.net/v2/versions/installer", []map[string]any{
 		{"url": "https://maven.fabricmc.net/net/fabricmc/fabric-installer/1.0.1/fabric-installer-1.0.1.jar",
 			"maven": "net.fabricmc:fabric-installer:1.0.1", "version": "1.0.1", "stable": true},
@@ -260,9 +273,10 @@ func (u *upstream) forge() {
 
 // neoforge publishes a .sha256 sidecar ("<hex>  <file>" form).
 func (u *upstream) neoforge() {
-	u.json("maven.neoforged.net/api/maven/versions/releases/net/neoforged/neoforge", map[string]any{
-		"isSnapshot": false, "versions": []string{"20.4.237", "21.1.76", "21.1.77", "21.4.1-beta"},
-	})
+	u.raw("maven.neoforged.net/releases/net/neoforged/neoforge/maven-metadata.xml", "text/xml", []byte(`<?xml version="1.0" encoding="UTF-8"?>
+<metadata><groupId>net.neoforged</groupId><artifactId>neoforge</artifactId><versioning><versions>
+<version>20.4.237</version><version>21.1.76</version><version>21.1.77</version><version>21.4.1-beta</version>
+<version>21.4.2-alpha.1+snapshot-1</version></versions></versioning></metadata>`))
 	content := jar("neoforge-21.1.77-installer")
 	u.raw(neoforgeJarRoute, "application/java-archive", content)
 	u.raw(neoforgeJarRoute+".sha256", "text/plain", []byte(sha256Hex(content)+"  neoforge-21.1.77-installer.jar\n"))
@@ -271,11 +285,12 @@ func (u *upstream) neoforge() {
 func (u *upstream) bungeecord() {
 	content := jar("BungeeCord")
 	build := map[string]any{
-		"_class": "hudson.model.FreeStyleBuild", "number": 1900, "result": "SUCCESS",
-		"artifacts":   []map[string]string{{"fileName": "BungeeCord.jar", "relativePath": "bootstrap/target/BungeeCord.jar"}},
-		"fingerprint": []map[string]string{{"fileName": "BungeeCord.jar", "hash": md5Hex(content)}},
+		"_class": "hudson.maven.MavenModuleSetBuild", "number": 1900, "result": "SUCCESS",
+		"artifacts": []map[string]string{{"fileName": "BungeeCord.jar", "relativePath": "bootstrap/target/BungeeCord.jar"}},
 	}
-	u.json("ci.md-5.net/job/BungeeCord/lastSuccessfulBuild/api/json", build)
+	u.json("ci.md-5.net/job/BungeeCord/lastStableBuild/api/json", build)
+	u.json(bungeeJarRoute+"/*fingerprint*/api/json", map[string]any{
+		"_class": "hudson.model.Fingerprint", "fileName": "BungeeCord.jar", "hash": md5Hex(content)})
 	u.json("ci.md-5.net/job/BungeeCord/1900/api/json", build)
 	u.raw(bungeeJarRoute, "application/java-archive", content)
 }
