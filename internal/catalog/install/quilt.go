@@ -155,7 +155,7 @@ func quiltPick(want, kind string, list func(func(string) bool)) (string, error) 
 // prefetch makes sure a is in the cache, downloading and verifying it if
 // not, without writing anything into a root.
 func (i *Installer) prefetch(ctx context.Context, a artifact) error {
-	if _, ok := i.cache.find(a); ok {
+	if _, ok := i.cache.find(ctx, a); ok {
 		return nil
 	}
 	_, err := i.download(ctx, a)
