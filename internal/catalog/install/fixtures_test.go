@@ -785,6 +785,18 @@ func TestFixtureBungeeCord(t *testing.T) {
 			t.Fatal("stand-in jar collides with the fixture's Maven fingerprint")
 		}
 	})
+	t.Run("pinned build", func(t *testing.T) {
+		u := newFixtures(t)
+		serve(u)
+		i, _ := newInstaller(t, u)
+		res, _, err := install(t, i, "bungeecord", "2096", nil)
+		if err != nil || res.Build != "2096" || res.Checksum != "md5" {
+			t.Errorf("Install(2096) = %+v, %v", res, err)
+		}
+		if n := u.count("ci.md-5.net/job/BungeeCord/lastStableBuild/api/json"); n != 0 {
+			t.Errorf("lastStableBuild asked %d times for a pinned build", n)
+		}
+	})
 	t.Run("an UNSTABLE build is not installed", func(t *testing.T) {
 		u := newFixtures(t)
 		serve(u)
