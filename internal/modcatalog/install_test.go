@@ -337,7 +337,7 @@ func TestInstallCurseForge(t *testing.T) {
 }
 
 // TestInstallFabricModIntoMods: a Fabric mod on a Fabric server lands in
-// mods/, verified by its sha512.
+// mods/, verified by its sha512 (Modrinth) or its md5 (CurseForge).
 func TestInstallFabricModIntoMods(t *testing.T) {
 	e := newInstallEnv(t)
 	fab := installed(t, e.env, e.teamID, servers.NewServer{Name: "f", Software: "fabric", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
@@ -357,6 +357,19 @@ func TestInstallFabricModIntoMods(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(e.env.Node.Root(fab.ID), "mods", "LuckPerms-Bukkit-5.4.137.jar"))
 	if err != nil || string(b) != string(jar) {
 		t.Errorf("mods/LuckPerms-Bukkit-5.4.137.jar = %q, %v; want the served jar", b, err)
+	}
+	// A CurseForge Fabric mod, published with an md5 only.
+	cfJar := []byte("PK\x03\x04 a curseforge fabric mod")
+	e.serveCurseForge(t, ClassMods, []any{"Fabric", "1.21.4", "Server"}, cfJar)
+	got, err = e.in.Install(t.Context(), e.teamID, fab.ID, InstallRequest{Catalog: CatalogCurseForge, ProjectID: "238222", FileID: "4593548"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := waitDownload(t, e.pulls, e.teamID, fab.ID, got.Download.ID); d.Status != pull.StatusDone || d.Directory != "/mods" {
+		t.Fatalf("download %s into %s: %s", d.Status, d.Directory, d.Error)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.env.Node.Root(fab.ID), "mods", "example-1.0.jar")); err != nil || string(b) != string(cfJar) {
+		t.Errorf("mods/example-1.0.jar = %q, %v; want the served jar", b, err)
 	}
 	// The same version made for Paper is refused on Fabric.
 	e.serveVersion(t, jar, nil)
