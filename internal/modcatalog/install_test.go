@@ -34,9 +34,34 @@ type installEnv struct {
 	up       *upstreamStub
 	in       *Installer
 	pulls    *pull.Manager
+	env      *serverstest.Env
 	teamID   string
 	serverID string
 	root     string
+}
+
+// installed creates a server of the team and waits until it is installed
+// (from the local mirror).
+func installed(t testing.TB, env *serverstest.Env, teamID string, ns servers.NewServer) servers.Server {
+	t.Helper()
+	sv, err := env.Service.Create(t.Context(), teamID, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := env.Service.Get(t.Context(), teamID, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == servers.StatusOffline {
+			return got
+		}
+		if got.InstallError != nil || time.Now().After(deadline) {
+			t.Fatalf("%s server not installed: status %s, error %v", ns.Software, got.Status, got.InstallError)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func newInstallEnv(t testing.TB) *installEnv {
@@ -56,24 +81,7 @@ func newInstallEnv(t testing.TB) *installEnv {
 	}
 	fill := paperMirror(t)
 	env := serverstest.New(t, db, serverstest.Options{MirrorURL: fill.URL})
-	sv, err := env.Service.Create(t.Context(), tm.ID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got, err := env.Service.Get(t.Context(), tm.ID, sv.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got.Status == servers.StatusOffline {
-			break
-		}
-		if got.InstallError != nil || time.Now().After(deadline) {
-			t.Fatalf("paper server not installed: status %s, error %v", got.Status, got.InstallError)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	sv := installed(t, env, tm.ID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	pulls := pull.NewManager(db, env.Service, loopback(), pull.Options{}, log)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -85,12 +93,13 @@ func newInstallEnv(t testing.TB) *installEnv {
 	// No cache: subtests serve different versions under one id.
 	cat, _ := newService(t, up, func(o *Options) { o.CacheTTL = -1 })
 	return &installEnv{
-		up: up, in: NewInstaller(cat, env.Service, env.Catalog, pulls), pulls: pulls,
+		up: up, in: NewInstaller(cat, env.Service, env.Catalog, pulls), pulls: pulls, env: env,
 		teamID: tm.ID, serverID: sv.ID, root: env.Node.Root(sv.ID),
 	}
 }
 
-// paperMirror serves Fill v3 for paper 1.21.4 under a mirror root.
+// paperMirror serves, under a mirror root, Fill v3 for paper 1.21.4 and
+// what a Fabric 1.21.4 install fetches (Mojang, Fabric meta).
 func paperMirror(t testing.TB) *httptest.Server {
 	jar := []byte("PK\x03\x04 not really a paper jar")
 	h := sha256.Sum256(jar)
@@ -103,6 +112,26 @@ func paperMirror(t testing.TB) *httptest.Server {
 			"url":"https://fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar","checksums":{"sha256":%q}}}}]`, len(jar), hex.EncodeToString(h[:]))
 	})
 	mux.HandleFunc("GET /fill-data.papermc.io/v1/objects/abc/paper-1.21.4-232.jar", func(w http.ResponseWriter, r *http.Request) { w.Write(jar) })
+	// Fabric 1.21.4: Mojang's manifest, version document and server jar,
+	// and Fabric's meta and launcher.
+	server := []byte("PK\x03\x04 not really minecraft's server.jar")
+	ss := sha1.Sum(server)
+	doc := fmt.Appendf(nil, `{"downloads":{"server":{"sha1":%q,"size":%d,"url":"https://piston-data.mojang.com/v1/objects/s/server.jar"}},"javaVersion":{"majorVersion":21}}`,
+		hex.EncodeToString(ss[:]), len(server))
+	ds := sha1.Sum(doc)
+	mux.HandleFunc("GET /piston-meta.mojang.com/mc/game/version_manifest_v2.json", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"latest":{"release":"1.21.4"},"versions":[{"id":"1.21.4","url":"https://piston-meta.mojang.com/v1/packages/d/1.21.4.json","sha1":%q}]}`, hex.EncodeToString(ds[:]))
+	})
+	mux.HandleFunc("GET /piston-meta.mojang.com/v1/packages/d/1.21.4.json", func(w http.ResponseWriter, r *http.Request) { w.Write(doc) })
+	mux.HandleFunc("GET /piston-data.mojang.com/v1/objects/s/server.jar", func(w http.ResponseWriter, r *http.Request) { w.Write(server) })
+	for kind, v := range map[string]string{"game": "1.21.4", "loader": "0.16.9", "installer": "1.0.1"} {
+		mux.HandleFunc("GET /meta.fabricmc.net/v2/versions/"+kind, func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(w, `[{"version":%q,"stable":true}]`, v)
+		})
+	}
+	mux.HandleFunc("GET /meta.fabricmc.net/v2/versions/loader/1.21.4/0.16.9/1.0.1/server/jar", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("PK\x03\x04 not really fabric's launcher"))
+	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return srv
@@ -134,10 +163,15 @@ func (e *installEnv) serveVersion(t *testing.T, jar []byte, mod func(v map[strin
 }
 
 func (e *installEnv) wait(t *testing.T, id string) pull.Download {
+	return waitDownload(t, e.pulls, e.teamID, e.serverID, id)
+}
+
+// waitDownload waits until the download has ended.
+func waitDownload(t *testing.T, pulls *pull.Manager, teamID, serverID, id string) pull.Download {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		d, err := e.pulls.Get(t.Context(), e.teamID, e.serverID, id)
+		d, err := pulls.Get(t.Context(), teamID, serverID, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,5 +333,48 @@ func TestInstallCurseForge(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(e.root, "plugins", "example-1.0.jar")); err != nil || string(b) != string(jar) {
 		t.Errorf("plugins/example-1.0.jar = %q, %v; want the served jar", b, err)
+	}
+}
+
+// TestInstallFabricModIntoMods: a Fabric mod on a Fabric server lands in
+// mods/, verified by its sha512 (Modrinth) or its md5 (CurseForge).
+func TestInstallFabricModIntoMods(t *testing.T) {
+	e := newInstallEnv(t)
+	fab := installed(t, e.env, e.teamID, servers.NewServer{Name: "f", Software: "fabric", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	jar := []byte("PK\x03\x04 a fabric mod")
+	e.serveVersion(t, jar, func(v map[string]any) { v["loaders"] = []any{"fabric"} })
+	got, err := e.in.Install(t.Context(), e.teamID, fab.ID, luckPerms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Download.Directory != "/mods" {
+		t.Errorf("download into %s, want /mods", got.Download.Directory)
+	}
+	d := waitDownload(t, e.pulls, e.teamID, fab.ID, got.Download.ID)
+	if d.Status != pull.StatusDone {
+		t.Fatalf("download %s: %s", d.Status, d.Error)
+	}
+	b, err := os.ReadFile(filepath.Join(e.env.Node.Root(fab.ID), "mods", "LuckPerms-Bukkit-5.4.137.jar"))
+	if err != nil || string(b) != string(jar) {
+		t.Errorf("mods/LuckPerms-Bukkit-5.4.137.jar = %q, %v; want the served jar", b, err)
+	}
+	// A CurseForge Fabric mod, published with an md5 only.
+	cfJar := []byte("PK\x03\x04 a curseforge fabric mod")
+	e.serveCurseForge(t, ClassMods, []any{"Fabric", "1.21.4", "Server"}, cfJar)
+	got, err = e.in.Install(t.Context(), e.teamID, fab.ID, InstallRequest{Catalog: CatalogCurseForge, ProjectID: "238222", FileID: "4593548"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := waitDownload(t, e.pulls, e.teamID, fab.ID, got.Download.ID); d.Status != pull.StatusDone || d.Directory != "/mods" {
+		t.Fatalf("download %s into %s: %s", d.Status, d.Directory, d.Error)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.env.Node.Root(fab.ID), "mods", "example-1.0.jar")); err != nil || string(b) != string(cfJar) {
+		t.Errorf("mods/example-1.0.jar = %q, %v; want the served jar", b, err)
+	}
+	// The same version made for Paper is refused on Fabric.
+	e.serveVersion(t, jar, nil)
+	_, err = e.in.Install(t.Context(), e.teamID, fab.ID, luckPerms)
+	if ve, ok := errors.AsType[*validate.Error](err); !ok || !strings.Contains(ve.Issues[0].Message, "the server runs fabric, which loads fabric files") {
+		t.Errorf("Install(paper plugin on fabric) = %v, want refused naming fabric", err)
 	}
 }

@@ -41,8 +41,9 @@ type ModrinthProject struct {
 	Slug        string `json:"slug"`
 	Title       string `json:"title"`
 	Description string `json:"description"`
-	// ProjectType is mod, modpack, plugin, datapack, resourcepack or
-	// shader.
+	// ProjectType is Modrinth's: mod, modpack, resourcepack or shader in
+	// its published API v2 (a plugin is a "mod" whose categories name its
+	// platforms: bukkit, paper, …).
 	ProjectType string `json:"project_type"`
 	Author      string `json:"author"`
 	Downloads   int64  `json:"downloads"`
