@@ -151,7 +151,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
-	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads may reach despite the SSRF rules (repeatable, or comma-separated)")
+	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
 	if err != nil {
 		return c, err
@@ -344,6 +344,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	inst, err := install.New(install.Options{
 		MirrorURL: cfg.InstallerMirrorURL, CacheDir: filepath.Join(cfg.DataDir, "cache", "artifacts"),
 		UserAgent: install.UserAgent(ver), Log: log,
+		// A custom jar's URL is the user's: the guard of remote downloads.
+		UserURLs: netguard.NewPolicy(cfg.pullAllow, nil),
 	})
 	if err != nil {
 		return usageError{"--installer-mirror-url: " + err.Error()}

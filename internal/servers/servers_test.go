@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -25,6 +28,7 @@ import (
 	"github.com/kilnhq/kiln/internal/slp"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
+	"github.com/kilnhq/kiln/internal/validate"
 )
 
 // team returns the id of the bootstrap team of db.
@@ -210,7 +214,7 @@ func TestInstallChecksumMismatch(t *testing.T) {
 	up.sum.Store(strings.Repeat("ab", 32))
 	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
 	svc := env.Service
-	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048, Env: map[string]string{"EULA": "true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +385,7 @@ func TestDeleteWhileInstalling(t *testing.T) {
 	up := newFillUpstream(t, []byte("jar"))
 	up.hang = true
 	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
-	sv, err := env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	sv, err := env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048, Env: map[string]string{"EULA": "true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,5 +562,81 @@ func TestDiskFigureRefreshedInBackground(t *testing.T) {
 	}
 	if got := limit - a.Disk.Figures().Free(); got < base+4_000_000 {
 		t.Errorf("after DiskChanged the write saw %d used bytes, want at least %d (walked first)", got, base+4_000_000)
+	}
+}
+
+// TestEULANotAccepted: a game server is created and installed without
+// the EULA (eula.txt says false), but start and restart are refused with
+// an *EULAError naming where to read it; PATCHing EULA=true (SetEnv)
+// lets it start, and the start writes eula.txt from the variable.
+func TestEULANotAccepted(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar"))
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
+	svc := env.Service
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	if err != nil {
+		t.Fatalf("Create without EULA = %v; creating (and installing) must work", err)
+	}
+	waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+	eula := filepath.Join(env.Node.Root(sv.ID), "eula.txt")
+	if data, _ := os.ReadFile(eula); !strings.Contains(string(data), "\neula=false\n") {
+		t.Errorf("eula.txt after install = %q, want eula=false", data)
+	}
+	for _, action := range []string{"start", "restart"} {
+		err := svc.Power(t.Context(), teamID, sv.ID, action)
+		ee, ok := errors.AsType[*servers.EULAError](err)
+		if !ok || !errors.Is(err, servers.ErrEULANotAccepted) {
+			t.Fatalf("Power(%s) without EULA = %v, want *EULAError", action, err)
+		}
+		want := "the Minecraft EULA is not accepted for this paper server, so it does not start: read the EULA at https://aka.ms/MinecraftEULA, then set EULA=true in the server's env to accept it (Kiln never accepts it for you)"
+		if ee.Error() != want {
+			t.Errorf("Power(%s) error = %q, want %q", action, ee.Error(), want)
+		}
+	}
+	if got, _ := svc.Get(t.Context(), teamID, sv.ID); got.DesiredState != "stopped" || got.Status != servers.StatusOffline {
+		t.Errorf("after refused starts: desired %q, status %q; want stopped, offline", got.DesiredState, got.Status)
+	}
+	// "false" is not acceptance either.
+	f := "false"
+	if _, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"EULA": &f}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); !errors.Is(err, servers.ErrEULANotAccepted) {
+		t.Errorf("Power(start) with EULA=false = %v", err)
+	}
+
+	yes, hard, bad := "true", "hard", "nightmare"
+	got, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"EULA": &yes, "DIFFICULTY": &hard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"EULA": "true", "DIFFICULTY": "hard"}; !maps.Equal(got.Env, want) {
+		t.Errorf("SetEnv answered env %v, want %v", got.Env, want)
+	}
+	_, err = svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"DIFFICULTY": &bad, "NOPE": &yes})
+	ve, ok := errors.AsType[*validate.Error](err)
+	if !ok || len(ve.Issues) != 2 || ve.Issues[0].Path != "env.NOPE" || ve.Issues[1].Path != "env.DIFFICULTY" {
+		t.Errorf("SetEnv(bad) = %v, want issues at env.DIFFICULTY and env.NOPE", err)
+	}
+	got, err = svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"DIFFICULTY": nil})
+	if err != nil || !maps.Equal(got.Env, map[string]string{"EULA": "true"}) {
+		t.Errorf("SetEnv(unset DIFFICULTY) = %v, %v", got.Env, err)
+	}
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatalf("Power(start) with EULA=true = %v", err)
+	}
+	// The start writes eula.txt from the variable before it runs the
+	// software (which then fails here: the jar is not a real one).
+	waitFor(t, svc, teamID, sv.ID, "started", func(s servers.Server) bool {
+		data, _ := os.ReadFile(eula)
+		return strings.Contains(string(data), "\neula=true\n")
+	})
+	if err := svc.Power(t.Context(), teamID, sv.ID, "kill"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.SetEnv(t.Context(), teamID, uuid.NewString(), map[string]*string{"EULA": &yes}); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("SetEnv(unknown server) = %v, want ErrNotFound", err)
 	}
 }

@@ -33,8 +33,9 @@ type Installer interface {
 	Install(ctx context.Context, p catalog.Profile, version, root string, env map[string]string) (catalog.Result, error)
 	// Configure writes where the software listens (host, empty for every
 	// interface, and port) and the settings its environment sets into its
-	// config file in root; it runs before every start.
-	Configure(p catalog.Profile, root string, env map[string]string, host string, port int) error
+	// config files in root (eula.txt, ops and whitelist included); it runs
+	// before every start.
+	Configure(ctx context.Context, p catalog.Profile, root string, env map[string]string, host string, port int) error
 }
 
 // Options tune the lifecycle; zero values take the defaults.

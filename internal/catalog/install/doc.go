@@ -80,7 +80,14 @@
 //     planted symlink is replaced, never written through, and a jar is
 //     either the old one or the whole new one.
 //   - eula.txt is written from the profile's EULA variable on every
-//     install.
+//     install and, by Configure, before every start (false until the user
+//     sets EULA=true; an eula.txt that already says the same is left
+//     alone).
+//   - Configure merges OPS and WHITELIST into ops.json and whitelist.json
+//     (existing entries kept, a list entry never removes one); a name
+//     without UUID gets the offline UUID when ONLINE_MODE=false, else
+//     Installer.Configure asks api.mojang.com through the fetcher (mirror,
+//     User-Agent, size and time limits) and the package function refuses.
 //
 // Wiring (wiring.go, for the deployments executor): WireVelocity,
 // WireBungee and WireBackend turn a proxy and its backends into one
