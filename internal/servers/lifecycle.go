@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -566,15 +567,32 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 	}
 	vars[catalog.VarServerMemory] = strconv.Itoa(sv.MemoryMB)
 	vars[catalog.VarServerPort] = strconv.Itoa(sv.Port)
-	vars[catalog.VarJava] = "java"
 	vars[catalog.VarKilnBin] = kilnBin
+	// In a container, java is the image's (chosen for the Java major); on
+	// this host, the installation of that major.
+	vars[catalog.VarJava] = "java"
+	process := s.node.Runtime().Name() == "process"
+	javaHome := ""
+	if process && s.opts.Javas != nil && p.Java.Source != catalog.JavaNone {
+		major := sv.javaMajor
+		if major == 0 {
+			major = p.JavaFor(sv.Version)
+		}
+		if javaHome, err = s.opts.Javas.Home(major); err != nil {
+			return runtime.Spec{}, fmt.Errorf("%s %s: %w", sv.Software, sv.Version, err)
+		}
+		vars[catalog.VarJava] = filepath.Join(javaHome, "bin", "java")
+	}
 	argv, err := p.Command(vars)
 	if err != nil {
 		return runtime.Spec{}, err
 	}
 	env := []string{"HOME=" + s.node.Root(sv.ID), "LANG=C.UTF-8"}
-	if path := os.Getenv("PATH"); path != "" && s.node.Runtime().Name() == "process" {
-		env = append(env, "PATH="+path) // java of the host
+	if path := os.Getenv("PATH"); path != "" && process {
+		env = append(env, "PATH="+path)
+	}
+	if javaHome != "" {
+		env = append(env, "JAVA_HOME="+javaHome)
 	}
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		// A secret (RCON_PASSWORD) reaches the software through its

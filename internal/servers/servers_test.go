@@ -23,6 +23,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/slp"
@@ -638,5 +639,75 @@ func TestEULANotAccepted(t *testing.T) {
 	}
 	if _, err := svc.SetEnv(t.Context(), teamID, uuid.NewString(), map[string]*string{"EULA": &yes}); !errors.Is(err, servers.ErrNotFound) {
 		t.Errorf("SetEnv(unknown server) = %v, want ErrNotFound", err)
+	}
+}
+
+// TestProcessJava: on the process runtime a game server runs the java of
+// the major its game version needs (paper 1.21.4: Java 21) with
+// JAVA_HOME set and Aikar's flags before -jar; a host without that Java
+// (nor a newer one) fails the start with a sentence naming it.
+func TestProcessJava(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "jdk-21")
+	if err := os.MkdirAll(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in java: it prints what it was given, then exits.
+	script := "#!/bin/sh\necho \"fake java JAVA_HOME=$JAVA_HOME RCON_PASSWORD=${RCON_PASSWORD:-unset} args: $*\"\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(home, "bin", "java"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(home, "release"), []byte("JAVA_VERSION=\"21.0.5\"\n"), 0o644)
+	for _, tt := range []struct {
+		name  string
+		homes map[int]string
+		want  string
+	}{
+		{"java 21", map[int]string{21: home}, "[kiln] fake java JAVA_HOME=" + home + " RCON_PASSWORD=unset args: -Xms1024M -Xmx1024M -XX:+AlwaysPreTouch"},
+		{"no java 21", map[int]string{17: strings.Replace(home, "21", "17", 1)}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == "" {
+				h17 := tt.homes[17]
+				os.MkdirAll(filepath.Join(h17, "bin"), 0o755)
+				os.WriteFile(filepath.Join(h17, "bin", "java"), []byte("#!/bin/sh\nexit 0\n"), 0o755)
+			}
+			javas, err := runtime.NewJavas(tt.homes, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := storetest.SQLite(t)
+			teamID := team(t, db)
+			up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar"))
+			env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL, Servers: servers.Options{Javas: javas, RestartBackoff: time.Hour}})
+			svc := env.Service
+			sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048,
+				Env: map[string]string{"EULA": "true", "ENABLE_RCON": "true", "RCON_PASSWORD": "not-in-the-environment"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+			if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, svc, teamID, sv.ID, "crashed", func(s servers.Server) bool { return s.Status == servers.StatusCrashed })
+			console, _ := svc.Console(t.Context(), teamID, sv.ID, 50)
+			if tt.want != "" {
+				i := slices.IndexFunc(console, func(l string) bool {
+					return strings.HasPrefix(l, "[kiln] fake java ") || strings.HasPrefix(l, "fake java ")
+				})
+				if i < 0 {
+					t.Fatalf("console = %q, want the stand-in java's line", console)
+				}
+				line := strings.TrimPrefix(console[i], "[kiln] ")
+				if want := strings.TrimPrefix(tt.want, "[kiln] "); !strings.HasPrefix(line, want) || !strings.Contains(line, "-Daikars.new.flags=true -jar server.jar --nogui --port ") {
+					t.Errorf("java ran as %q, want it to start with %q and end with Aikar's flags, -jar server.jar --nogui --port", line, want)
+				}
+				return
+			}
+			want := "[kiln] failed to start: paper 1.21.4: this needs Java 21 or newer, and the host has 17"
+			if !slices.ContainsFunc(console, func(l string) bool { return strings.HasPrefix(l, want) }) {
+				t.Errorf("console = %q, want a line starting %q", console, want)
+			}
+		})
 	}
 }

@@ -68,6 +68,12 @@ type Options struct {
 	// Injected adds variables to the environment of servers a deployment
 	// owns (a dbservice's credentials), read at every start; nil for none.
 	Injected EnvSource
+	// Javas are the host's Java installations: on the process runtime a
+	// server runs the java of the major its game version needs
+	// (runtime.Javas.Home's rule), and fails to start with a sentence
+	// naming that major when the host has none. nil runs the java on
+	// PATH, whatever its version.
+	Javas *runtime.Javas
 }
 
 // EnvSource gives the variables Kiln adds to the environment of the
