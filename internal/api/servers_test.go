@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -74,6 +75,26 @@ func TestSoftwareCatalog(t *testing.T) {
 		want := []string{"category", "description", "docker_images", "environment_variables", "id", "name", "type"}
 		if !slices.Equal(keys, want) {
 			t.Errorf("profile %v keys = %v, want %v", p["type"], keys, want)
+		}
+		if p["type"] != "paper" {
+			continue
+		}
+		vars := map[string]map[string]any{}
+		for _, v := range p["environment_variables"].([]any) {
+			vars[v.(map[string]any)["key"].(string)] = v.(map[string]any)
+		}
+		for key, wantVar := range map[string]map[string]any{
+			"EULA":          {"key": "EULA", "default": false, "optional": false, "type": "boolean"},
+			"DIFFICULTY":    {"key": "DIFFICULTY", "default": nil, "optional": true, "type": "string", "enum": []any{"peaceful", "easy", "normal", "hard"}, "property": "difficulty"},
+			"VIEW_DISTANCE": {"key": "VIEW_DISTANCE", "default": nil, "optional": true, "type": "integer", "min": 3.0, "max": 32.0, "property": "view-distance"},
+			"OPS":           {"key": "OPS", "default": nil, "optional": true, "type": "players"},
+		} {
+			got := maps.Clone(vars[key])
+			delete(got, "title")
+			delete(got, "description")
+			if !reflect.DeepEqual(got, wantVar) {
+				t.Errorf("paper %s = %v, want %v", key, got, wantVar)
+			}
 		}
 	}
 	want := []string{"paper", "purpur", "folia", "vanilla", "fabric", "forge", "neoforge", "velocity", "waterfall", "bungeecord", "custom", "kiln-test", "kiln-test-proxy"}

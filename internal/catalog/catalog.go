@@ -229,7 +229,7 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 		default:
 			c.Add(vp+".type", "must be string, boolean, integer, number, players, url or sha256")
 		}
-		if (v.Min != nil || v.Max != nil) && v.kind() != TypeInteger {
+		if (v.Min != nil || v.Max != nil) && v.Kind() != TypeInteger {
 			c.Add(vp, "min and max bound integers only")
 		}
 		if d, ok := defaultString(v.Default); ok {
@@ -242,12 +242,12 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 		if v.Requires == "" {
 			continue
 		}
-		if v.kind() != TypeBoolean || !keys[v.Requires] {
+		if v.Kind() != TypeBoolean || !keys[v.Requires] {
 			c.Add(at(fmt.Sprintf("environment_variables[%d].requires", i)), "needs a boolean variable and another variable of the profile")
 		}
 	}
 	if fs := p.JVMFlags; fs != nil {
-		if ov, ok := p.Var(fs.OptOut); !ok || ov.kind() != TypeBoolean {
+		if ov, ok := p.Var(fs.OptOut); !ok || ov.Kind() != TypeBoolean {
 			c.Add(at("jvm_flags.opt_out"), "%s must be a boolean variable of the profile", fs.OptOut)
 		}
 		if len(fs.Flags) == 0 {

@@ -161,8 +161,8 @@ const (
 	TypeSHA256  = "sha256"  // 64 hex digits
 )
 
-// kind is the type of v's values: Type, else the kind of the default.
-func (v EnvVar) kind() string {
+// Kind is the type of v's values: Type, else the kind of the default.
+func (v EnvVar) Kind() string {
 	if v.Type != "" {
 		return v.Type
 	}
@@ -182,7 +182,7 @@ func (v EnvVar) check(val string) string {
 	if strings.ContainsFunc(val, isControl) {
 		return "must not contain control characters"
 	}
-	switch v.kind() {
+	switch v.Kind() {
 	case TypeBoolean:
 		if val != "true" && val != "false" {
 			return "must be true or false"

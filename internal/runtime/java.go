@@ -20,7 +20,7 @@ var JavaDirs = []string{"/usr/lib/jvm", "/usr/lib64/jvm"}
 
 // Javas are the Java installations of this host by major version, for the
 // process runtime: the servers and the Forge/NeoForge installers run the
-// java of the major their game version needs.
+// java of the major their game version needs. A nil *Javas knows none.
 type Javas struct {
 	homes map[int]string // major → JAVA_HOME
 }
@@ -90,7 +90,12 @@ func DiscoverJava(dirs []string, path bool) map[int]string {
 }
 
 // Majors lists the majors known, ascending.
-func (j *Javas) Majors() []int { return slices.Sorted(maps.Keys(j.homes)) }
+func (j *Javas) Majors() []int {
+	if j == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(j.homes))
+}
 
 // Home returns the JAVA_HOME chosen for a program that needs Java major:
 // that major; else, for 16 and newer, the lowest newer one (16 → 17,
@@ -100,6 +105,9 @@ func (j *Javas) Majors() []int { return slices.Sorted(maps.Keys(j.homes)) }
 // loader to URLClassLoader). The error names the major and how to
 // provide it; it wraps ErrNoJava.
 func (j *Javas) Home(major int) (string, error) {
+	if j == nil {
+		j = &Javas{}
+	}
 	if h, ok := j.homes[major]; ok {
 		return h, nil
 	}

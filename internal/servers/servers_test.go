@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -639,6 +640,22 @@ func TestEULANotAccepted(t *testing.T) {
 	}
 	if _, err := svc.SetEnv(t.Context(), teamID, uuid.NewString(), map[string]*string{"EULA": &yes}); !errors.Is(err, servers.ErrNotFound) {
 		t.Errorf("SetEnv(unknown server) = %v, want ErrNotFound", err)
+	}
+	// Concurrent changes of different variables are all kept.
+	set := map[string]string{"MOTD": "hi", "PVP": "false", "SEED": "42", "MODE": "creative", "ALLOW_FLIGHT": "true", "SPAWN_PROTECTION": "0"}
+	var wg sync.WaitGroup
+	for k, v := range set {
+		wg.Go(func() {
+			if _, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{k: &v}); err != nil {
+				t.Errorf("SetEnv(%s) = %v", k, err)
+			}
+		})
+	}
+	wg.Wait()
+	got, _ = svc.Get(t.Context(), teamID, sv.ID)
+	set["EULA"] = "true"
+	if !maps.Equal(got.Env, set) {
+		t.Errorf("env after concurrent SetEnv = %v, want %v", got.Env, set)
 	}
 }
 
