@@ -209,7 +209,7 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 		if !validName(v.Key) {
 			c.Add(vp+".key", "%q is not an environment variable name", v.Key)
 		}
-		if slices.Contains(platformVars, v.Key) {
+		if slices.Contains(platformVars, v.Key) || v.Key == VarJVMFlags {
 			c.Add(vp+".key", "%s is a platform variable", v.Key)
 		}
 		if keys[v.Key] {
@@ -281,6 +281,10 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 				continue
 			}
 			err := placeholders(el, func(n string) {
+				if n == VarJVMFlags {
+					c.Add(at(fmt.Sprintf("%s[%d]", name, i)), "${%s} must be a whole element, in a profile that includes a JVM flag set", VarJVMFlags)
+					return
+				}
 				if !keys[n] && !slices.Contains(platformVars, n) {
 					c.Add(at(fmt.Sprintf("%s[%d]", name, i)), "placeholder ${%s} is neither a platform nor a profile variable", n)
 				}

@@ -308,7 +308,10 @@ func TestLoadRejects(t *testing.T) {
 		}, "no include/nope.yaml"},
 		{"flags without an include", map[string]string{
 			"p/vanilla.yaml": strings.Replace(string(good), "include: [minecraft-server, aikar-flags]", "include: [minecraft-server]", 1),
-		}, "placeholder ${JVM_FLAGS}"},
+		}, "in a profile that includes a JVM flag set"},
+		{"flags inside an element", map[string]string{
+			"p/vanilla.yaml": strings.Replace(string(good), `"nogui"`, `"x${JVM_FLAGS}"`, 1),
+		}, "${JVM_FLAGS} must be a whole element"},
 		{"include without the flags element", map[string]string{
 			"p/vanilla.yaml": strings.Replace(string(good), `  - "${JVM_FLAGS}"`+"\n", "", 1),
 		}, "has no ${JVM_FLAGS} element"},

@@ -1,7 +1,8 @@
 // Package catalog owns the software profiles: what Kiln can install and run
 // (Paper, Purpur, Folia, Vanilla, Fabric, Forge, NeoForge, Velocity,
-// Waterfall, BungeeCord, and in development mode the bundled kiln-test
-// server and kiln-test-proxy), and how to start, stop and place plugins
+// Waterfall, BungeeCord, a custom jar by URL, and in development mode the
+// bundled kiln-test server and kiln-test-proxy), and how to start, stop
+// and place plugins
 // for each. The installers that fetch the artifacts live in the
 // subpackage install.
 //
@@ -52,7 +53,11 @@
 //     allows (additionalProperties).
 //   - Ids are fixed in the files and never reused: 1 paper, 2 purpur,
 //     3 folia, 4 vanilla, 5 fabric, 6 forge, 7 neoforge, 8 velocity,
-//     9 waterfall, 10 bungeecord, 100 kiln-test, 101 kiln-test-proxy.
+//     9 waterfall, 10 bungeecord, 12 custom (11 is left to Quilt),
+//     100 kiln-test, 101 kiln-test-proxy.
+//   - custom: the user's jar (JAR_URL, https) must match JAR_SHA256,
+//     which is required: Kiln installs nothing it cannot verify. Its
+//     MINECRAFT_VERSION is the user's word and picks the Java.
 //   - Start commands are argv lists, never shell lines: no quoting, no
 //     injection through a variable's value. A placeholder expands inside
 //     one element and never splits it; that is why Forge 1.17+ needs the

@@ -728,3 +728,38 @@ func TestProcessJava(t *testing.T) {
 		})
 	}
 }
+
+// TestEULAWithdrawn: a start that does not come from Power (the restart
+// after a crash) is refused too once EULA is no longer true: the
+// sentence in the console, status offline, nothing run.
+func TestEULAWithdrawn(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar"))
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL, Servers: servers.Options{RestartBackoff: time.Second}})
+	svc := env.Service
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048,
+		Env: map[string]string{"EULA": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	no := "false"
+	if _, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"EULA": &no}); err != nil {
+		t.Fatal(err)
+	}
+	// The jar is not a real one: the server crashes and the restart (or
+	// the first start, had the change come first) meets the refusal.
+	want := "[kiln] not started: the Minecraft EULA is not accepted for this paper server"
+	waitFor(t, svc, teamID, sv.ID, "refused", func(s servers.Server) bool {
+		console, _ := svc.Console(t.Context(), teamID, sv.ID, 100)
+		return slices.ContainsFunc(console, func(l string) bool { return strings.HasPrefix(l, want) })
+	})
+	got := waitFor(t, svc, teamID, sv.ID, "offline", func(s servers.Server) bool { return s.Status == servers.StatusOffline })
+	if got.DesiredState != "running" {
+		t.Errorf("desired state = %q; the user's intent stays running until they stop it", got.DesiredState)
+	}
+}
