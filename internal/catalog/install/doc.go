@@ -45,6 +45,11 @@
 //   - Fabric publishes no checksum of its server launcher: Kiln records the
 //     sha256 it computed (catalog.Result.Checksum is empty) and caches the launcher
 //     by its URL, which pins game, loader and installer versions.
+//   - Custom jar (profile custom): the SHA-256 the user gives
+//     (JAR_SHA256, required). Its URL is the user's, so it is fetched
+//     through the SSRF guard (Options.UserURLs, the policy of remote
+//     downloads) and never through the mirror, by the cache's own
+//     download (same limits, verification and atomic rename).
 //   - BungeeCord publishes no checksum either. Jenkins' fingerprint of the
 //     jar (an MD5) is verified when the build recorded one; otherwise only
 //     HTTPS protects the download and catalog.Result.Checksum is empty.
