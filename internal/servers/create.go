@@ -18,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -330,10 +331,16 @@ func (s *Service) install(ctx context.Context, id string, startAfter bool) {
 	}
 	// The software's config (listen address, settings from the
 	// environment) exists from the install on, for the user to read and
-	// edit before a first start; every start writes it again.
+	// edit before a first start; every start writes it again. A player
+	// list that cannot be written yet (a name Mojang cannot be asked
+	// about) does not fail the install: the install is fine, and the
+	// start that needs the list says so.
 	if err := s.configure(ctx, sv); err != nil {
-		s.installFailed(ctx, l, id, err)
-		return
+		if _, players := errors.AsType[*install.PlayersError](err); !players {
+			s.installFailed(ctx, l, id, err)
+			return
+		}
+		l.console.add("[kiln] " + err.Error() + " (written again at every start)")
 	}
 	// The list shows what the install wrote now, not after the next
 	// periodic disk walk; the first write still measures afresh (files may

@@ -763,3 +763,28 @@ func TestEULAWithdrawn(t *testing.T) {
 		t.Errorf("desired state = %q; the user's intent stays running until they stop it", got.DesiredState)
 	}
 }
+
+// TestInstallWithUnknownOp: a player list that cannot be written (Mojang
+// knows no such name) does not fail the install; the console says why,
+// and the next start meets it again.
+func TestInstallWithUnknownOp(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar")) // answers 404 for api.mojang.com
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
+	svc := env.Service
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048,
+		Env: map[string]string{"EULA": "true", "OPS": "nobody_here"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+	console, _ := svc.Console(t.Context(), teamID, sv.ID, 20)
+	want := "[kiln] configure paper: OPS: ops.json: nobody_here: no Minecraft account has that name (written again at every start)"
+	if !slices.Contains(console, want) {
+		t.Errorf("console = %q, want %q", console, want)
+	}
+	if _, err := os.Stat(filepath.Join(env.Node.Root(sv.ID), "server.properties")); err != nil {
+		t.Errorf("server.properties after the install: %v", err)
+	}
+}

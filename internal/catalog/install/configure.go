@@ -44,6 +44,18 @@ const mojangProfiles = "https://api.mojang.com/users/profiles/minecraft/"
 // has.
 var ErrUnknownPlayer = errors.New("no Minecraft account has that name")
 
+// PlayersError reports an OPS or WHITELIST list Configure could not
+// write: a name without UUID Mojang does not know or could not be asked
+// about, a file that is not a JSON list. Everything before it (the
+// listen address, server.properties, eula.txt) was written.
+type PlayersError struct {
+	Var string // OPS or WHITELIST
+	Err error
+}
+
+func (e *PlayersError) Error() string { return e.Var + ": " + e.Err.Error() }
+func (e *PlayersError) Unwrap() error { return e.Err }
+
 // lookupUUID returns the online UUID of a player name from Mojang.
 func (i *Installer) lookupUUID(ctx context.Context, name string) (string, error) {
 	body, err := i.fetch.bytes(ctx, mojangProfiles+url.PathEscape(name))
@@ -151,7 +163,7 @@ func configure(ctx context.Context, p catalog.Profile, root string, env map[stri
 			return mergePlayers(ctx, old, exists, players, l.key == "OPS", offline, lookup)
 		})
 		if err != nil {
-			return fmt.Errorf("configure %s: %w", p.Type, err)
+			return fmt.Errorf("configure %s: %w", p.Type, &PlayersError{Var: l.key, Err: err})
 		}
 	}
 	return nil

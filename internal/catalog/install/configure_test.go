@@ -317,8 +317,10 @@ func TestConfigurePlayers(t *testing.T) {
 		t.Errorf("Mojang was asked for %q, want Dinnerbone once", asked)
 	}
 	unknown, _ := p.Env(map[string]string{"WHITELIST": "nobody_here"})
-	if err := i.Configure(t.Context(), p, oroot, unknown, "", 25565); !errors.Is(err, ErrUnknownPlayer) {
-		t.Errorf("Configure(unknown player) = %v, want ErrUnknownPlayer", err)
+	err = i.Configure(t.Context(), p, oroot, unknown, "", 25565)
+	if pe, ok := errors.AsType[*PlayersError](err); !ok || pe.Var != "WHITELIST" || !errors.Is(err, ErrUnknownPlayer) ||
+		err.Error() != "configure paper: WHITELIST: whitelist.json: nobody_here: no Minecraft account has that name" {
+		t.Errorf("Configure(unknown player) = %v, want a *PlayersError wrapping ErrUnknownPlayer", err)
 	}
 	if _, err := os.Stat(filepath.Join(oroot, "whitelist.json")); !os.IsNotExist(err) {
 		t.Errorf("whitelist.json written despite the failure: %v", err)

@@ -187,7 +187,8 @@ func (j job) setting(key string) string {
 // version variable in env, then "latest". env holds the server's profile
 // variables as the user set them (nil for none); the installer reads its
 // own (BUILD_NUMBER, LOADER_VERSION, INSTALLER_VERSION, FORGE_VERSION,
-// NEOFORGE_VERSION, EULA, MOTD for kiln-test), defaults filling the rest.
+// NEOFORGE_VERSION, JAR_URL and JAR_SHA256 for custom, EULA, MOTD for
+// kiln-test), defaults filling the rest.
 //
 // Errors: *validate.Error for a bad environment or a malformed version;
 // ErrVersionNotFound; *UpstreamError; *ChecksumError; ErrTooLarge; ErrNoJava
