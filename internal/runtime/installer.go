@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -41,16 +42,17 @@ type InstallRunner struct {
 // maxInstallerOutput is how much of an installer's output Run returns.
 const maxInstallerOutput = 16 << 10
 
-// Run runs argv (`java -jar <installer> --installServer`) in dir with the
+// Run runs argv (`java [options] -jar <installer> --installServer`) in dir with the
 // Java of the installer's game version: argv[0] "java" is replaced by the
 // host's java of that major, or runs inside that major's image. It returns
 // the tail of the output and an error for a failure to run or a non-zero
 // exit; ErrNoJava (wrapped, naming the major) when the host lacks it.
 func (r *InstallRunner) Run(ctx context.Context, dir string, argv []string) ([]byte, error) {
-	if len(argv) < 3 || argv[0] != "java" || argv[1] != "-jar" {
-		return nil, fmt.Errorf("installer runner: %q is not java -jar <installer>", argv)
+	jar := slices.Index(argv, "-jar") + 1
+	if len(argv) == 0 || argv[0] != "java" || jar == 0 || jar >= len(argv) {
+		return nil, fmt.Errorf("installer runner: %q is not java [options] -jar <installer> …", argv)
 	}
-	mc, err := installerGameVersion(filepath.Join(dir, argv[2]))
+	mc, err := installerGameVersion(filepath.Join(dir, argv[jar]))
 	if err != nil {
 		return nil, err
 	}

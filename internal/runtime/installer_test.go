@@ -32,16 +32,18 @@ func TestInstallRunnerProcess(t *testing.T) {
 	argv := []string{"java", "-jar", "kiln-installer.jar", "--installServer"}
 	for _, tt := range []struct {
 		profile string
+		argv    []string
 		want    string
 	}{
-		{`{"spec":0,"profile":"forge","version":"1.20.1-forge-47.3.0","minecraft":"1.20.1"}`, "17 secret=false\n"},
-		{`{"spec":1,"profile":"NeoForge","version":"neoforge-21.1.77","minecraft":"1.21.1"}`, "25 secret=false\n"},
+		{`{"spec":0,"profile":"forge","version":"1.20.1-forge-47.3.0","minecraft":"1.20.1"}`, argv, "17 secret=false\n"},
+		{`{"spec":1,"profile":"NeoForge","version":"neoforge-21.1.77","minecraft":"1.21.1"}`,
+			[]string{"java", "-Djava.net.preferIPv4Stack=true", "-jar", "kiln-installer.jar", "--installServer"}, "25 secret=false\n"},
 	} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "kiln-installer.jar"), standInInstaller(t, j, tt.profile), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		out, err := r.Run(t.Context(), dir, argv)
+		out, err := r.Run(t.Context(), dir, tt.argv)
 		if err != nil {
 			t.Fatalf("Run(%s) = %v; output %s", tt.profile, err, out)
 		}
