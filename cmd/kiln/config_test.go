@@ -56,3 +56,20 @@ func TestSettingsPrecedence(t *testing.T) {
 		t.Error("a .ini config was accepted")
 	}
 }
+
+func TestJavaHomeFlag(t *testing.T) {
+	t.Setenv("KILN_JAVA_HOME", "")
+	c, err := parseServe([]string{"--java-home", "17=/usr/lib/jvm/java-17-openjdk-amd64", "--java-home", "25=/opt/jdk-25/,8=/opt/jdk8"}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]string{17: "/usr/lib/jvm/java-17-openjdk-amd64", 25: "/opt/jdk-25", 8: "/opt/jdk8"}
+	if len(c.javaHomes) != len(want) {
+		t.Fatalf("javaHomes = %v, want %v", c.javaHomes, want)
+	}
+	for k, v := range want {
+		if c.javaHomes[k] != v {
+			t.Errorf("javaHomes = %v, want %v", c.javaHomes, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,6 +107,8 @@ type serveConfig struct {
 	InstallerMirrorURL string
 	PullAllowCIDR      listFlag
 	pullAllow          []netip.Prefix
+	JavaHome           listFlag
+	javaHomes          map[int]string
 	NodeName           string
 	SecretKey          string
 	SFTPAddr           string
@@ -151,7 +154,8 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot and artifact-cache storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
-	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads may reach despite the SSRF rules (repeatable, or comma-separated)")
+	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
+	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
 	if err != nil {
 		return c, err
@@ -193,6 +197,18 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	}
 	if _, err := node.ParsePortRange(c.PortRange); err != nil {
 		return c, usageError{"--port-range: " + err.Error()}
+	}
+	c.javaHomes = map[int]string{}
+	for _, jh := range c.JavaHome {
+		m, home, ok := strings.Cut(jh, "=")
+		major, err := strconv.Atoi(m)
+		if !ok || err != nil || major < 8 || major > 99 || !filepath.IsAbs(home) {
+			return c, usageError{fmt.Sprintf("--java-home %q: want MAJOR=/absolute/java/home, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64", jh)}
+		}
+		if _, dup := c.javaHomes[major]; dup {
+			return c, usageError{fmt.Sprintf("--java-home: Java %d given twice", major)}
+		}
+		c.javaHomes[major] = filepath.Clean(home)
 	}
 	if c.pullAllow, err = netguard.ParseAllowList(c.PullAllowCIDR); err != nil {
 		return c, usageError{"--pull-allow-cidr: " + err.Error()}
@@ -347,18 +363,32 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	inst, err := install.New(install.Options{
-		MirrorURL: cfg.InstallerMirrorURL, CacheDir: filepath.Join(cfg.DataDir, "cache", "artifacts"),
-		Artifacts: blobs, UserAgent: install.UserAgent(ver), Log: log,
-	})
-	if err != nil {
-		return usageError{"--installer-mirror-url: " + err.Error()}
-	}
 	rt, kilnBin, closeRT, err := openRuntime(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer closeRT()
+	javas, err := runtime.NewJavas(cfg.javaHomes, runtime.JavaDirs, true)
+	if err != nil {
+		return usageError{"--java-home: " + err.Error()}
+	}
+	if cfg.Runtime == "process" {
+		log.Info("java installations", "majors", javas.Majors())
+	}
+	// The Forge and NeoForge installers run with the Java of their game
+	// version, on this host or in that Java's image, as the server will.
+	forge, _ := cat.Get("forge")
+	inst, err := install.New(install.Options{
+		MirrorURL: cfg.InstallerMirrorURL, CacheDir: filepath.Join(cfg.DataDir, "cache", "artifacts"),
+		Artifacts: blobs, UserAgent: install.UserAgent(ver), Log: log,
+		// A custom jar's URL is the user's: the guard of remote downloads.
+		UserURLs: netguard.NewPolicy(cfg.pullAllow, nil),
+		Runner: &runtime.InstallRunner{RT: rt, Javas: javas, JavaFor: forge.JavaFor,
+			Image: func(major int) string { return forge.Image(major).Value }},
+	})
+	if err != nil {
+		return usageError{"--installer-mirror-url: " + err.Error()}
+	}
 	ports, _ := node.ParsePortRange(cfg.PortRange)
 	localNode, err := node.NewLocal(cfg.NodeName, filepath.Join(cfg.DataDir, "servers"), ports, rt)
 	if err != nil {
@@ -379,7 +409,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dbs := dbservice.NewService(db, box, log)
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
-		Injected: dbs,
+		Injected: dbs, Javas: javas,
 	}, log)
 	pulls := pull.NewManager(db, serverSvc, netguard.NewPolicy(cfg.pullAllow, nil),
 		pull.Options{UserAgent: install.UserAgent(ver)}, log)

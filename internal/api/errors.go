@@ -28,6 +28,7 @@ const (
 	codeServerNotFound     = "SERVER_NOT_FOUND"
 	codeServerInstalling   = "SERVER_INSTALLING"
 	codeServerOffline      = "SERVER_OFFLINE"
+	codeEULANotAccepted    = "EULA_NOT_ACCEPTED"
 	codeConflict           = "CONFLICT"
 	codeNotFound           = "NOT_FOUND"
 	codeFileNotFound       = "FILE_NOT_FOUND"
@@ -114,6 +115,8 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: fmt.Sprintf("the server already has %d console streams, the most it allows; close one and try again", servers.MaxStreams), Code: codeStreamLimit}
 	case errors.Is(err, servers.ErrOffline):
 		return http.StatusBadGateway, errorBody{Error: "the server is not running", Code: codeServerOffline}
+	case errors.Is(err, servers.ErrEULANotAccepted):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeEULANotAccepted}
 	case errors.As(err, new(*servers.TeamLimitError)):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeTeamLimit}
 	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrNoPort), errors.Is(err, servers.ErrInstallFailed):

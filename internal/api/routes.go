@@ -27,6 +27,7 @@ func (s *Server) table() []route {
 		{method: http.MethodPost, path: "/servers", op: "createServer", h: s.createServer},
 		{method: http.MethodGet, path: "/servers/software", op: "listServerSoftware", h: s.listSoftware},
 		{method: http.MethodGet, path: "/servers/{id}", op: "getServer", h: s.getServer},
+		{method: http.MethodPatch, path: "/servers/{id}", op: "updateServer", h: s.updateServer},
 		{method: http.MethodDelete, path: "/servers/{id}", op: "deleteServer", h: s.deleteServer},
 		{method: http.MethodPost, path: "/servers/{id}/power", op: "powerServer", h: s.powerServer},
 		{method: http.MethodGet, path: "/servers/{id}/sftp", op: "getSftpCredentials", h: s.sftpCredentials},

@@ -129,6 +129,33 @@ func (s *Server) getServer(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+type updateServerRequest struct {
+	// Env maps a variable to its new value, or to null to unset it.
+	Env map[string]*string `json:"env"`
+}
+
+// updateServer is PATCH /servers/{id}: a merge of env (null unsets a
+// variable), effective at the next start.
+func (s *Server) updateServer(w http.ResponseWriter, r *http.Request) error {
+	id, err := serverID(r)
+	if err != nil {
+		return err
+	}
+	var req updateServerRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if req.Env == nil {
+		return validationf("env", "is required: an object of variables to set (a string) or unset (null)")
+	}
+	sv, err := s.deps.Servers.SetEnv(r.Context(), principal(r).TeamID, id, req.Env)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"ok": true, "server": toServerDetail(sv)})
+	return nil
+}
+
 func (s *Server) deleteServer(w http.ResponseWriter, r *http.Request) error {
 	id, err := serverID(r)
 	if err != nil {

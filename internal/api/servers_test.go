@@ -4,13 +4,17 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/slp"
 	"github.com/kilnhq/kiln/internal/store"
@@ -72,8 +76,28 @@ func TestSoftwareCatalog(t *testing.T) {
 		if !slices.Equal(keys, want) {
 			t.Errorf("profile %v keys = %v, want %v", p["type"], keys, want)
 		}
+		if p["type"] != "paper" {
+			continue
+		}
+		vars := map[string]map[string]any{}
+		for _, v := range p["environment_variables"].([]any) {
+			vars[v.(map[string]any)["key"].(string)] = v.(map[string]any)
+		}
+		for key, wantVar := range map[string]map[string]any{
+			"EULA":          {"key": "EULA", "default": false, "optional": false, "type": "boolean"},
+			"DIFFICULTY":    {"key": "DIFFICULTY", "default": nil, "optional": true, "type": "string", "enum": []any{"peaceful", "easy", "normal", "hard"}, "property": "difficulty"},
+			"VIEW_DISTANCE": {"key": "VIEW_DISTANCE", "default": nil, "optional": true, "type": "integer", "min": 3.0, "max": 32.0, "property": "view-distance"},
+			"OPS":           {"key": "OPS", "default": nil, "optional": true, "type": "players"},
+		} {
+			got := maps.Clone(vars[key])
+			delete(got, "title")
+			delete(got, "description")
+			if !reflect.DeepEqual(got, wantVar) {
+				t.Errorf("paper %s = %v, want %v", key, got, wantVar)
+			}
+		}
 	}
-	want := []string{"paper", "purpur", "folia", "vanilla", "fabric", "forge", "neoforge", "velocity", "waterfall", "bungeecord", "kiln-test", "kiln-test-proxy"}
+	want := []string{"paper", "purpur", "folia", "vanilla", "fabric", "forge", "neoforge", "velocity", "waterfall", "bungeecord", "custom", "kiln-test", "kiln-test-proxy"}
 	if !slices.Equal(types, want) || out.Count != len(want) {
 		t.Errorf("software types = %v (count %d), want %v (dev mode lists kiln-test and kiln-test-proxy)", types, out.Count, want)
 	}
@@ -358,4 +382,62 @@ func TestDeleteOwnedServerRefused(t *testing.T) {
 	insertServer(t, h.db, id, me.ID, "owned", 2, &cfg, 1)
 	st, _, body := h.do("DELETE", Prefix+"/servers/"+id, h.token, nil)
 	wantError(t, st, body, 409, "CONFLICT", "deployment")
+}
+
+// TestEULAAndPatchEnv: a paper server is created without the EULA; a
+// start is refused with 409 EULA_NOT_ACCEPTED and the sentence, whatever
+// else is wrong with it (here its install failed: no upstream is
+// reachable); PATCH /servers/{id} sets EULA=true (and unsets with null),
+// after which the start meets the next refusal, the failed install.
+func TestEULAAndPatchEnv(t *testing.T) {
+	h := newHarness(t, sqliteDB(t))
+	st, body := h.postJSON("/servers", map[string]any{"name": "survival", "software": "paper", "memory_mb": 1024, "disk_mb": 1024})
+	if st != 202 {
+		t.Fatalf("create without EULA: %d %s", st, body)
+	}
+	id := mustJSON(body)["server"].(map[string]any)["id"].(string)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, _, body := h.do("GET", Prefix+"/servers/"+id, h.token, nil)
+		if sv := mustJSON(body)["server"].(map[string]any); sv["status"] != "installing" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the install never ended")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	st, body = h.postJSON("/servers/"+id+"/power", map[string]string{"action": "start"})
+	wantError(t, st, body, 409, "EULA_NOT_ACCEPTED", "read the EULA at https://aka.ms/MinecraftEULA, then set EULA=true in the server's env")
+
+	patch := func(body string) (int, map[string]any) {
+		t.Helper()
+		st, _, b := h.do("PATCH", Prefix+"/servers/"+id, h.token, strings.NewReader(body), "Content-Type", "application/json")
+		return st, mustJSON(b)
+	}
+	st, got := patch(`{"env":{"EULA":"true","DIFFICULTY":"hard","VIEW_DISTANCE":"12"}}`)
+	if env := got["server"].(map[string]any)["env"]; st != 200 || got["ok"] != true ||
+		!reflect.DeepEqual(env, map[string]any{"EULA": "true", "DIFFICULTY": "hard", "VIEW_DISTANCE": "12"}) {
+		t.Fatalf("PATCH env: %d %v", st, got)
+	}
+	st, got = patch(`{"env":{"DIFFICULTY":null}}`)
+	if env := got["server"].(map[string]any)["env"]; st != 200 || !reflect.DeepEqual(env, map[string]any{"EULA": "true", "VIEW_DISTANCE": "12"}) {
+		t.Fatalf("PATCH unset: %d %v", st, got)
+	}
+	st, got = patch(`{"env":{"VIEW_DISTANCE":"64","MODE":"hardcore"}}`)
+	var paths []string
+	for _, is := range got["issues"].([]any) {
+		paths = append(paths, is.(map[string]any)["path"].(string))
+	}
+	if st != 400 || got["code"] != "VALIDATION_ERROR" || !slices.Equal(paths, []string{"env.MODE", "env.VIEW_DISTANCE"}) {
+		t.Errorf("PATCH bad values: %d %v", st, got)
+	}
+	if st, got = patch(`{}`); st != 400 || got["code"] != "VALIDATION_ERROR" {
+		t.Errorf("PATCH without env: %d %v", st, got)
+	}
+	st, _, b := h.do("PATCH", Prefix+"/servers/"+uuid.NewString(), h.token, strings.NewReader(`{"env":{}}`), "Content-Type", "application/json")
+	wantError(t, st, b, 404, "SERVER_NOT_FOUND", "")
+
+	st, body = h.postJSON("/servers/"+id+"/power", map[string]string{"action": "start"})
+	wantError(t, st, body, 409, "CONFLICT", "the last install failed")
 }

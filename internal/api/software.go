@@ -25,11 +25,16 @@ type imageJSON struct {
 }
 
 type envVarJSON struct {
-	Key         string `json:"key"`
-	Title       string `json:"title"`
-	Description string `json:"description"`
-	Default     any    `json:"default"`
-	Optional    bool   `json:"optional"`
+	Key         string   `json:"key"`
+	Title       string   `json:"title"`
+	Description string   `json:"description"`
+	Default     any      `json:"default"`
+	Optional    bool     `json:"optional"`
+	Type        string   `json:"type"`
+	Enum        []string `json:"enum,omitempty"`
+	Min         *int     `json:"min,omitempty"`
+	Max         *int     `json:"max,omitempty"`
+	Property    string   `json:"property,omitempty"`
 }
 
 func toSoftwareJSON(p catalog.Profile) softwareJSON {
@@ -43,7 +48,7 @@ func toSoftwareJSON(p catalog.Profile) softwareJSON {
 	}
 	for i, ev := range p.EnvironmentVariables {
 		out.EnvironmentVariables[i] = envVarJSON{Key: ev.Key, Title: ev.Title, Description: ev.Description,
-			Default: ev.Default, Optional: ev.Optional}
+			Default: ev.Default, Optional: ev.Optional, Type: ev.Kind(), Enum: ev.Enum, Min: ev.Min, Max: ev.Max, Property: ev.Property}
 	}
 	return out
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
-//go:embed profiles/*.yaml
+//go:embed profiles/*.yaml profiles/include/*.yaml
 var profileFiles embed.FS
 
 // Catalog is the set of software profiles of one process. It is read-only
@@ -25,7 +25,8 @@ type Catalog struct {
 	list   []Profile // ordered by ID
 }
 
-// Load reads the embedded profiles (profiles/*.yaml) and validates them.
+// Load reads the embedded profiles (profiles/*.yaml, with the shared parts
+// they include from profiles/include/*.yaml) and validates them.
 // Profiles marked dev (kiln-test, kiln-test-proxy) are included only when dev is true. An
 // error means a broken profile file: a bug caught by this package's tests.
 func Load(dev bool) (*Catalog, error) {
@@ -38,6 +39,10 @@ func load(fsys fs.FS, dir string, dev bool) (*Catalog, error) {
 		return nil, fmt.Errorf("load catalog: %w", err)
 	}
 	var c validate.Collector
+	includes, err := loadIncludes(fsys, path.Join(dir, "include"), &c)
+	if err != nil {
+		return nil, fmt.Errorf("load catalog: %w", err)
+	}
 	var all []Profile
 	for _, name := range names {
 		data, err := fs.ReadFile(fsys, name)
@@ -51,6 +56,7 @@ func load(fsys fs.FS, dir string, dev bool) (*Catalog, error) {
 			c.Add(path.Base(name), "%v", err)
 			continue
 		}
+		p = applyIncludes(&c, path.Base(name), p, includes)
 		checkProfile(&c, path.Base(name), p)
 		all = append(all, p)
 	}
@@ -68,6 +74,59 @@ func load(fsys fs.FS, dir string, dev bool) (*Catalog, error) {
 	}
 	slices.SortFunc(cat.list, func(a, b Profile) int { return a.ID - b.ID })
 	return cat, nil
+}
+
+// include is a shared part of profiles (profiles/include/<name>.yaml):
+// environment variables every including profile gets, and a JVM flag set.
+type include struct {
+	EnvironmentVariables []EnvVar `yaml:"environment_variables"`
+	JVMFlags             *FlagSet `yaml:"jvm_flags"`
+}
+
+func loadIncludes(fsys fs.FS, dir string, c *validate.Collector) (map[string]include, error) {
+	names, err := fs.Glob(fsys, path.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]include{}
+	for _, name := range names {
+		data, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return nil, err
+		}
+		var inc include
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		if err := dec.Decode(&inc); err != nil {
+			c.Add("include/"+path.Base(name), "%v", err)
+			continue
+		}
+		out[strings.TrimSuffix(path.Base(name), ".yaml")] = inc
+	}
+	return out, nil
+}
+
+// applyIncludes appends what p's includes give it: their variables after
+// its own (a duplicate key is then reported by checkProfile), and the one
+// JVM flag set.
+func applyIncludes(c *validate.Collector, file string, p Profile, includes map[string]include) Profile {
+	for i, name := range p.Include {
+		inc, ok := includes[name]
+		if !ok {
+			c.Add(validate.Join(file, fmt.Sprintf("include[%d]", i)), "no include/%s.yaml", name)
+			continue
+		}
+		p.EnvironmentVariables = append(p.EnvironmentVariables, inc.EnvironmentVariables...)
+		if inc.JVMFlags != nil {
+			if p.JVMFlags != nil {
+				c.Add(validate.Join(file, fmt.Sprintf("include[%d]", i)), "a second JVM flag set (%s after %s)", inc.JVMFlags.Name, p.JVMFlags.Name)
+				continue
+			}
+			fs := *inc.JVMFlags
+			p.JVMFlags = &fs
+		}
+	}
+	return p.clone()
 }
 
 // List returns every profile, ordered by ID.
@@ -121,7 +180,7 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 		if p.Installer.Project == "" {
 			c.Add(at("installer.project"), "is required for fill")
 		}
-	case InstallPurpur, InstallMojang, InstallFabric, InstallQuilt, InstallForge, InstallNeoForge, InstallBungeeCord, InstallTestServer:
+	case InstallPurpur, InstallMojang, InstallFabric, InstallQuilt, InstallForge, InstallNeoForge, InstallBungeeCord, InstallTestServer, InstallCustom:
 	default:
 		c.Add(at("installer.kind"), "unknown installer %q", p.Installer.Kind)
 	}
@@ -150,7 +209,7 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 		if !validName(v.Key) {
 			c.Add(vp+".key", "%q is not an environment variable name", v.Key)
 		}
-		if slices.Contains(platformVars, v.Key) {
+		if slices.Contains(platformVars, v.Key) || v.Key == VarJVMFlags {
 			c.Add(vp+".key", "%s is a platform variable", v.Key)
 		}
 		if keys[v.Key] {
@@ -164,6 +223,45 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 		case nil, string, bool, int, float64:
 		default:
 			c.Add(vp+".default", "must be a string, number, boolean or null")
+		}
+		switch v.Type {
+		case "", TypeString, TypeBoolean, TypeInteger, TypeNumber, TypePlayers, TypeURL, TypeSHA256:
+		default:
+			c.Add(vp+".type", "must be string, boolean, integer, number, players, url or sha256")
+		}
+		if (v.Min != nil || v.Max != nil) && v.Kind() != TypeInteger {
+			c.Add(vp, "min and max bound integers only")
+		}
+		if d, ok := defaultString(v.Default); ok {
+			if why := v.check(d); why != "" {
+				c.Add(vp+".default", "%s", why)
+			}
+		}
+	}
+	for i, v := range p.EnvironmentVariables {
+		if v.Requires == "" {
+			continue
+		}
+		if v.Kind() != TypeBoolean || !keys[v.Requires] {
+			c.Add(at(fmt.Sprintf("environment_variables[%d].requires", i)), "needs a boolean variable and another variable of the profile")
+		}
+	}
+	if fs := p.JVMFlags; fs != nil {
+		if ov, ok := p.Var(fs.OptOut); !ok || ov.Kind() != TypeBoolean {
+			c.Add(at("jvm_flags.opt_out"), "%s must be a boolean variable of the profile", fs.OptOut)
+		}
+		if len(fs.Flags) == 0 {
+			c.Add(at("jvm_flags.flags"), "must not be empty")
+		}
+		if h := fs.LargeHeap; h != nil {
+			for _, from := range slices.Sorted(maps.Keys(h.Replace)) {
+				if !slices.Contains(fs.Flags, from) {
+					c.Add(at("jvm_flags.large_heap.replace"), "%q is not one of the flags", from)
+				}
+			}
+		}
+		if !slices.Contains(p.Start, "${"+VarJVMFlags+"}") {
+			c.Add(at("start"), "includes the %s flags but has no ${%s} element", fs.Name, VarJVMFlags)
 		}
 	}
 	if p.VersionVar != "" && !keys[p.VersionVar] {
@@ -179,7 +277,14 @@ func checkProfile(c *validate.Collector, file string, p Profile) {
 	}{{"start", p.Start}, {"start_args_file", p.StartArgsFile}} {
 		name := t.name
 		for i, el := range t.tmpl {
+			if el == "${"+VarJVMFlags+"}" && p.JVMFlags != nil {
+				continue
+			}
 			err := placeholders(el, func(n string) {
+				if n == VarJVMFlags {
+					c.Add(at(fmt.Sprintf("%s[%d]", name, i)), "${%s} must be a whole element, in a profile that includes a JVM flag set", VarJVMFlags)
+					return
+				}
 				if !keys[n] && !slices.Contains(platformVars, n) {
 					c.Add(at(fmt.Sprintf("%s[%d]", name, i)), "placeholder ${%s} is neither a platform nor a profile variable", n)
 				}

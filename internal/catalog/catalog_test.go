@@ -47,6 +47,7 @@ func TestLoadEmbedded(t *testing.T) {
 		{9, "waterfall", Proxy, 25577, "end", "plugins", InstallFill},
 		{10, "bungeecord", Proxy, 25577, "end", "plugins", InstallBungeeCord},
 		{11, "quilt", Server, 25565, "stop", "mods", InstallQuilt},
+		{12, "custom", Server, 25565, "stop", "plugins", InstallCustom},
 		{100, "kiln-test", Server, 25565, "stop", "plugins", InstallTestServer},
 		{101, "kiln-test-proxy", Proxy, 25577, "end", "plugins", InstallTestServer},
 	}
@@ -169,11 +170,25 @@ func TestCommand(t *testing.T) {
 				"InitiatingHeapOccupancyPercent=15", "InitiatingHeapOccupancyPercent=20").Replace(aikar) +
 				" -jar server.jar --nogui --port 25570"},
 		{"vanilla", "vanilla", base,
-			"java -Xms4096M -Xmx4096M -XX:+UseG1GC -XX:+ParallelRefProcEnabled -XX:MaxGCPauseMillis=200 -jar server.jar --port 25570 nogui"},
+			"java -Xms4096M -Xmx4096M " + aikar + " -jar server.jar --port 25570 nogui"},
+		{"vanilla without aikar", "vanilla", with("USE_AIKAR_FLAGS", "false"),
+			"java -Xms4096M -Xmx4096M -jar server.jar --port 25570 nogui"},
+		{"fabric", "fabric", base,
+			"java -Xms4096M -Xmx4096M " + aikar + " -jar server.jar --port 25570 nogui"},
 		{"forge jar", "forge", with(VarServerJar, "forge-1.16.5-36.2.39.jar"),
-			"java -Xms4096M -Xmx4096M -XX:+UseG1GC -XX:+ParallelRefProcEnabled -XX:MaxGCPauseMillis=200 -jar forge-1.16.5-36.2.39.jar --port 25570 nogui"},
+			"java -Xms4096M -Xmx4096M " + aikar + " -jar forge-1.16.5-36.2.39.jar --port 25570 nogui"},
 		{"forge args file", "forge", with(VarServerJar, "", VarServerArgsFile, "libraries/net/minecraftforge/forge/1.20.1-47.3.0/unix_args.txt"),
-			"java -Xms4096M -Xmx4096M -XX:+UseG1GC -XX:+ParallelRefProcEnabled -XX:MaxGCPauseMillis=200 @libraries/net/minecraftforge/forge/1.20.1-47.3.0/unix_args.txt --port 25570 nogui"},
+			"java -Xms4096M -Xmx4096M " + aikar + " @libraries/net/minecraftforge/forge/1.20.1-47.3.0/unix_args.txt --port 25570 nogui"},
+		{"neoforge large heap", "neoforge", with(VarServerMemory, "16384", VarServerArgsFile, "libraries/net/neoforged/neoforge/21.1.77/unix_args.txt"),
+			"java -Xms16384M -Xmx16384M " + strings.NewReplacer(
+				"G1NewSizePercent=30", "G1NewSizePercent=40",
+				"G1MaxNewSizePercent=40", "G1MaxNewSizePercent=50",
+				"G1HeapRegionSize=8M", "G1HeapRegionSize=16M",
+				"G1ReservePercent=20", "G1ReservePercent=15",
+				"InitiatingHeapOccupancyPercent=15", "InitiatingHeapOccupancyPercent=20").Replace(aikar) +
+				" @libraries/net/neoforged/neoforge/21.1.77/unix_args.txt --port 25570 nogui"},
+		{"neoforge without aikar", "neoforge", with("USE_AIKAR_FLAGS", "false", VarServerArgsFile, "libraries/net/neoforged/neoforge/21.1.77/unix_args.txt"),
+			"java -Xms4096M -Xmx4096M @libraries/net/neoforged/neoforge/21.1.77/unix_args.txt --port 25570 nogui"},
 		{"velocity", "velocity", with(VarServerMemory, "512"),
 			"java -Xms512M -Xmx512M -XX:+UseG1GC -XX:G1HeapRegionSize=4M -XX:+UnlockExperimentalVMOptions -XX:+ParallelRefProcEnabled -XX:+AlwaysPreTouch -XX:MaxInlineLevel=15 -jar server.jar --port 25570"},
 		{"kiln-test", "kiln-test", with(VarKilnBin, "/opt/kiln"), "/opt/kiln testserver --port 25570"},
@@ -252,6 +267,10 @@ func TestLoadRejects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	shared, err := profileFiles.ReadFile("profiles/include/minecraft-server.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name  string
 		files map[string]string
@@ -278,11 +297,34 @@ func TestLoadRejects(t *testing.T) {
 			"p/vanilla.yaml": strings.Replace(string(good), "{kind: mojang}", "{kind: spigot}", 1),
 		}, "unknown installer"},
 		{"bad default", map[string]string{
-			"p/vanilla.yaml": strings.Replace(string(good), "default: 20", "default: [20]", 1),
+			"p/vanilla.yaml":                  string(good),
+			"p/include/minecraft-server.yaml": strings.Replace(string(shared), "default: 20", "default: [20]", 1),
 		}, "must be a string, number, boolean or null"},
 		{"platform variable as env key", map[string]string{
-			"p/vanilla.yaml": strings.Replace(string(good), "key: MOTD", "key: SERVER_PORT", 1),
+			"p/vanilla.yaml":                  string(good),
+			"p/include/minecraft-server.yaml": strings.Replace(string(shared), "key: MOTD", "key: SERVER_PORT", 1),
 		}, "is a platform variable"},
+		{"unknown include", map[string]string{
+			"p/vanilla.yaml": strings.Replace(string(good), "include: [minecraft-server, aikar-flags]", "include: [minecraft-server, aikar-flags, nope]", 1),
+		}, "no include/nope.yaml"},
+		{"flags without an include", map[string]string{
+			"p/vanilla.yaml": strings.Replace(string(good), "include: [minecraft-server, aikar-flags]", "include: [minecraft-server]", 1),
+		}, "in a profile that includes a JVM flag set"},
+		{"flags inside an element", map[string]string{
+			"p/vanilla.yaml": strings.Replace(string(good), `"nogui"`, `"x${JVM_FLAGS}"`, 1),
+		}, "${JVM_FLAGS} must be a whole element"},
+		{"include without the flags element", map[string]string{
+			"p/vanilla.yaml": strings.Replace(string(good), `  - "${JVM_FLAGS}"`+"\n", "", 1),
+		}, "has no ${JVM_FLAGS} element"},
+		{"default outside the enum", map[string]string{
+			"p/vanilla.yaml": string(good) + "  - {key: COLOR, title: c, description: d, default: red, enum: [blue]}\n",
+		}, "default: must be one of blue"},
+		{"min on a string", map[string]string{
+			"p/vanilla.yaml": string(good) + "  - {key: NAME, title: c, description: d, default: x, min: 1}\n",
+		}, "min and max bound integers only"},
+		{"duplicate of an included key", map[string]string{
+			"p/vanilla.yaml": string(good) + "  - {key: EULA, title: c, description: d, default: false}\n",
+		}, "duplicate key EULA"},
 		{"empty stop", map[string]string{
 			"p/vanilla.yaml": strings.Replace(string(good), "stop_command: stop", `stop_command: ""`, 1),
 		}, "stop_command: must not be empty"},
@@ -290,6 +332,13 @@ func TestLoadRejects(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fsys := fstest.MapFS{}
+			for _, inc := range []string{"minecraft-server", "aikar-flags"} {
+				data, err := profileFiles.ReadFile("profiles/include/" + inc + ".yaml")
+				if err != nil {
+					t.Fatal(err)
+				}
+				fsys["p/include/"+inc+".yaml"] = &fstest.MapFile{Data: data}
+			}
 			for name, data := range tt.files {
 				fsys[name] = &fstest.MapFile{Data: []byte(data)}
 			}
@@ -310,39 +359,109 @@ func TestLoadRejects(t *testing.T) {
 
 func TestEnv(t *testing.T) {
 	paper, _ := mustLoad(t, false).Get("paper")
-	got, err := paper.Env(map[string]string{"MOTD": "Hello", "MAX_PLAYERS": "50", "EULA": "false"})
+	got, err := paper.Env(map[string]string{"MOTD": "Hello", "MAX_PLAYERS": "50", "EULA": "false", "DIFFICULTY": "hard", "VIEW_DISTANCE": "12"})
 	if err != nil {
 		t.Fatalf("Env: %v", err)
 	}
 	want := map[string]string{
 		"MINECRAFT_VERSION": "latest", "BUILD_NUMBER": "latest", "CHANNEL": "default", "EULA": "false",
-		"MOTD": "Hello", "MAX_PLAYERS": "50", "ONLINE_MODE": "true",
+		"MOTD": "Hello", "MAX_PLAYERS": "50", "ONLINE_MODE": "true", "ENABLE_RCON": "false", "USE_AIKAR_FLAGS": "true",
+		"DIFFICULTY": "hard", "VIEW_DISTANCE": "12",
 	}
 	if !mapsEqual(got, want) {
 		t.Errorf("Env = %v, want %v", got, want)
 	}
-	if props, want := paper.Properties(got), map[string]string{"motd": "Hello", "max-players": "50", "online-mode": "true"}; !mapsEqual(props, want) {
+	if props, want := paper.Properties(got), map[string]string{"motd": "Hello", "max-players": "50", "online-mode": "true",
+		"enable-rcon": "false", "difficulty": "hard", "view-distance": "12"}; !mapsEqual(props, want) {
 		t.Errorf("Properties = %v, want %v", props, want)
 	}
 
-	_, err = paper.Env(map[string]string{"NOPE": "1", "EULA": "yes", "MAX_PLAYERS": "many", "MOTD": "a\nb=c"})
+	bad := map[string]string{
+		"NOPE": "1", "EULA": "yes", "MAX_PLAYERS": "many", "MOTD": "a\nb=c",
+		"DIFFICULTY": "nightmare", "MODE": "Creative", "VIEW_DISTANCE": "33", "SIMULATION_DISTANCE": "2",
+		"SPAWN_PROTECTION": "-1", "MAX_WORLD_SIZE": "0", "PVP": "yes", "LEVEL_TYPE": "minecraft:caves",
+		"OPS": "Notch,not a name", "WHITELIST": "jeb_:nope", "ENABLE_RCON": "true", "RCON_PORT": "70000",
+	}
+	_, err = paper.Env(bad)
 	ve, ok := errors.AsType[*validate.Error](err)
 	if !ok {
 		t.Fatalf("Env(bad) = %v, want *validate.Error", err)
 	}
-	var paths []string
+	issues := map[string]string{}
 	for _, is := range ve.Issues {
-		paths = append(paths, is.Path)
+		issues[is.Path] = is.Message
 	}
-	slices.Sort(paths)
-	if want := []string{"env.EULA", "env.MAX_PLAYERS", "env.MOTD", "env.NOPE"}; !slices.Equal(paths, want) {
-		t.Errorf("Env(bad) issue paths = %q, want %q", paths, want)
+	wantIssues := map[string]string{
+		"env.NOPE":                "unknown variable for paper",
+		"env.EULA":                "must be true or false",
+		"env.MAX_PLAYERS":         "must be an integer",
+		"env.MOTD":                "must not contain control characters",
+		"env.DIFFICULTY":          "must be one of peaceful, easy, normal, hard",
+		"env.MODE":                "must be one of survival, creative, adventure, spectator",
+		"env.VIEW_DISTANCE":       "must be between 3 and 32",
+		"env.SIMULATION_DISTANCE": "must be between 3 and 32",
+		"env.SPAWN_PROTECTION":    "must be between 0 and 29999984",
+		"env.MAX_WORLD_SIZE":      "must be between 1 and 29999984",
+		"env.PVP":                 "must be true or false",
+		"env.LEVEL_TYPE":          "must be one of minecraft:normal, minecraft:flat, minecraft:large_biomes, minecraft:amplified, minecraft:single_biome_surface, DEFAULT, FLAT, LARGEBIOMES, AMPLIFIED, CUSTOMIZED, BUFFET",
+		"env.OPS":                 `"not a name" is not a player name (1-16 letters, digits or _, optionally followed by :uuid)`,
+		"env.WHITELIST":           `"jeb_": "nope" is not a UUID`,
+		"env.RCON_PASSWORD":       "is required when ENABLE_RCON is true",
+		"env.RCON_PORT":           "must be between 1 and 65535",
+	}
+	if !mapsEqual(issues, wantIssues) {
+		t.Errorf("Env(bad) issues =\n%v\nwant\n%v", issues, wantIssues)
+	}
+	if _, err := paper.Env(map[string]string{"ENABLE_RCON": "true", "RCON_PASSWORD": "s3cret-pass"}); err != nil {
+		t.Errorf("Env(RCON with a password) = %v", err)
 	}
 
 	p := paper.clone()
 	p.EnvironmentVariables = append(p.EnvironmentVariables, EnvVar{Key: "SECRET", Title: "t", Description: "d"})
 	if _, err := p.Env(nil); err == nil || !strings.Contains(err.Error(), "env.SECRET: is required") {
 		t.Errorf("Env(nil) with a required variable = %v", err)
+	}
+}
+
+// TestEULA: every game server needs the EULA accepted by its user, which
+// no default does; proxies and the test server need none.
+func TestEULA(t *testing.T) {
+	c := mustLoad(t, true)
+	for _, p := range c.List() {
+		needs := p.Category == Server && !p.Dev
+		if p.NeedsEULA() != needs {
+			t.Errorf("%s.NeedsEULA() = %v, want %v", p.Type, p.NeedsEULA(), needs)
+		}
+		if p.EULAAccepted(nil) != !needs {
+			t.Errorf("%s.EULAAccepted(nil) = %v, want %v", p.Type, p.EULAAccepted(nil), !needs)
+		}
+		if !p.EULAAccepted(map[string]string{"EULA": "true"}) {
+			t.Errorf("%s.EULAAccepted(EULA=true) = false", p.Type)
+		}
+		if needs && p.EULAAccepted(map[string]string{"EULA": "false"}) {
+			t.Errorf("%s.EULAAccepted(EULA=false) = true", p.Type)
+		}
+	}
+}
+
+func TestParsePlayers(t *testing.T) {
+	got, err := ParsePlayers(" Notch , jeb_:853c80ef3c3749fdaa49938b674adae6,Dinnerbone:61699b2e-d327-4a01-9f1e-0ea8c3f06bc6 ")
+	want := []Player{{Name: "Notch"}, {Name: "jeb_", UUID: "853c80ef-3c37-49fd-aa49-938b674adae6"},
+		{Name: "Dinnerbone", UUID: "61699b2e-d327-4a01-9f1e-0ea8c3f06bc6"}}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("ParsePlayers = %v, %v; want %v", got, err, want)
+	}
+	if got, err := ParsePlayers("  "); err != nil || got != nil {
+		t.Errorf("ParsePlayers(blank) = %v, %v", got, err)
+	}
+	for _, bad := range []string{"a,,b", "toolongname_12345", "Notch,notch", "x:{853c80ef-3c37-49fd-aa49-938b674adae6}", "ünïcode"} {
+		if _, err := ParsePlayers(bad); err == nil {
+			t.Errorf("ParsePlayers(%q) = nil error", bad)
+		}
+	}
+	// Java: UUID.nameUUIDFromBytes("OfflinePlayer:Notch".getBytes(UTF_8)).
+	if got := OfflineUUID("Notch"); got != "b50ad385-829d-3141-a216-7e7d7539ba7f" {
+		t.Errorf("OfflineUUID(Notch) = %s", got)
 	}
 }
 
@@ -404,10 +523,11 @@ func TestGetReturnsCopies(t *testing.T) {
 	p, _ := c.Get("paper")
 	p.Start[0] = "evil"
 	p.EnvironmentVariables[0].Default = "evil"
-	p.LargeHeap.Replace["-XX:G1ReservePercent=20"] = "evil"
+	p.JVMFlags.LargeHeap.Replace["-XX:G1ReservePercent=20"] = "evil"
+	p.JVMFlags.Flags[0] = "evil"
 	again, _ := c.Get("paper")
 	if again.Start[0] != "${JAVA}" || again.EnvironmentVariables[0].Default != "latest" ||
-		again.LargeHeap.Replace["-XX:G1ReservePercent=20"] != "-XX:G1ReservePercent=15" {
+		again.JVMFlags.LargeHeap.Replace["-XX:G1ReservePercent=20"] != "-XX:G1ReservePercent=15" || again.JVMFlags.Flags[0] != "-XX:+AlwaysPreTouch" {
 		t.Errorf("Get returned a profile sharing state with the catalog")
 	}
 }

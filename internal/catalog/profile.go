@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,7 @@ const (
 	InstallNeoForge   = "neoforge"   // maven.neoforged.net installer, run with java
 	InstallBungeeCord = "bungeecord" // ci.md-5.net Jenkins
 	InstallTestServer = "kiln-test"  // nothing to download: `kiln testserver`
+	InstallCustom     = "custom"     // a jar from the user's JAR_URL, verified against their JAR_SHA256
 )
 
 // Listen kinds: the file where a software reads its listen address (and,
@@ -87,9 +89,16 @@ type Profile struct {
 	// StartArgsFile, when set, is used instead of Start when the installer
 	// left a JVM args file rather than a jar (Forge 1.17+).
 	StartArgsFile []string `json:"start_args_file,omitempty" yaml:"start_args_file"`
-	// LargeHeap swaps some Start elements when the heap is large (Aikar's
-	// flags for heaps of 12 GiB and more).
+	// LargeHeap swaps some Start elements when the heap is large.
 	LargeHeap *HeapRule `json:"large_heap,omitempty" yaml:"large_heap"`
+	// Include names shared parts (profiles/include/<name>.yaml) whose
+	// environment variables are appended to the profile's own and whose
+	// JVM flag set, if any, becomes JVMFlags.
+	Include []string `json:"include,omitempty" yaml:"include"`
+	// JVMFlags is the flag set an include gives the profile (Aikar's
+	// flags): the start element ${JVM_FLAGS} expands to its flags, or to
+	// nothing when the server opts out.
+	JVMFlags *FlagSet `json:"jvm_flags,omitempty" yaml:"-"`
 	// StopCommand is the console line that stops the software cleanly.
 	StopCommand string `json:"stop_command" yaml:"stop_command"`
 	// Port is the default port of the software.
@@ -124,7 +133,131 @@ type EnvVar struct {
 	Optional bool `json:"optional" yaml:"optional"`
 	// Property is the server.properties key the variable sets, if any.
 	Property string `json:"property,omitempty" yaml:"property"`
+	// Type is the kind of value (Type* constants); empty means the kind of
+	// the default (a bool default is boolean, an int integer, a float
+	// number), else string.
+	Type string `json:"type,omitempty" yaml:"type"`
+	// Enum, when set, lists every value the variable accepts.
+	Enum []string `json:"enum,omitempty" yaml:"enum"`
+	// Min and Max bound an integer variable.
+	Min *int `json:"min,omitempty" yaml:"min"`
+	Max *int `json:"max,omitempty" yaml:"max"`
+	// Requires names a variable that must be set (non-empty) when this
+	// boolean variable is true (ENABLE_RCON needs RCON_PASSWORD).
+	Requires string `json:"requires,omitempty" yaml:"requires"`
+	// Secret marks a value Kiln never logs and never passes to the
+	// software's process environment (RCON_PASSWORD: the software reads it
+	// from server.properties).
+	Secret bool `json:"secret,omitempty" yaml:"secret"`
 }
+
+// Variable types (EnvVar.Type).
+const (
+	TypeString  = "string"
+	TypeBoolean = "boolean"
+	TypeInteger = "integer"
+	TypeNumber  = "number"
+	TypePlayers = "players" // comma-separated player names, each optionally name:uuid (ParsePlayers)
+	TypeURL     = "url"     // an absolute https URL without user info (CheckURL)
+	TypeSHA256  = "sha256"  // 64 hex digits
+)
+
+// Kind is the type of v's values: Type, else the kind of the default.
+func (v EnvVar) Kind() string {
+	if v.Type != "" {
+		return v.Type
+	}
+	switch v.Default.(type) {
+	case bool:
+		return TypeBoolean
+	case int:
+		return TypeInteger
+	case float64:
+		return TypeNumber
+	}
+	return TypeString
+}
+
+// check returns why val is not a value of v, or "".
+func (v EnvVar) check(val string) string {
+	if strings.ContainsFunc(val, isControl) {
+		return "must not contain control characters"
+	}
+	switch v.Kind() {
+	case TypeBoolean:
+		if val != "true" && val != "false" {
+			return "must be true or false"
+		}
+	case TypeInteger:
+		n, err := strconv.Atoi(val)
+		if err != nil {
+			return "must be an integer"
+		}
+		if v.Min != nil && n < *v.Min || v.Max != nil && n > *v.Max {
+			switch {
+			case v.Max == nil:
+				return fmt.Sprintf("must be at least %d", *v.Min)
+			case v.Min == nil:
+				return fmt.Sprintf("must be at most %d", *v.Max)
+			}
+			return fmt.Sprintf("must be between %d and %d", *v.Min, *v.Max)
+		}
+	case TypeNumber:
+		if _, err := strconv.ParseFloat(val, 64); err != nil {
+			return "must be a number"
+		}
+	case TypePlayers:
+		if _, err := ParsePlayers(val); err != nil {
+			return err.Error()
+		}
+	case TypeURL:
+		if err := CheckURL(val); err != nil {
+			return err.Error()
+		}
+	case TypeSHA256:
+		if len(val) != 64 || strings.Trim(strings.ToLower(val), "0123456789abcdef") != "" {
+			return "must be a SHA-256: 64 hexadecimal digits"
+		}
+	}
+	if len(v.Enum) > 0 && !slices.Contains(v.Enum, val) {
+		return "must be one of " + strings.Join(v.Enum, ", ")
+	}
+	return ""
+}
+
+// CheckURL returns why s cannot be a download URL a user gives: it must
+// be an absolute https URL with a host, without user info or fragment,
+// of at most 2048 bytes. Where it may connect is checked when it is
+// fetched (the SSRF guard).
+func CheckURL(s string) error {
+	if len(s) > 2048 {
+		return errors.New("must be a URL of at most 2048 bytes")
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil || u.Fragment != "" || u.Opaque != "" {
+		return errors.New("must be an absolute https URL without user info or fragment")
+	}
+	return nil
+}
+
+// FlagSet is a named list of JVM flags a profile includes (Aikar's
+// flags), dropped when the server sets OptOut to false.
+type FlagSet struct {
+	Name string `json:"name" yaml:"name"`
+	// OptOut is the boolean variable that keeps the flags when true (its
+	// default) and drops them when false (USE_AIKAR_FLAGS).
+	OptOut string   `json:"opt_out" yaml:"opt_out"`
+	Flags  []string `json:"flags" yaml:"flags"`
+	// LargeHeap swaps some flags when the heap is large (Aikar's
+	// variant for heaps of 12 GiB and more).
+	LargeHeap *HeapRule `json:"large_heap,omitempty" yaml:"large_heap"`
+}
+
+// VarJVMFlags is the start-template element that expands to the
+// profile's JVM flag set: it must be a whole element, and it is the one
+// placeholder that becomes several elements (or none), because its value
+// is catalog data, never user input.
+const VarJVMFlags = "JVM_FLAGS"
 
 // InstallerSpec names an installer kind (Install* constants) and, for Fill,
 // the upstream project.
@@ -174,28 +307,46 @@ func (p Profile) Env(set map[string]string) (map[string]string, error) {
 			}
 			continue
 		}
-		if strings.ContainsFunc(val, isControl) {
-			c.Add("env."+v.Key, "must not contain control characters")
+		if why := v.check(val); why != "" {
+			c.Add("env."+v.Key, "%s", why)
 			continue
 		}
-		switch v.Default.(type) {
-		case bool:
-			if val != "true" && val != "false" {
-				c.Add("env."+v.Key, "must be true or false")
-				continue
-			}
-		case int, float64:
-			if _, err := strconv.ParseFloat(val, 64); err != nil {
-				c.Add("env."+v.Key, "must be a number")
-				continue
-			}
-		}
 		out[v.Key] = val
+	}
+	for _, v := range p.EnvironmentVariables {
+		if v.Requires != "" && out[v.Key] == "true" && out[v.Requires] == "" {
+			c.Add("env."+v.Requires, "is required when %s is true", v.Key)
+		}
 	}
 	if err := c.Err(); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// EULAURL is where the Minecraft EULA is published.
+const EULAURL = "https://aka.ms/MinecraftEULA"
+
+// NeedsEULA reports whether the software runs only once its user accepted
+// the Minecraft EULA: a profile with an EULA variable (the game servers;
+// proxies and kiln-test have none).
+func (p Profile) NeedsEULA() bool {
+	_, ok := p.Var("EULA")
+	return ok
+}
+
+// EULAAccepted reports whether set, the environment a user gave a server,
+// accepts the Minecraft EULA for software that needs it: EULA is "true".
+// It is always true for software that does not need it. Kiln never
+// accepts the EULA for the user: the variable defaults to false.
+func (p Profile) EULAAccepted(set map[string]string) bool {
+	return !p.NeedsEULA() || set["EULA"] == "true"
+}
+
+// SecretVar reports whether key is a secret variable of the profile.
+func (p Profile) SecretVar(key string) bool {
+	v, ok := p.Var(key)
+	return ok && v.Secret
 }
 
 // Properties returns the server.properties entries the environment sets:
@@ -229,13 +380,13 @@ func (p Profile) Command(vars map[string]string) ([]string, error) {
 	if len(p.StartArgsFile) > 0 && vars[VarServerArgsFile] != "" {
 		tmpl = p.StartArgsFile
 	}
-	large := false
+	heap := 0 // MiB, when the template uses it
 	if mem, ok := vars[VarServerMemory]; ok && usesVar(tmpl, VarServerMemory) {
 		n, err := strconv.Atoi(mem)
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("start command of %s: %s=%q is not a positive number of MiB", p.Type, VarServerMemory, mem)
 		}
-		large = p.LargeHeap != nil && n >= p.LargeHeap.MinMiB
+		heap = n
 	}
 	if port, ok := vars[VarServerPort]; ok && usesVar(tmpl, VarServerPort) {
 		n, err := strconv.Atoi(port)
@@ -243,10 +394,15 @@ func (p Profile) Command(vars map[string]string) ([]string, error) {
 			return nil, fmt.Errorf("start command of %s: %s=%q is not a port", p.Type, VarServerPort, port)
 		}
 	}
-	out := make([]string, 0, len(tmpl))
+	flags := p.jvmFlags(vars, heap)
+	out := make([]string, 0, len(tmpl)+len(flags))
 	for _, el := range tmpl {
-		if large {
-			if r, ok := p.LargeHeap.Replace[el]; ok {
+		if el == "${"+VarJVMFlags+"}" {
+			out = append(out, flags...)
+			continue
+		}
+		if h := p.LargeHeap; h != nil && heap >= h.MinMiB {
+			if r, ok := h.Replace[el]; ok {
 				el = r
 			}
 		}
@@ -257,6 +413,35 @@ func (p Profile) Command(vars map[string]string) ([]string, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// jvmFlags is what ${JVM_FLAGS} expands to for a heap of heapMiB: the
+// profile's flag set with its large-heap swaps, or nothing when the
+// server opted out (its opt-out variable, else that variable's default,
+// is false).
+func (p Profile) jvmFlags(vars map[string]string, heapMiB int) []string {
+	fs := p.JVMFlags
+	if fs == nil {
+		return nil
+	}
+	use, ok := vars[fs.OptOut]
+	if !ok {
+		if v, has := p.Var(fs.OptOut); has {
+			use, _ = defaultString(v.Default)
+		}
+	}
+	if use == "false" {
+		return nil
+	}
+	out := slices.Clone(fs.Flags)
+	if h := fs.LargeHeap; h != nil && heapMiB >= h.MinMiB {
+		for i, f := range out {
+			if r, ok := h.Replace[f]; ok {
+				out[i] = r
+			}
+		}
+	}
+	return out
 }
 
 // lookup resolves one placeholder for Command.
@@ -314,6 +499,21 @@ func (p Profile) clone() Profile {
 		h := *p.LargeHeap
 		h.Replace = maps.Clone(h.Replace)
 		p.LargeHeap = &h
+	}
+	p.Include = slices.Clone(p.Include)
+	if p.JVMFlags != nil {
+		fs := *p.JVMFlags
+		fs.Flags = slices.Clone(fs.Flags)
+		if fs.LargeHeap != nil {
+			h := *fs.LargeHeap
+			h.Replace = maps.Clone(h.Replace)
+			fs.LargeHeap = &h
+		}
+		p.JVMFlags = &fs
+	}
+	for i, v := range p.EnvironmentVariables {
+		v.Enum = slices.Clone(v.Enum)
+		p.EnvironmentVariables[i] = v
 	}
 	return p
 }

@@ -88,4 +88,30 @@
 // memory.stat), else the resident memory of the main process. CPU comes
 // from /proc/<pid>/stat of the main process in both cases (a JVM is one
 // process; its threads are counted).
+//
+// Java (java.go, installer.go; issue 16). Javas are the host's Java
+// installations by major: those found under JavaDirs (/usr/lib/jvm,
+// /usr/lib64/jvm: each directory with bin/java and a release file naming
+// JAVA_VERSION), the one the java on PATH belongs to, and the operator's
+// --java-home MAJOR=HOME, which wins. Decisions:
+//   - The major a game version needs (the catalog's rule) is used when the
+//     host has it; else, for 16 and newer, the lowest newer one (16 → 17,
+//     17 → 21, 21 → 25), since Minecraft from 1.17 on runs on newer Java;
+//     never a newer one for 8: Minecraft up to 1.16.5, and above all its
+//     Forge (whose launcher casts the application class loader to
+//     URLClassLoader), break on Java 9+. Without a fit the start fails
+//     with a sentence naming the major and --java-home (ErrNoJava).
+//   - InstallRunner runs the Forge and NeoForge installers (the Runner
+//     seam of internal/catalog/install) with the same rule: on this host
+//     with the java of that major (a minimal environment: PATH, HOME,
+//     JAVA_HOME, proxy settings, never Kiln's), or, on the docker runtime,
+//     in a container of the image for that major, through Runtime.Start
+//     (the same mount, user, limits and hardening as the server; no port,
+//     since Spec.Port 0 publishes nothing), removed afterwards. The game
+//     version is read from the installer jar's install_profile.json
+//     ("minecraft", or install.minecraft in the legacy installers of
+//     1.7.10–1.12.2) rather than passed in: the jar is the authority, and
+//     the Runner seam stays argv only. A crash of kiln mid-install leaves
+//     a stopped kiln-install-<hex> container behind (no restart policy);
+//     docker container prune removes it.
 package runtime

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -329,10 +331,16 @@ func (s *Service) install(ctx context.Context, id string, startAfter bool) {
 	}
 	// The software's config (listen address, settings from the
 	// environment) exists from the install on, for the user to read and
-	// edit before a first start; every start writes it again.
-	if err := s.configure(sv); err != nil {
-		s.installFailed(ctx, l, id, err)
-		return
+	// edit before a first start; every start writes it again. A player
+	// list that cannot be written yet (a name Mojang cannot be asked
+	// about) does not fail the install: the install is fine, and the
+	// start that needs the list says so.
+	if err := s.configure(ctx, sv); err != nil {
+		if _, players := errors.AsType[*install.PlayersError](err); !players {
+			s.installFailed(ctx, l, id, err)
+			return
+		}
+		l.console.add("[kiln] " + err.Error() + " (written again at every start)")
 	}
 	// The list shows what the install wrote now, not after the next
 	// periodic disk walk; the first write still measures afresh (files may
@@ -420,6 +428,61 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 		s.install(ctx, id, wasRunning)
 	})
 	return nil
+}
+
+// SetEnv changes the environment variables of a server made by hand:
+// set maps a variable to its new value, or to nil to unset it (its
+// default applies again); variables not named keep their value. The
+// result is checked as Create checks env. It takes effect at the next
+// start (a running server keeps running as it is; restart it), and for
+// the installer's variables at the next reinstall. A concurrent change
+// is never lost: the update applies to the environment it was computed
+// from, or is computed again. Errors: ErrNotFound, ErrOwned (a
+// deployment owns the server: change its spec), *validate.Error.
+func (s *Service) SetEnv(ctx context.Context, teamID, id string, set map[string]*string) (Server, error) {
+	for attempt := 0; ; attempt++ {
+		sv, err := s.getLocal(ctx, teamID, id)
+		if err != nil {
+			return Server{}, err
+		}
+		if sv.ConfigurationID != nil {
+			var key sql.NullString
+			_ = s.db.Read().QueryRowContext(ctx, `SELECT resource_key FROM servers WHERE id = $1`, id).Scan(&key)
+			return Server{}, &OwnedError{ConfigurationID: *sv.ConfigurationID, ResourceKey: key.String}
+		}
+		env := maps.Clone(sv.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		for k, v := range set {
+			if v == nil {
+				delete(env, k)
+			} else {
+				env[k] = *v
+			}
+		}
+		ns := NewServer{Name: sv.Name, Software: sv.Software, Version: sv.Version, MemoryMB: sv.MemoryMB,
+			DiskMB: sv.DiskMB, CPUPercent: sv.CPUPercent, Env: env, Image: sv.Image}
+		if _, err := s.checkSpec(&ns); err != nil {
+			return Server{}, err
+		}
+		// Every env is stored as json.Marshal wrote it (keys sorted), so
+		// the stored text is the marshalled map it was read as.
+		oldJSON, _ := json.Marshal(sv.Env)
+		newJSON, _ := json.Marshal(env)
+		res, err := s.db.Write().ExecContext(ctx,
+			`UPDATE servers SET env = $1, updated_at = $2 WHERE id = $3 AND team_id = $4 AND env = $5`,
+			string(newJSON), store.Now(), id, teamID, string(oldJSON))
+		if err != nil {
+			return Server{}, fmt.Errorf("set env of %s: %w", id, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 || attempt >= 10 {
+			if n != 1 {
+				return Server{}, fmt.Errorf("set env of %s: changed concurrently too often; try again", id)
+			}
+			return s.Get(ctx, teamID, id)
+		}
+	}
 }
 
 // Delete stops the server (killing it), forgets it and removes its files.

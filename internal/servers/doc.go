@@ -65,6 +65,25 @@
 //     team, checked in the insert's transaction (an advisory lock per team
 //     on PostgreSQL: the team row itself is updated by the servers_version
 //     trigger, and locking it FOR UPDATE deadlocked with status updates).
+//   - The Minecraft EULA (issue 16): a server whose software needs it
+//     (catalog.Profile.NeedsEULA) is created and installed whatever its
+//     env, but Power start and restart refuse it with an *EULAError
+//     (ErrEULANotAccepted; 409 EULA_NOT_ACCEPTED in the API) until its env
+//     says EULA=true; checked before the install's outcome, since a
+//     reinstall would not help. A start that does not come from Power (a
+//     crash restart, recovery, after a reinstall) is refused the same way:
+//     the sentence in the console, status offline, nothing run.
+//   - SetEnv (PATCH /servers/{id}) merges into env (nil unsets) with the
+//     checks of Create, for servers made by hand (an owned one is changed
+//     through its spec: ErrOwned). The update is conditional on the env
+//     it was computed from (stored env = the marshalled map read), so two
+//     concurrent PATCHes never lose one; it takes effect at the next
+//     start, as a running server keeps its process.
+//   - Java on the process runtime: Options.Javas picks the java of the
+//     major the install recorded (runtime.Javas.Home's rule), passed as
+//     JAVA and JAVA_HOME; without a fit the start fails with the sentence
+//     naming the major. Secret variables (RCON_PASSWORD) are left out of
+//     the process environment.
 //   - Every query is scoped by team id: a server of another team is simply
 //     not found (ErrNotFound), never "forbidden".
 package servers

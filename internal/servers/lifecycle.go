@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -94,7 +95,9 @@ func (l *live) resources() Resources {
 
 // Power performs start, stop, restart or kill. It returns once the action is
 // recorded; the action itself proceeds in the background. Errors:
-// ErrNotFound, ErrInstalling, *validate.Error.
+// ErrNotFound, ErrInstalling, ErrInstallFailed, *EULAError (start and
+// restart of software whose EULA its user has not accepted),
+// *validate.Error.
 func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
@@ -105,6 +108,12 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 	}
 	switch action {
 	case "start":
+		// The EULA first: whatever else is wrong, a server whose user has
+		// not accepted it never starts, and saying so first saves a
+		// reinstall that would not help.
+		if err := s.checkEULA(sv); err != nil {
+			return err
+		}
 		if sv.InstallError != nil {
 			return fmt.Errorf("%w: %s", ErrInstallFailed, *sv.InstallError)
 		}
@@ -128,6 +137,9 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 		}
 		s.goBackground(func(ctx context.Context) { s.stop(ctx, id, true) })
 	case "restart":
+		if err := s.checkEULA(sv); err != nil {
+			return err
+		}
 		if sv.InstallError != nil {
 			return fmt.Errorf("%w: %s", ErrInstallFailed, *sv.InstallError)
 		}
@@ -153,6 +165,32 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 
 // ErrInstallFailed: the server cannot start because its last install failed.
 var ErrInstallFailed = errors.New("the last install failed; reinstall the server first")
+
+// ErrEULANotAccepted: the server's software needs the Minecraft EULA, and
+// its user has not accepted it (env EULA=true). EULAError carries it.
+var ErrEULANotAccepted = errors.New("the Minecraft EULA is not accepted")
+
+// EULAError refuses to start a server whose software needs the Minecraft
+// EULA while its environment does not say EULA=true. Kiln never accepts
+// the EULA for a user.
+type EULAError struct{ Software string }
+
+func (e *EULAError) Error() string {
+	return fmt.Sprintf("the Minecraft EULA is not accepted for this %s server, so it does not start: read the EULA at %s, "+
+		"then set EULA=true in the server's env to accept it (Kiln never accepts it for you)", e.Software, catalog.EULAURL)
+}
+
+// Is makes errors.Is(err, ErrEULANotAccepted) hold.
+func (e *EULAError) Is(target error) bool { return target == ErrEULANotAccepted }
+
+// checkEULA returns an *EULAError when sv may not start for want of the
+// EULA.
+func (s *Service) checkEULA(sv Server) error {
+	if p, ok := s.catalog.Get(sv.Software); ok && !p.EULAAccepted(sv.Env) {
+		return &EULAError{Software: sv.Software}
+	}
+	return nil
+}
 
 func (s *Service) setDesired(ctx context.Context, id, desired string) error {
 	_, err := s.db.Write().ExecContext(ctx,
@@ -249,12 +287,22 @@ func (s *Service) start(ctx context.Context, id string) {
 	if sv.DesiredState != "running" {
 		return
 	}
+	if err := s.checkEULA(sv); err != nil {
+		// Refused, not crashed: nothing ran. A start by hand says so
+		// before it gets here; this is a restart or a recovery of a
+		// server whose EULA is not (or no longer) accepted.
+		l.console.add("[kiln] not started: " + err.Error())
+		if err := s.setStatus(ctx, id, StatusOffline); err != nil {
+			s.log.Error("record refused start", "server_id", id, "err", err)
+		}
+		return
+	}
 	spec, err := s.spec(sv)
 	if err == nil {
 		spec.Env, err = s.inject(ctx, sv, spec.Env)
 	}
 	if err == nil {
-		err = s.configure(sv)
+		err = s.configure(ctx, sv)
 	}
 	if err != nil {
 		s.failStart(ctx, l, id, err)
@@ -519,18 +567,37 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 	}
 	vars[catalog.VarServerMemory] = strconv.Itoa(sv.MemoryMB)
 	vars[catalog.VarServerPort] = strconv.Itoa(sv.Port)
-	vars[catalog.VarJava] = "java"
 	vars[catalog.VarKilnBin] = kilnBin
+	// In a container, java is the image's (chosen for the Java major); on
+	// this host, the installation of that major.
+	vars[catalog.VarJava] = "java"
+	process := s.node.Runtime().Name() == "process"
+	javaHome := ""
+	if process && s.opts.Javas != nil && p.Java.Source != catalog.JavaNone {
+		major := sv.javaMajor
+		if major == 0 {
+			major = p.JavaFor(sv.Version)
+		}
+		if javaHome, err = s.opts.Javas.Home(major); err != nil {
+			return runtime.Spec{}, fmt.Errorf("%s %s: %w", sv.Software, sv.Version, err)
+		}
+		vars[catalog.VarJava] = filepath.Join(javaHome, "bin", "java")
+	}
 	argv, err := p.Command(vars)
 	if err != nil {
 		return runtime.Spec{}, err
 	}
 	env := []string{"HOME=" + s.node.Root(sv.ID), "LANG=C.UTF-8"}
-	if path := os.Getenv("PATH"); path != "" && s.node.Runtime().Name() == "process" {
-		env = append(env, "PATH="+path) // java of the host
+	if path := os.Getenv("PATH"); path != "" && process {
+		env = append(env, "PATH="+path)
+	}
+	if javaHome != "" {
+		env = append(env, "JAVA_HOME="+javaHome)
 	}
 	for _, k := range slices.Sorted(maps.Keys(vars)) {
-		if k != catalog.VarKilnBin && k != catalog.VarJava {
+		// A secret (RCON_PASSWORD) reaches the software through its
+		// config file only, never its process environment.
+		if k != catalog.VarKilnBin && k != catalog.VarJava && !p.SecretVar(k) {
 			env = append(env, k+"="+vars[k])
 		}
 	}
@@ -580,7 +647,7 @@ func imageOf(p catalog.Profile, sv Server) string {
 
 // configure writes the server's listen address and environment settings
 // into its software's config file (see Installer.Configure).
-func (s *Service) configure(sv Server) error {
+func (s *Service) configure(ctx context.Context, sv Server) error {
 	p, ok := s.catalog.Get(sv.Software)
 	if !ok {
 		return fmt.Errorf("software %q is not in the catalog", sv.Software)
@@ -593,7 +660,7 @@ func (s *Service) configure(sv Server) error {
 	if s.node.Runtime().Name() != "process" {
 		host = "" // inside the container; the runtime publishes the port
 	}
-	return s.installer.Configure(p, s.node.Root(sv.ID), env, host, sv.Port)
+	return s.installer.Configure(ctx, p, s.node.Root(sv.ID), env, host, sv.Port)
 }
 
 // containerMemoryMB is the hard memory limit of a server whose Java heap is

@@ -81,6 +81,11 @@ func TestOwnedServers(t *testing.T) {
 		if !ok || !errors.Is(err, servers.ErrOwned) || oe.ConfigurationID != cfg.ID || !strings.Contains(err.Error(), cfg.ID+" as server/lobby") {
 			t.Errorf("Delete of an owned server by hand = %v, want an OwnedError naming %s and server/lobby", err, cfg.ID)
 		}
+		motd := "changed by hand"
+		_, err = svc.SetEnv(ctx, teamID, id, map[string]*string{"MOTD": &motd})
+		if oe, ok := errors.AsType[*servers.OwnedError](err); !ok || oe.ResourceKey != "server/lobby" {
+			t.Errorf("SetEnv of an owned server = %v, want an OwnedError naming server/lobby", err)
+		}
 		// Another team finds nothing and deletes nothing.
 		if _, err := svc.FindOwned(ctx, "team_other", o); !errors.Is(err, servers.ErrNotFound) {
 			t.Errorf("FindOwned by another team = %v, want ErrNotFound", err)

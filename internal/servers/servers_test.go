@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,18 +14,23 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/kilnhq/kiln/internal/auth"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/slp"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
+	"github.com/kilnhq/kiln/internal/validate"
 )
 
 // team returns the id of the bootstrap team of db.
@@ -210,7 +216,7 @@ func TestInstallChecksumMismatch(t *testing.T) {
 	up.sum.Store(strings.Repeat("ab", 32))
 	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
 	svc := env.Service
-	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048, Env: map[string]string{"EULA": "true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +387,7 @@ func TestDeleteWhileInstalling(t *testing.T) {
 	up := newFillUpstream(t, []byte("jar"))
 	up.hang = true
 	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
-	sv, err := env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	sv, err := env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048, Env: map[string]string{"EULA": "true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,5 +564,227 @@ func TestDiskFigureRefreshedInBackground(t *testing.T) {
 	}
 	if got := limit - a.Disk.Figures().Free(); got < base+4_000_000 {
 		t.Errorf("after DiskChanged the write saw %d used bytes, want at least %d (walked first)", got, base+4_000_000)
+	}
+}
+
+// TestEULANotAccepted: a game server is created and installed without
+// the EULA (eula.txt says false), but start and restart are refused with
+// an *EULAError naming where to read it; PATCHing EULA=true (SetEnv)
+// lets it start, and the start writes eula.txt from the variable.
+func TestEULANotAccepted(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar"))
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
+	svc := env.Service
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048})
+	if err != nil {
+		t.Fatalf("Create without EULA = %v; creating (and installing) must work", err)
+	}
+	waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+	eula := filepath.Join(env.Node.Root(sv.ID), "eula.txt")
+	if data, _ := os.ReadFile(eula); !strings.Contains(string(data), "\neula=false\n") {
+		t.Errorf("eula.txt after install = %q, want eula=false", data)
+	}
+	for _, action := range []string{"start", "restart"} {
+		err := svc.Power(t.Context(), teamID, sv.ID, action)
+		ee, ok := errors.AsType[*servers.EULAError](err)
+		if !ok || !errors.Is(err, servers.ErrEULANotAccepted) {
+			t.Fatalf("Power(%s) without EULA = %v, want *EULAError", action, err)
+		}
+		want := "the Minecraft EULA is not accepted for this paper server, so it does not start: read the EULA at https://aka.ms/MinecraftEULA, then set EULA=true in the server's env to accept it (Kiln never accepts it for you)"
+		if ee.Error() != want {
+			t.Errorf("Power(%s) error = %q, want %q", action, ee.Error(), want)
+		}
+	}
+	if got, _ := svc.Get(t.Context(), teamID, sv.ID); got.DesiredState != "stopped" || got.Status != servers.StatusOffline {
+		t.Errorf("after refused starts: desired %q, status %q; want stopped, offline", got.DesiredState, got.Status)
+	}
+	// "false" is not acceptance either.
+	f := "false"
+	if _, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"EULA": &f}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); !errors.Is(err, servers.ErrEULANotAccepted) {
+		t.Errorf("Power(start) with EULA=false = %v", err)
+	}
+
+	yes, hard, bad := "true", "hard", "nightmare"
+	got, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"EULA": &yes, "DIFFICULTY": &hard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"EULA": "true", "DIFFICULTY": "hard"}; !maps.Equal(got.Env, want) {
+		t.Errorf("SetEnv answered env %v, want %v", got.Env, want)
+	}
+	_, err = svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"DIFFICULTY": &bad, "NOPE": &yes})
+	ve, ok := errors.AsType[*validate.Error](err)
+	if !ok || len(ve.Issues) != 2 || ve.Issues[0].Path != "env.NOPE" || ve.Issues[1].Path != "env.DIFFICULTY" {
+		t.Errorf("SetEnv(bad) = %v, want issues at env.DIFFICULTY and env.NOPE", err)
+	}
+	got, err = svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"DIFFICULTY": nil})
+	if err != nil || !maps.Equal(got.Env, map[string]string{"EULA": "true"}) {
+		t.Errorf("SetEnv(unset DIFFICULTY) = %v, %v", got.Env, err)
+	}
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatalf("Power(start) with EULA=true = %v", err)
+	}
+	// The start writes eula.txt from the variable before it runs the
+	// software (which then fails here: the jar is not a real one).
+	waitFor(t, svc, teamID, sv.ID, "started", func(s servers.Server) bool {
+		data, _ := os.ReadFile(eula)
+		return strings.Contains(string(data), "\neula=true\n")
+	})
+	if err := svc.Power(t.Context(), teamID, sv.ID, "kill"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.SetEnv(t.Context(), teamID, uuid.NewString(), map[string]*string{"EULA": &yes}); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("SetEnv(unknown server) = %v, want ErrNotFound", err)
+	}
+	// Concurrent changes of different variables are all kept.
+	set := map[string]string{"MOTD": "hi", "PVP": "false", "SEED": "42", "MODE": "creative", "ALLOW_FLIGHT": "true", "SPAWN_PROTECTION": "0"}
+	var wg sync.WaitGroup
+	for k, v := range set {
+		wg.Go(func() {
+			if _, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{k: &v}); err != nil {
+				t.Errorf("SetEnv(%s) = %v", k, err)
+			}
+		})
+	}
+	wg.Wait()
+	got, _ = svc.Get(t.Context(), teamID, sv.ID)
+	set["EULA"] = "true"
+	if !maps.Equal(got.Env, set) {
+		t.Errorf("env after concurrent SetEnv = %v, want %v", got.Env, set)
+	}
+}
+
+// TestProcessJava: on the process runtime a game server runs the java of
+// the major its game version needs (paper 1.21.4: Java 21) with
+// JAVA_HOME set and Aikar's flags before -jar; a host without that Java
+// (nor a newer one) fails the start with a sentence naming it.
+func TestProcessJava(t *testing.T) {
+	home := filepath.Join(t.TempDir(), "jdk-21")
+	if err := os.MkdirAll(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in java: it prints what it was given, then exits.
+	script := "#!/bin/sh\necho \"fake java JAVA_HOME=$JAVA_HOME RCON_PASSWORD=${RCON_PASSWORD:-unset} args: $*\"\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(home, "bin", "java"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(home, "release"), []byte("JAVA_VERSION=\"21.0.5\"\n"), 0o644)
+	for _, tt := range []struct {
+		name  string
+		homes map[int]string
+		want  string
+	}{
+		{"java 21", map[int]string{21: home}, "[kiln] fake java JAVA_HOME=" + home + " RCON_PASSWORD=unset args: -Xms1024M -Xmx1024M -XX:+AlwaysPreTouch"},
+		{"no java 21", map[int]string{17: strings.Replace(home, "21", "17", 1)}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.want == "" {
+				h17 := tt.homes[17]
+				os.MkdirAll(filepath.Join(h17, "bin"), 0o755)
+				os.WriteFile(filepath.Join(h17, "bin", "java"), []byte("#!/bin/sh\nexit 0\n"), 0o755)
+			}
+			javas, err := runtime.NewJavas(tt.homes, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db := storetest.SQLite(t)
+			teamID := team(t, db)
+			up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar"))
+			env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL, Servers: servers.Options{Javas: javas, RestartBackoff: time.Hour}})
+			svc := env.Service
+			sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048,
+				Env: map[string]string{"EULA": "true", "ENABLE_RCON": "true", "RCON_PASSWORD": "not-in-the-environment"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+			if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, svc, teamID, sv.ID, "crashed", func(s servers.Server) bool { return s.Status == servers.StatusCrashed })
+			console, _ := svc.Console(t.Context(), teamID, sv.ID, 50)
+			if tt.want != "" {
+				i := slices.IndexFunc(console, func(l string) bool {
+					return strings.HasPrefix(l, "[kiln] fake java ") || strings.HasPrefix(l, "fake java ")
+				})
+				if i < 0 {
+					t.Fatalf("console = %q, want the stand-in java's line", console)
+				}
+				line := strings.TrimPrefix(console[i], "[kiln] ")
+				if want := strings.TrimPrefix(tt.want, "[kiln] "); !strings.HasPrefix(line, want) || !strings.Contains(line, "-Daikars.new.flags=true -jar server.jar --nogui --port ") {
+					t.Errorf("java ran as %q, want it to start with %q and end with Aikar's flags, -jar server.jar --nogui --port", line, want)
+				}
+				return
+			}
+			want := "[kiln] failed to start: paper 1.21.4: this needs Java 21 or newer, and the host has 17"
+			if !slices.ContainsFunc(console, func(l string) bool { return strings.HasPrefix(l, want) }) {
+				t.Errorf("console = %q, want a line starting %q", console, want)
+			}
+		})
+	}
+}
+
+// TestEULAWithdrawn: a start that does not come from Power (the restart
+// after a crash) is refused too once EULA is no longer true: the
+// sentence in the console, status offline, nothing run.
+func TestEULAWithdrawn(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar"))
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL, Servers: servers.Options{RestartBackoff: time.Second}})
+	svc := env.Service
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048,
+		Env: map[string]string{"EULA": "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	no := "false"
+	if _, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"EULA": &no}); err != nil {
+		t.Fatal(err)
+	}
+	// The jar is not a real one: the server crashes and the restart (or
+	// the first start, had the change come first) meets the refusal.
+	want := "[kiln] not started: the Minecraft EULA is not accepted for this paper server"
+	waitFor(t, svc, teamID, sv.ID, "refused", func(s servers.Server) bool {
+		console, _ := svc.Console(t.Context(), teamID, sv.ID, 100)
+		return slices.ContainsFunc(console, func(l string) bool { return strings.HasPrefix(l, want) })
+	})
+	got := waitFor(t, svc, teamID, sv.ID, "offline", func(s servers.Server) bool { return s.Status == servers.StatusOffline })
+	if got.DesiredState != "running" {
+		t.Errorf("desired state = %q; the user's intent stays running until they stop it", got.DesiredState)
+	}
+}
+
+// TestInstallWithUnknownOp: a player list that cannot be written (Mojang
+// knows no such name) does not fail the install; the console says why,
+// and the next start meets it again.
+func TestInstallWithUnknownOp(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar")) // answers 404 for api.mojang.com
+	env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
+	svc := env.Service
+	sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048,
+		Env: map[string]string{"EULA": "true", "OPS": "nobody_here"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+	console, _ := svc.Console(t.Context(), teamID, sv.ID, 20)
+	want := "[kiln] configure paper: OPS: ops.json: nobody_here: no Minecraft account has that name (written again at every start)"
+	if !slices.Contains(console, want) {
+		t.Errorf("console = %q, want %q", console, want)
+	}
+	if _, err := os.Stat(filepath.Join(env.Node.Root(sv.ID), "server.properties")); err != nil {
+		t.Errorf("server.properties after the install: %v", err)
 	}
 }

@@ -33,8 +33,9 @@ type Installer interface {
 	Install(ctx context.Context, p catalog.Profile, version, root string, env map[string]string) (catalog.Result, error)
 	// Configure writes where the software listens (host, empty for every
 	// interface, and port) and the settings its environment sets into its
-	// config file in root; it runs before every start.
-	Configure(p catalog.Profile, root string, env map[string]string, host string, port int) error
+	// config files in root (eula.txt, ops and whitelist included); it runs
+	// before every start.
+	Configure(ctx context.Context, p catalog.Profile, root string, env map[string]string, host string, port int) error
 }
 
 // Options tune the lifecycle; zero values take the defaults.
@@ -67,6 +68,12 @@ type Options struct {
 	// Injected adds variables to the environment of servers a deployment
 	// owns (a dbservice's credentials), read at every start; nil for none.
 	Injected EnvSource
+	// Javas are the host's Java installations: on the process runtime a
+	// server runs the java of the major its game version needs
+	// (runtime.Javas.Home's rule), and fails to start with a sentence
+	// naming that major when the host has none. nil runs the java on
+	// PATH, whatever its version.
+	Javas *runtime.Javas
 }
 
 // EnvSource gives the variables Kiln adds to the environment of the

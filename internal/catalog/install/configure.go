@@ -2,47 +2,109 @@ package install
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"maps"
 	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/google/uuid"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kilnhq/kiln/internal/catalog"
 )
 
-// Configure is the package function Configure, for callers that hold an
-// Installer.
-func (i *Installer) Configure(p catalog.Profile, root string, env map[string]string, host string, port int) error {
-	return Configure(p, root, env, host, port)
+// Configure is the package function Configure, except that a player of
+// OPS or WHITELIST whose UUID is neither given nor in the file yet, on a
+// server in online mode, is looked up at Mojang's profile API through the
+// installer's fetcher (its mirror, User-Agent and limits).
+func (i *Installer) Configure(ctx context.Context, p catalog.Profile, root string, env map[string]string, host string, port int) error {
+	return configure(ctx, p, root, env, host, port, i.lookupUUID)
 }
 
 // maxConfigFile bounds a config file Configure reads and rewrites.
 const maxConfigFile = 1 << 20
 
+// mojangProfiles is Mojang's name → profile API: GET <name> answers
+// {"id":"<32 hex>","name":"<name as registered>"}, 404 (formerly 204)
+// for a name no account has.
+const mojangProfiles = "https://api.mojang.com/users/profiles/minecraft/"
+
+// ErrUnknownPlayer: an OPS or WHITELIST name that no Minecraft account
+// has.
+var ErrUnknownPlayer = errors.New("no Minecraft account has that name")
+
+// PlayersError reports an OPS or WHITELIST list Configure could not
+// write: a name without UUID Mojang does not know or could not be asked
+// about, a file that is not a JSON list. Everything before it (the
+// listen address, server.properties, eula.txt) was written.
+type PlayersError struct {
+	Var string // OPS or WHITELIST
+	Err error
+}
+
+func (e *PlayersError) Error() string { return e.Var + ": " + e.Err.Error() }
+func (e *PlayersError) Unwrap() error { return e.Err }
+
+// lookupUUID returns the online UUID of a player name from Mojang.
+func (i *Installer) lookupUUID(ctx context.Context, name string) (string, error) {
+	body, err := i.fetch.bytes(ctx, mojangProfiles+url.PathEscape(name))
+	if isStatus(err, http.StatusNotFound) || err == nil && len(bytes.TrimSpace(body)) == 0 {
+		return "", fmt.Errorf("%s: %w", name, ErrUnknownPlayer)
+	}
+	if err != nil {
+		return "", fmt.Errorf("look up the UUID of %s: %w", name, err)
+	}
+	var prof struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &prof); err != nil {
+		return "", fmt.Errorf("look up the UUID of %s: %w", name, err)
+	}
+	u, err := uuid.Parse(prof.ID)
+	if err != nil {
+		return "", fmt.Errorf("look up the UUID of %s: the answer's id %q is not a UUID", name, prof.ID)
+	}
+	return u.String(), nil
+}
+
 // Configure writes, into the server root at root, where the software must
 // listen (host, empty for every interface, and port) and, for
 // server.properties software, the keys its environment sets (MOTD, player
-// limit…), in the file the profile's Listen names. It runs before every
-// start, so the file always says what Kiln gave the server: a value the
-// user changed by hand in one of these keys is replaced (as Wings does);
-// every other line is kept. The file is replaced atomically, never written
-// through a symlink. It fails on a file it cannot understand (a config.yml
-// that is not YAML) rather than start the software on a port it was not
-// given.
+// limit, difficulty…, enable-rcon=false unless ENABLE_RCON is true), in
+// the file the profile's Listen names. It runs before every start, so the
+// file always says what Kiln gave the server: a value the user changed by
+// hand in one of these keys is replaced (as Wings does); every other line
+// is kept. The file is replaced atomically, never written through a
+// symlink. It fails on a file it cannot understand (a config.yml that is
+// not YAML) rather than start the software on a port it was not given.
+//
+// Software that needs the Minecraft EULA gets eula.txt from the EULA
+// variable; OPS and WHITELIST players are added to ops.json and
+// whitelist.json (players already there are kept). This function needs
+// no network: a player without a UUID in the list or the file is given
+// the offline UUID when ONLINE_MODE is false, and is an error otherwise
+// (Installer.Configure looks it up).
 //
 // Velocity writes its default velocity.toml on its first start; until then
 // Configure has no file to edit, and the --port of the start command alone
 // sets the port (the address is then every interface).
 func Configure(p catalog.Profile, root string, env map[string]string, host string, port int) error {
+	return configure(context.Background(), p, root, env, host, port, nil)
+}
+
+func configure(ctx context.Context, p catalog.Profile, root string, env map[string]string, host string, port int,
+	lookup func(context.Context, string) (string, error)) error {
 	r, err := os.OpenRoot(root)
 	if err != nil {
 		return fmt.Errorf("configure %s: %w", p.Type, err)
@@ -73,21 +135,137 @@ func Configure(p catalog.Profile, root string, env map[string]string, host strin
 	default:
 		return nil
 	}
+	if err := editFile(r, name, edit); err != nil {
+		return fmt.Errorf("configure %s: %w", p.Type, err)
+	}
+	if p.NeedsEULA() {
+		eula := "# Written by Kiln from the EULA variable: " + catalog.EULAURL + "\neula=" + strconv.FormatBool(env["EULA"] == "true") + "\n"
+		err := editFile(r, "eula.txt", func(old []byte, exists bool) ([]byte, error) {
+			if exists && eulaValue(old) == (env["EULA"] == "true") {
+				return old, nil
+			}
+			return []byte(eula), nil
+		})
+		if err != nil {
+			return fmt.Errorf("configure %s: %w", p.Type, err)
+		}
+	}
+	for _, l := range []struct{ key, file string }{{"OPS", "ops.json"}, {"WHITELIST", "whitelist.json"}} {
+		if _, ok := p.Var(l.key); !ok || env[l.key] == "" {
+			continue
+		}
+		players, err := catalog.ParsePlayers(env[l.key])
+		if err != nil {
+			return fmt.Errorf("configure %s: %s: %w", p.Type, l.key, err)
+		}
+		offline := env["ONLINE_MODE"] == "false"
+		err = editFile(r, l.file, func(old []byte, exists bool) ([]byte, error) {
+			return mergePlayers(ctx, old, exists, players, l.key == "OPS", offline, lookup)
+		})
+		if err != nil {
+			return fmt.Errorf("configure %s: %w", p.Type, &PlayersError{Var: l.key, Err: err})
+		}
+	}
+	return nil
+}
+
+// editFile rewrites name in r through edit, which gets the current
+// content (exists false when there is none) and returns the new one: nil
+// or the same bytes leave the file as it is.
+func editFile(r *os.Root, name string, edit func(old []byte, exists bool) ([]byte, error)) error {
 	old, exists, err := readConfig(r, name)
 	if err != nil {
-		return fmt.Errorf("configure %s: read %s: %w", p.Type, name, err)
+		return fmt.Errorf("read %s: %w", name, err)
 	}
 	out, err := edit(old, exists)
 	if err != nil {
-		return fmt.Errorf("configure %s: %s: %w", p.Type, name, err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	if out == nil || (exists && bytes.Equal(out, old)) {
 		return nil
 	}
 	if err := writeRoot(r, name, 0o644, func(w io.Writer) error { _, err := w.Write(out); return err }); err != nil {
-		return fmt.Errorf("configure %s: write %s: %w", p.Type, name, err)
+		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
+}
+
+// eulaValue reads the eula key of an eula.txt as the server does: true
+// only when it says true (in any case).
+func eulaValue(data []byte) bool {
+	for line := range strings.Lines(string(data)) {
+		if k, ok := propertyKey(line); ok && k == "eula" {
+			_, v, _ := strings.Cut(strings.TrimSpace(line), "=")
+			return strings.EqualFold(strings.TrimSpace(v), "true")
+		}
+	}
+	return false
+}
+
+// mergePlayers adds players to an ops.json or whitelist.json (a JSON list
+// of objects with uuid and name; ops add level 4 and
+// bypassesPlayerLimit false) and returns the new content. Entries already
+// there are kept as they are (an op's level, fields Kiln does not know),
+// except that a UUID given in the list replaces the entry's; a name
+// matches in any case. A player new to the file gets the UUID given, else
+// the offline UUID on a server in offline mode, else lookup's answer (an
+// error without lookup).
+func mergePlayers(ctx context.Context, old []byte, exists bool, players []catalog.Player, ops, offline bool,
+	lookup func(context.Context, string) (string, error)) ([]byte, error) {
+	var list []map[string]any
+	if exists && len(bytes.TrimSpace(old)) > 0 {
+		if err := json.Unmarshal(old, &list); err != nil {
+			return nil, fmt.Errorf("not a JSON list of players (fix or delete the file): %w", err)
+		}
+	}
+	byName := map[string]map[string]any{}
+	for _, e := range list {
+		if n, ok := e["name"].(string); ok {
+			byName[strings.ToLower(n)] = e
+		}
+	}
+	changed := false
+	for _, pl := range players {
+		if e, ok := byName[strings.ToLower(pl.Name)]; ok {
+			if pl.UUID != "" && e["uuid"] != pl.UUID {
+				e["uuid"] = pl.UUID
+				changed = true
+			}
+			continue
+		}
+		id := pl.UUID
+		switch {
+		case id != "":
+		case offline:
+			id = catalog.OfflineUUID(pl.Name)
+		case lookup != nil:
+			var err error
+			if id, err = lookup(ctx, pl.Name); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, fmt.Errorf("%s needs a UUID: the server is in online mode; write it as %s:<uuid>", pl.Name, pl.Name)
+		}
+		e := map[string]any{"uuid": id, "name": pl.Name}
+		if ops {
+			e["level"] = 4
+			e["bypassesPlayerLimit"] = false
+		}
+		list = append(list, e)
+		byName[strings.ToLower(pl.Name)] = e
+		changed = true
+	}
+	if !changed && exists {
+		return old, nil
+	}
+	if list == nil {
+		list = []map[string]any{}
+	}
+	out, err := json.MarshalIndent(list, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
 }
 
 // listenAddr is host:port, with every interface for an empty host.
@@ -293,16 +471,20 @@ func EditProperties(old []byte, set map[string]string, remove []string) []byte {
 }
 
 // ManagedProperties are the server.properties keys Kiln sets itself
-// before every start for software of p (the listen address and port, and
-// the keys its environment variables set): a deployment spec cannot own
-// them.
-func ManagedProperties(p catalog.Profile) []string {
+// before every start for software of p run with env, the variables a
+// user set (the listen address and port, and the keys of the variables
+// that have a value: set in env, or a default): a deployment spec cannot
+// own them. A key of a variable without default (DIFFICULTY) is the
+// spec's to set while env leaves the variable unset.
+func ManagedProperties(p catalog.Profile, env map[string]string) []string {
 	if p.Listen != catalog.ListenProperties {
 		return nil
 	}
 	all := map[string]string{}
 	for _, v := range p.EnvironmentVariables {
-		all[v.Key] = "x"
+		if _, set := env[v.Key]; set || v.Default != nil {
+			all[v.Key] = "x"
+		}
 	}
 	keys := slices.Collect(maps.Keys(p.Properties(all)))
 	keys = append(keys, "server-ip", "server-port")

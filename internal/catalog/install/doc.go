@@ -75,6 +75,11 @@
 //     by its URL, which pins game, loader and installer versions. The
 //     vanilla jar beside it is Mojang's, sha1-verified. Quilt's launcher is
 //     built by quilt-installer in the root; likewise unverifiable.
+//   - Custom jar (profile custom): the SHA-256 the user gives
+//     (JAR_SHA256, required). Its URL is the user's, so it is fetched
+//     through the SSRF guard (Options.UserURLs, the policy of remote
+//     downloads) and never through the mirror, by the cache's own
+//     download (same limits, verification and atomic put).
 //   - BungeeCord publishes none of its own. The jar is verified against
 //     the MD5 Jenkins computes of the archived file (the artifact's
 //     *fingerprint* page); the build's fingerprint[] list is not used (its
@@ -132,7 +137,14 @@
 //     planted symlink is replaced, never written through, and a jar is
 //     either the old one or the whole new one.
 //   - eula.txt is written from the profile's EULA variable on every
-//     install.
+//     install and, by Configure, before every start (false until the user
+//     sets EULA=true; an eula.txt that already says the same is left
+//     alone).
+//   - Configure merges OPS and WHITELIST into ops.json and whitelist.json
+//     (existing entries kept, a list entry never removes one); a name
+//     without UUID gets the offline UUID when ONLINE_MODE=false, else
+//     Installer.Configure asks api.mojang.com through the fetcher (mirror,
+//     User-Agent, size and time limits) and the package function refuses.
 //
 // Wiring (wiring.go, for the deployments executor): WireVelocity,
 // WireBungee and WireBackend turn a proxy and its backends into one

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -86,12 +87,21 @@ type Options struct {
 	// Runner runs the Forge and NeoForge installers; nil runs them on this
 	// host with os/exec (java from PATH).
 	Runner Runner
+	// UserURLs guards the URLs users give (a custom jar's JAR_URL): every
+	// address they, and their redirects, connect to is checked. nil allows
+	// public addresses only (netguard.NewPolicy(nil, nil)).
+	UserURLs *netguard.Policy
+	// UserURLBase is the transport the guarded client takes its TLS and
+	// timeout settings from (netguard.Policy.Transport); nil for the
+	// defaults. Tests trust their TLS stand-in's certificate with it.
+	UserURLBase *http.Transport
 }
 
 // Installer installs server software into server roots. It is safe for
 // concurrent use, but two installs into the same root must not overlap.
 type Installer struct {
 	fetch       fetcher
+	userFetch   fetcher // for URLs users give: guarded, never mirrored
 	cache       cache
 	log         *slog.Logger
 	runner      Runner
@@ -141,8 +151,18 @@ func New(opts Options) (*Installer, error) {
 	if runner == nil {
 		runner = execRunner{}
 	}
+	guard := opts.UserURLs
+	if guard == nil {
+		guard = netguard.NewPolicy(nil, nil)
+	}
+	userBase := opts.UserURLBase
+	if userBase == nil {
+		userBase = &http.Transport{TLSHandshakeTimeout: 10 * time.Second, ResponseHeaderTimeout: 30 * time.Second,
+			IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true}
+	}
 	return &Installer{
 		fetch:       fetcher{client: client, ua: ua, mirror: mirror, metaMax: defaultMetaMax},
+		userFetch:   fetcher{client: guard.Client(userBase), ua: ua, metaMax: defaultMetaMax},
 		cache:       cache{store: artifacts, prefix: "artifacts/", tmpDir: filepath.Join(opts.CacheDir, "~downloads")},
 		log:         log,
 		runner:      runner,
@@ -179,7 +199,8 @@ func (j job) setting(key string) string {
 // version variable in env, then "latest". env holds the server's profile
 // variables as the user set them (nil for none); the installer reads its
 // own (BUILD_NUMBER, LOADER_VERSION, INSTALLER_VERSION, FORGE_VERSION,
-// NEOFORGE_VERSION, EULA, MOTD for kiln-test), defaults filling the rest.
+// NEOFORGE_VERSION, JAR_URL and JAR_SHA256 for custom, EULA, MOTD for
+// kiln-test), defaults filling the rest.
 //
 // Errors: *validate.Error for a bad environment or a malformed version;
 // ErrVersionNotFound; *UpstreamError; *ChecksumError; ErrTooLarge; ErrNoJava
@@ -229,6 +250,8 @@ func (i *Installer) Install(ctx context.Context, p catalog.Profile, version, roo
 		res, err = i.bungeecord(ctx, j)
 	case catalog.InstallTestServer:
 		res, err = i.testserver(ctx, j)
+	case catalog.InstallCustom:
+		res, err = i.custom(ctx, j)
 	default:
 		err = fmt.Errorf("no installer of kind %q", p.Installer.Kind)
 	}

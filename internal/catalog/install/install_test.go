@@ -114,7 +114,8 @@ func TestInstallLatest(t *testing.T) {
 			}
 			p := profile(t, tt.typ)
 			eula, err := os.ReadFile(filepath.Join(root, "eula.txt"))
-			if _, has := p.Var("EULA"); has != (err == nil) || has && !bytes.Contains(eula, []byte("\neula=true\n")) {
+			// Not accepted unless the user set EULA=true (TestConfigureEULA).
+			if _, has := p.Var("EULA"); has != (err == nil) || has && !bytes.Contains(eula, []byte("\neula=false\n")) {
 				t.Errorf("eula.txt = %q, %v; profile has EULA: %v", eula, err, has)
 			}
 			for _, f := range rootFiles(t, root) {

@@ -21,10 +21,17 @@
 //     values), so a resumed run never duplicates an object.
 //   - Servers, proxies and dbservices. A spec's properties go into
 //     server.properties (keys Kiln sets itself before every start — the
-//     listen address, the env-driven ones — are refused at planning with
+//     listen address, the env-driven ones: those of variables with a
+//     default or set in the spec's env — are refused at planning with
 //     class validation); its image is recorded on the server (the docker
 //     runtime runs it; the process runtime has no image). Files,
 //     properties, image and attachments changed restart a running server.
+//   - A running game server whose env does not accept the Minecraft
+//     EULA (EULA: "true") fails the run at planning, class validation,
+//     with the sentence at servers.<name>.env.EULA, before anything is
+//     changed: Kiln never accepts it for the user, and a run that created
+//     servers it then could not start would leave half a network. A
+//     server with state: stopped is applied.
 //   - Replace and delete of a server or proxy (destroy): a snapshot of it
 //     is taken first (Options.Snapshots, internal/snapshot; named "before
 //     delete of server/x by run run_…", kept after the server is gone),

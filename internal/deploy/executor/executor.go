@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/deploy"
@@ -463,7 +464,10 @@ func unsupported(sp *spec.Spec, databases bool, cat spec.Catalog) string {
 	for _, name := range slices.Sorted(maps.Keys(sp.Servers)) {
 		s := sp.Servers[name]
 		p, _ := cat.Get(s.Software)
-		for _, k := range install.ManagedProperties(p) {
+		if s.State == spec.StateRunning && !p.EULAAccepted(s.Env) {
+			return fmt.Sprintf("servers.%s.env.EULA: %s needs the Minecraft EULA accepted before it can run, and Kiln never accepts it for you: read it at %s, then set EULA: \"true\" in the server's env (or state: stopped). Nothing was changed.", name, s.Software, catalog.EULAURL)
+		}
+		for _, k := range install.ManagedProperties(p, s.Env) {
 			if _, ok := s.Properties[k]; ok {
 				return fmt.Sprintf("servers.%s.properties.%s: Kiln sets this key itself before every start (the listen address, or a setting of the software's env); set it through env, or leave it to Kiln. Nothing was changed.", name, k)
 			}
@@ -707,6 +711,8 @@ func classify(err error) *stepError {
 		return fail(runs.FailRuntime, "%v", err)
 	case errors.Is(err, servers.ErrInstallFailed):
 		return fail(runs.FailInstall, "%v", err)
+	case errors.Is(err, servers.ErrEULANotAccepted):
+		return fail(runs.FailValidation, "%v", err)
 	}
 	return &stepError{class: runs.FailInternal, msg: err.Error(), transient: true}
 }

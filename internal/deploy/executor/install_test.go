@@ -49,7 +49,7 @@ func TestRunFailsOnBadChecksum(t *testing.T) {
 	e.start("inst_install")
 	_, r := e.apply("", `version: 1
 servers:
-  survival: {software: paper, version: 1.21.4, memory: 1G, disk: 2G}
+  survival: {software: paper, version: 1.21.4, memory: 1G, disk: 2G, env: {EULA: "true"}}
 proxies:
   edge: {software: kiln-test-proxy, memory: 256M, disk: 1G, servers: [survival], forwarding: none}
 `)
@@ -76,5 +76,28 @@ proxies:
 		if rs.Key == "server/survival" && rs.Attempt != 1 {
 			t.Errorf("survival attempts = %d, want 1", rs.Attempt)
 		}
+	}
+}
+
+// TestRunRefusesWithoutEULA: a spec whose running game server does not
+// accept the Minecraft EULA fails before anything is made, with a
+// sentence naming the server and where to read the EULA; the same
+// server with state: stopped, or with EULA accepted, is applied.
+func TestRunRefusesWithoutEULA(t *testing.T) {
+	up := paperUpstream(t, []byte("PK\x03\x04 not really a paper jar"), "")
+	e := newEnvWith(t, storetest.SQLite(t), serverstest.Options{MirrorURL: up.URL})
+	e.start("inst_eula")
+	cfgID, r := e.apply("", "version: 1\nservers:\n  survival: {software: paper, version: 1.21.4, memory: 1G, disk: 2G, env: {EULA: \"false\"}}\n")
+	got := e.wait(r.ID)
+	want := `servers.survival.env.EULA: paper needs the Minecraft EULA accepted before it can run, and Kiln never accepts it for you: read it at https://aka.ms/MinecraftEULA, then set EULA: "true" in the server's env (or state: stopped). Nothing was changed.`
+	if got.Status != runs.Failed || got.FailureClass != runs.FailValidation || got.Error != want {
+		t.Fatalf("run = %s %s %q\nwant failed, validation, %q", got.Status, got.FailureClass, got.Error, want)
+	}
+	if owned, err := e.srv.OwnedBy(t.Context(), e.teamID, cfgID); err != nil || len(owned) != 0 {
+		t.Fatalf("servers made by the refused run: %v, %v", owned, err)
+	}
+	_, r = e.apply(cfgID, "version: 1\nservers:\n  survival: {software: paper, version: 1.21.4, memory: 1G, disk: 2G, state: stopped}\n")
+	if got := e.wait(r.ID); got.Status != runs.Succeeded {
+		t.Fatalf("stopped server without EULA: run %s %s %q, want succeeded", got.Status, got.FailureClass, got.Error)
 	}
 }

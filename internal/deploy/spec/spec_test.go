@@ -180,7 +180,7 @@ func TestParseRules(t *testing.T) {
 		{"cpu not a number", srv + "    cpu: lots\n", []string{"servers.a.cpu: must be a whole number"}},
 		{"state", srv + "    state: paused\n", []string{"servers.a.state: must be one of running, stopped"}},
 		{"unknown env", srv + "    env: {NOPE: 1}\n", []string{"servers.a.env.NOPE: unknown variable for paper"}},
-		{"env type", srv + "    env: {MAX_PLAYERS: many}\n", []string{"servers.a.env.MAX_PLAYERS: must be a number"}},
+		{"env type", srv + "    env: {MAX_PLAYERS: many}\n", []string{"servers.a.env.MAX_PLAYERS: must be an integer"}},
 		{"env unknown and not a value", srv + "    env: {NOPE: x, MOTD: [1]}\n",
 			[]string{"servers.a.env.NOPE: unknown variable for paper", "servers.a.env.MOTD: must be a single value, not a list or mapping"}},
 		{"empty software", "version: 1\nservers:\n  a:\n    software:\n    memory: 1G\n", []string{"servers.a.software: must not be empty"}},

@@ -209,7 +209,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 		return none, errors.New("empty command")
 	case !filepath.IsAbs(spec.Root):
 		return none, fmt.Errorf("server root %q is not an absolute path", spec.Root)
-	case spec.Port < 1 || spec.Port > 65535:
+	case spec.Port < 0 || spec.Port > 65535:
 		return none, fmt.Errorf("port %d out of range", spec.Port)
 	case spec.MemoryMB < 0 || spec.CPUPercent < 0:
 		return none, errors.New("negative resource limit")
@@ -218,9 +218,16 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 	if err != nil {
 		return none, err
 	}
-	tcp, _ := network.PortFrom(uint16(spec.Port), network.TCP)
-	udp, _ := network.PortFrom(uint16(spec.Port), network.UDP)
-	binding := []network.PortBinding{{HostIP: hostIP, HostPort: strconv.Itoa(spec.Port)}}
+	// Port 0 publishes nothing (an installer run: InstallRunner).
+	var exposed network.PortSet
+	var published network.PortMap
+	if spec.Port != 0 {
+		tcp, _ := network.PortFrom(uint16(spec.Port), network.TCP)
+		udp, _ := network.PortFrom(uint16(spec.Port), network.UDP)
+		binding := []network.PortBinding{{HostIP: hostIP, HostPort: strconv.Itoa(spec.Port)}}
+		exposed = network.PortSet{tcp: {}, udp: {}}
+		published = network.PortMap{tcp: binding, udp: binding}
+	}
 
 	res := container.Resources{PidsLimit: &d.pidsLimit}
 	if spec.MemoryMB > 0 {
@@ -246,7 +253,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 			AttachStderr: true,
 			OpenStdin:    true,
 			Tty:          false,
-			ExposedPorts: network.PortSet{tcp: {}, udp: {}},
+			ExposedPorts: exposed,
 			Labels:       map[string]string{LabelManaged: "true", LabelServer: spec.ServerID},
 		},
 		HostConfig: &container.HostConfig{
@@ -256,7 +263,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 				Target:      dataDir,
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 			}},
-			PortBindings:   network.PortMap{tcp: binding, udp: binding},
+			PortBindings:   published,
 			LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": logMaxSize, "max-file": "1"}},
 			RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 			Privileged:     false,

@@ -73,7 +73,7 @@ func TestCreateOptionsRefuses(t *testing.T) {
 		{"no image", func(s *runtime.Spec) { s.Image = "" }, "no container image"},
 		{"no command", func(s *runtime.Spec) { s.Argv = nil }, "empty command"},
 		{"relative root", func(s *runtime.Spec) { s.Root = "srv/s1" }, "not an absolute path"},
-		{"port zero", func(s *runtime.Spec) { s.Port = 0 }, "out of range"},
+		{"negative port", func(s *runtime.Spec) { s.Port = -1 }, "out of range"},
 		{"port too big", func(s *runtime.Spec) { s.Port = 70000 }, "out of range"},
 		{"negative memory", func(s *runtime.Spec) { s.MemoryMB = -1 }, "negative"},
 		{"host name", func(s *runtime.Spec) { s.BindHost = "play.example.com" }, "not an IP address"},
@@ -97,6 +97,22 @@ func TestCreateOptionsUnlimited(t *testing.T) {
 	r := o.HostConfig.Resources
 	if r.Memory != 0 || r.MemorySwap != 0 || r.CPUQuota != 0 || r.CPUPeriod != 0 || *r.PidsLimit != DefaultPidsLimit {
 		t.Errorf("resources with no limits = %+v, want only the pids limit", r)
+	}
+}
+
+// TestCreateOptionsNoPort: port 0 (an installer run) publishes and
+// exposes nothing.
+func TestCreateOptionsNoPort(t *testing.T) {
+	d := &Docker{user: "1000:1000", pidsLimit: DefaultPidsLimit}
+	o, err := d.createOptions(runtime.Spec{ServerID: "install-1", Root: "/r", Image: "img", Argv: []string{"java"}, MemoryMB: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Config.ExposedPorts) != 0 || len(o.HostConfig.PortBindings) != 0 {
+		t.Errorf("port 0: exposed %v, bindings %v; want none", o.Config.ExposedPorts, o.HostConfig.PortBindings)
+	}
+	if !o.HostConfig.ReadonlyRootfs || len(o.HostConfig.CapDrop) != 1 || o.HostConfig.Mounts[0].Source != "/r" {
+		t.Errorf("port 0 lost the hardening or the mount: %+v", o.HostConfig)
 	}
 }
 

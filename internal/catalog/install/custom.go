@@ -1,0 +1,38 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/validate"
+)
+
+// custom installs the jar a user names (profile "custom"): JAR_URL,
+// fetched through the SSRF guard (Options.UserURLs: the user picks the
+// address, so it may be anything, a metadata service or a database port
+// included) and never through the mirror, which serves upstreams only;
+// verified against JAR_SHA256, which is required: an unverifiable jar is
+// never installed. The cache finds it by that SHA-256, so a second server
+// with the same jar downloads nothing, whatever its URL. The game version
+// is the user's word (it picks the Java).
+func (i *Installer) custom(ctx context.Context, j job) (catalog.Result, error) {
+	src, sum := j.env["JAR_URL"], strings.ToLower(j.env["JAR_SHA256"])
+	if err := catalog.CheckURL(src); err != nil {
+		return catalog.Result{}, validate.Errorf("env.JAR_URL", "%v", err)
+	}
+	if !isHex(sum, 64) {
+		return catalog.Result{}, validate.Errorf("env.JAR_SHA256", "must be a SHA-256: 64 hexadecimal digits")
+	}
+	// The guarded fetcher goes through the cache's own download: the same
+	// limits, verification and atomic rename, another client.
+	guarded := *i
+	guarded.fetch = i.userFetch
+	sha, err := guarded.artifactInto(ctx, j, artifact{URL: src, Sums: map[string]string{"sha256": sum}}, "server.jar")
+	if err != nil {
+		return catalog.Result{}, fmt.Errorf("custom jar: %w", err)
+	}
+	return catalog.Result{Version: j.version, JavaMajor: j.p.JavaFor(j.version), Jar: "server.jar",
+		SHA256: sha, Source: src, Checksum: "sha256"}, nil
+}
