@@ -97,7 +97,7 @@ func TestSoftwareCatalog(t *testing.T) {
 			}
 		}
 	}
-	want := []string{"paper", "purpur", "folia", "vanilla", "fabric", "forge", "neoforge", "velocity", "waterfall", "bungeecord", "custom", "kiln-test", "kiln-test-proxy"}
+	want := []string{"paper", "purpur", "folia", "vanilla", "fabric", "forge", "neoforge", "velocity", "waterfall", "bungeecord", "quilt", "custom", "kiln-test", "kiln-test-proxy"}
 	if !slices.Equal(types, want) || out.Count != len(want) {
 		t.Errorf("software types = %v (count %d), want %v (dev mode lists kiln-test and kiln-test-proxy)", types, out.Count, want)
 	}

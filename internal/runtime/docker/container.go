@@ -135,15 +135,29 @@ func (c *Container) exitOf(r container.WaitResponse) runtime.Exit {
 	code := int(r.StatusCode)
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-	if code == 128+int(syscall.SIGKILL) {
-		res, err := c.d.cli.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
-		if err == nil && res.Container.State != nil && res.Container.State.OOMKilled {
-			return runtime.Exit{Code: -1, Signal: syscall.SIGKILL.String() + " (out of memory)"}
-		}
-	}
 	c.mu.Lock()
 	sent := c.sent
 	c.mu.Unlock()
+	if code == 128+int(syscall.SIGKILL) {
+		// The engine records the OOM kill from containerd's oom event, which
+		// may arrive after the exit (containerd/containerd#8180, seen here on
+		// a busy host): a SIGKILL Kiln did not send is asked about again for
+		// up to a second before it is told as a plain 137.
+		tries := 1
+		if sent != syscall.SIGKILL {
+			tries = 10
+		}
+		for n := range tries {
+			res, err := c.d.cli.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+			if err == nil && res.Container.State != nil && res.Container.State.OOMKilled {
+				return runtime.Exit{Code: -1, Signal: syscall.SIGKILL.String() + " (out of memory)"}
+			}
+			if err != nil || n == tries-1 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
 	if sent != 0 && code == 128+int(sent) {
 		return runtime.Exit{Code: -1, Signal: sent.String()}
 	}
