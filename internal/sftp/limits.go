@@ -41,13 +41,13 @@ type limitsConn struct {
 	// (the reader waits on more for it to drop) and err.
 	mu          sync.Mutex
 	more        sync.Cond
-	inFlight    int   // requests handed to pkg/sftp, not yet answered
-	maxInFlight int   // at most this many
-	err         error // the channel failed or was closed: no more requests
-	out     []byte // the outgoing packet being assembled
-	need    int    // its length with the 4-byte prefix; 0: not known yet
-	version bool   // the VERSION packet went out
-	queued  [][]byte
+	inFlight    int    // requests handed to pkg/sftp, not yet answered
+	maxInFlight int    // at most this many
+	err         error  // the channel failed or was closed: no more requests
+	out         []byte // the outgoing packet being assembled
+	need        int    // its length with the 4-byte prefix; 0: not known yet
+	version     bool   // the VERSION packet went out
+	queued      [][]byte
 }
 
 // limitsReply is the answer to limits@openssh.com.
