@@ -389,3 +389,29 @@ func TestProbeBeneath(t *testing.T) {
 		t.Errorf("probeBeneath(a regular file) = true, want false")
 	}
 }
+
+// TestRootCloseTwice: a second Close leaves other descriptors alone (the
+// root's number may have been reused), and a closed root opens nothing.
+func TestRootCloseTwice(t *testing.T) {
+	dir := t.TempDir()
+	write(t, dir, "a.txt", "a")
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "a.txt")) // may take the root's old number
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r.Close()
+	if _, err := f.Stat(); err != nil {
+		t.Errorf("a file opened after the first Close was closed by the second: %v", err)
+	}
+	if _, _, err := r.OpenRead("a.txt"); err == nil {
+		t.Errorf("OpenRead on a closed root succeeded")
+	}
+}

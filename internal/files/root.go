@@ -53,9 +53,14 @@ func Open(dir string) (*Root, error) {
 	return &Root{r: r, dir: dir, fd: fd, beneath: probeBeneath(fd)}, nil
 }
 
-// Close releases the directory handles.
+// Close releases the directory handles. A second Close does nothing
+// more (the descriptor number is not closed again: it may be another
+// file's by then).
 func (r *Root) Close() error {
-	_ = unix.Close(r.fd)
+	if r.fd >= 0 {
+		_ = unix.Close(r.fd)
+		r.fd = -1
+	}
 	return r.r.Close()
 }
 
