@@ -99,6 +99,7 @@ func serve(ctx context.Context, args []string) error {
 	credsFile := fs.String("creds", "", "where to write the logins")
 	logins := fs.Int("logins", 1, "tokens (logins) to make")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile here until the end")
+	inFlight := fs.Int("inflight", 0, "requests a session works on at once (Config.MaxInFlight; 0: the default)")
 	_ = fs.Parse(args)
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -166,7 +167,7 @@ func serve(ctx context.Context, args []string) error {
 	if err := os.WriteFile(*credsFile, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		return err
 	}
-	s, err := kilnsftp.NewServer(svc, kilnsftp.Config{DataDir: *data}, log)
+	s, err := kilnsftp.NewServer(svc, kilnsftp.Config{DataDir: *data, MaxInFlight: *inFlight}, log)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,18 @@
 //     NUL bytes, invalid UTF-8, paths over 4096 bytes and names over 255
 //     bytes are refused (validation errors), before the file system is
 //     touched.
+//   - Paths are resolved by the kernel in one call where it can:
+//     openat2(RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS) relative to a
+//     descriptor of the root (resolve.go). It follows symlinks only while
+//     they stay beneath the root (an absolute one, or a ".." climbing above
+//     it, is EXDEV, answered ErrNotFound), and it checks that against
+//     concurrent renames, so a directory swapped for a link mid-path cannot
+//     lead out. The os.Root walk it replaced opened every directory on the
+//     way (plus fcntl, epoll and fstat calls per step, ~14 system calls to
+//     create one file two directories down; SFTP's upload of 10,000 small
+//     files made 30,000 such resolutions). Where openat2 is missing
+//     (Linux < 5.6, a seccomp filter refusing it: probed once per Root),
+//     the os.Root walk is kept, with the same rules.
 //   - A path that leads outside through a symlink answers ErrNotFound, as a
 //     missing file does: the user learns nothing about what lies outside.
 //     os.Root reports an escape with an unexported error; it is recognised

@@ -7,17 +7,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/quota"
 )
 
 // FuzzResolve feeds arbitrary user paths through Clean and the resolver of
 // a root planted with escape symlinks (to its parent, to /, to a sibling
 // "server", by absolute and relative targets). Invariant: no operation
-// ever returns the content of, or lists, anything outside the root.
+// ever returns the content of, lists, describes (StatFollow) or creates
+// (OpenWrite) anything outside the root.
 func FuzzResolve(f *testing.F) {
 	for _, s := range []string{
 		"", "/", ".", "..", "../outside/secret", "/etc/passwd", "up/outside/secret", "abs/etc/passwd",
 		"sib/secret", "a/../../outside/secret", "inner/../up", "up", "./up/./outside", "up//outside//secret",
-		"%2e%2e/secret", "..\\outside\\secret", "\x00", "loop/loop/loop", "dirlink/../up", strings.Repeat("a/", 100),
+		"%2e%2e/secret", "up/outside/new", "dirlink/new", "..\\outside\\secret", "\x00", "loop/loop/loop", "dirlink/../up", strings.Repeat("a/", 100),
 	} {
 		f.Add(s)
 	}
@@ -32,6 +36,13 @@ func FuzzResolve(f *testing.F) {
 	must(os.WriteFile(filepath.Join(base, "outside", "secret"), []byte(secret), 0o644))
 	must(os.MkdirAll(filepath.Join(base, "other-server"), 0o755))
 	must(os.WriteFile(filepath.Join(base, "other-server", "secret"), []byte(secret), 0o644))
+	// The outside files carry a time nothing inside has: a stat that
+	// reached one would show it.
+	outsideTime := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	for _, d := range []string{"outside", "other-server"} {
+		must(os.Chtimes(filepath.Join(base, d, "secret"), outsideTime, outsideTime))
+		must(os.Chtimes(filepath.Join(base, d), outsideTime, outsideTime))
+	}
 	root := filepath.Join(base, "root")
 	must(os.MkdirAll(filepath.Join(root, "inner"), 0o755))
 	must(os.WriteFile(filepath.Join(root, "inner", "ok.txt"), []byte("inside"), 0o644))
@@ -44,6 +55,7 @@ func FuzzResolve(f *testing.F) {
 	r, err := Open(root)
 	must(err)
 	f.Cleanup(func() { r.Close() })
+	disk := quota.NewAccount(1 << 30)
 
 	f.Fuzz(func(t *testing.T, in string) {
 		rel, err := Clean("path", in)
@@ -78,6 +90,20 @@ func FuzzResolve(f *testing.F) {
 		if err == nil && rel == "." {
 			if res, _, _ := r.Search(context.Background(), rel, m); len(res) > 0 {
 				t.Fatalf("Search found %v outside the root", res)
+			}
+		}
+		// The SFTP seam: stat through links, and a create (then removed)
+		// never reach or make anything outside.
+		if e, err := r.StatFollow(rel); err == nil && e.ModTime.Equal(outsideTime) {
+			t.Fatalf("StatFollow(%q) described a file outside the root", in)
+		}
+		if h, err := r.OpenWrite(rel, WriteFlags{Create: true, Exclusive: true}, disk); err == nil {
+			h.Close()
+			_ = r.RemoveFile(rel, nil)
+		}
+		for _, dir := range []string{filepath.Join(base, "outside"), filepath.Join(base, "other-server")} {
+			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+				t.Fatalf("after OpenWrite(%q), %s holds %d entries, want only the secret", in, dir, len(ents))
 			}
 		}
 	})

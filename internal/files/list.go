@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -133,7 +132,7 @@ func (r *Root) ListPage(rel string, after Cursor, limit int) (Page, error) {
 		return Page{}, validate.Errorf("limit", "must be an integer from 1 to %d", MaxListLimit)
 	}
 	var page Page
-	err := r.withDir(rel, func(fd int, _ *os.File) error {
+	err := r.withDir(rel, func(fd int) error {
 		keys, more, err := smallestKeys(fd, after, limit)
 		if err != nil {
 			return err

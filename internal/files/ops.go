@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -60,14 +59,14 @@ func (r *Root) Rename(from, to string) error {
 	if err := r.checkMovedLinks(from, to); err != nil {
 		return err
 	}
-	return r.withDir(path.Dir(from), func(ffd int, _ *os.File) error {
+	return r.withDir(path.Dir(from), func(ffd int) error {
 		if _, err := statAt(ffd, path.Base(from)); err != nil {
 			return err
 		}
 		if err := r.r.MkdirAll(path.Dir(to), 0o755); err != nil {
 			return classify(err)
 		}
-		return r.withDir(path.Dir(to), func(tfd int, _ *os.File) error {
+		return r.withDir(path.Dir(to), func(tfd int) error {
 			return renameNoReplace(ffd, path.Base(from), tfd, path.Base(to))
 		})
 	})
@@ -111,7 +110,7 @@ func (r *Root) Delete(rel string) error {
 	if _, err := r.Stat(rel); err != nil {
 		return err
 	}
-	return r.withDir(path.Dir(rel), func(fd int, _ *os.File) error {
+	return r.withDir(path.Dir(rel), func(fd int) error {
 		if err := quota.RemoveAllAt(fd, path.Base(rel)); err != nil {
 			return fmt.Errorf("delete %s: %w", Display(rel), classify(err))
 		}
@@ -150,38 +149,36 @@ func (r *Root) Chmod(rel string, mode fs.FileMode) error {
 	if rel == "." {
 		return validate.Errorf("files", "the server's root directory keeps its mode")
 	}
-	return r.withDir(path.Dir(rel), func(dirfd int, _ *os.File) error {
-		// An O_PATH reference to the entry itself (never through a link):
-		// what is checked is what is changed, even if the name is swapped
-		// for a link meanwhile.
-		fd, err := unix.Openat(dirfd, path.Base(rel), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return classify(pathErr("open", rel, err))
+	// An O_PATH reference to the entry itself (never through a link):
+	// what is checked is what is changed, even if the name is swapped for
+	// a link meanwhile.
+	fd, err := r.openBeneath(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return classify(pathErr("fstat", rel, err))
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return ErrSymlink
+	case unix.S_IFDIR:
+		mode |= 0o700
+	case unix.S_IFREG:
+		if st.Nlink > 1 {
+			return ErrHardLink
 		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return classify(pathErr("fstat", rel, err))
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFLNK:
-			return ErrSymlink
-		case unix.S_IFDIR:
-			mode |= 0o700
-		case unix.S_IFREG:
-			if st.Nlink > 1 {
-				return ErrHardLink
-			}
-		default:
-			return ErrNotFile
-		}
-		// fchmod does not take an O_PATH descriptor; its /proc name is
-		// the inode itself (how glibc's fchmodat(AT_SYMLINK_NOFOLLOW) does it).
-		if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), uint32(mode.Perm())); err != nil {
-			return classify(pathErr("chmod", rel, err))
-		}
-		return nil
-	})
+	default:
+		return ErrNotFile
+	}
+	// fchmod does not take an O_PATH descriptor; its /proc name is
+	// the inode itself (how glibc's fchmodat(AT_SYMLINK_NOFOLLOW) does it).
+	if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), uint32(mode.Perm())); err != nil {
+		return classify(pathErr("chmod", rel, err))
+	}
+	return nil
 }
 
 // Copy copies regular file rel next to itself as "name copy.ext", then

@@ -25,6 +25,10 @@ import (
 type Root struct {
 	r   *os.Root
 	dir string
+	// fd is a descriptor of the root directory of its own, what openat2
+	// resolves beneath (resolve.go); beneath says openat2 works here.
+	fd      int
+	beneath bool
 }
 
 // Open opens the server root at dir (an absolute host path from the node).
@@ -33,11 +37,32 @@ func Open(dir string) (*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open server root: %w", classify(err))
 	}
-	return &Root{r: r, dir: dir}, nil
+	// The root's own descriptor comes from the os.Root (its "."), not from
+	// dir again: both name the same directory whatever happens to dir.
+	f, err := r.OpenFile(".", os.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("open server root: %w", classify(err))
+	}
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	f.Close()
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("open server root: %w", err)
+	}
+	return &Root{r: r, dir: dir, fd: fd, beneath: probeBeneath(fd)}, nil
 }
 
-// Close releases the directory handle.
-func (r *Root) Close() error { return r.r.Close() }
+// Close releases the directory handles. A second Close does nothing
+// more (the descriptor number is not closed again: it may be another
+// file's by then).
+func (r *Root) Close() error {
+	if r.fd >= 0 {
+		_ = unix.Close(r.fd)
+		r.fd = -1
+	}
+	return r.r.Close()
+}
 
 // errUnclean means a caller passed a path that did not come from Clean:
 // a bug in Kiln, refused rather than resolved.
@@ -54,33 +79,18 @@ func checkClean(paths ...string) error {
 }
 
 // withDir runs fn with a file descriptor of directory rel (following
-// symlinks inside the root only, as os.Root does). Entries are then read
-// and stat'ed relative to that descriptor, never by a host path.
-func (r *Root) withDir(rel string, fn func(fd int, f *os.File) error) error {
+// symlinks inside the root only: openDir). Entries are then read and
+// stat'ed relative to that descriptor, never by a host path.
+func (r *Root) withDir(rel string, fn func(fd int) error) error {
 	if err := checkClean(rel); err != nil {
 		return err
 	}
-	f, err := r.r.Open(rel)
-	if err != nil {
-		return classify(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return classify(err)
-	}
-	if !fi.IsDir() {
-		return ErrNotDirectory
-	}
-	sc, err := f.SyscallConn()
+	fd, err := r.openDir(rel)
 	if err != nil {
 		return err
 	}
-	var ferr error
-	if err := sc.Control(func(fd uintptr) { ferr = fn(int(fd), f) }); err != nil {
-		return err
-	}
-	return ferr
+	defer unix.Close(fd)
+	return fn(fd)
 }
 
 const statxMask = unix.STATX_TYPE | unix.STATX_MODE | unix.STATX_SIZE | unix.STATX_MTIME | unix.STATX_BTIME
@@ -168,7 +178,7 @@ func sniffAt(fd int, name string) []byte {
 func (r *Root) Stat(rel string) (Entry, error) {
 	dir, name := path.Dir(rel), path.Base(rel)
 	var e Entry
-	err := r.withDir(dir, func(fd int, _ *os.File) error {
+	err := r.withDir(dir, func(fd int) error {
 		var err error
 		if e, err = statAt(fd, name); err != nil {
 			return err
@@ -190,10 +200,18 @@ func (r *Root) OpenRead(rel string) (*os.File, Entry, error) {
 	if err := checkClean(rel); err != nil {
 		return nil, Entry{}, err
 	}
-	f, err := r.r.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	fd, err := r.openBeneath(rel, unix.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, Entry{}, classify(err)
+		return nil, Entry{}, err
 	}
+	// Regular files ignore O_NONBLOCK for reads; clear it before the
+	// descriptor becomes an *os.File, so a streamed download uses ordinary
+	// blocking reads (and os does not try to add a file to its poller).
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, Entry{}, pathErr("fcntl", rel, err)
+	}
+	f := os.NewFile(uintptr(fd), rel)
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
@@ -206,11 +224,6 @@ func (r *Root) OpenRead(rel string) (*os.File, Entry, error) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
 		f.Close()
 		return nil, Entry{}, ErrHardLink
-	}
-	// Regular files ignore O_NONBLOCK for reads; clear it anyway so a
-	// streamed download uses ordinary blocking reads.
-	if sc, err := f.SyscallConn(); err == nil {
-		_ = sc.Control(func(fd uintptr) { _ = unix.SetNonblock(int(fd), false) })
 	}
 	e := Entry{Name: path.Base(rel), Size: fi.Size(), Mode: fi.Mode(), ModTime: fi.ModTime().UTC()}
 	e.CreatedAt = e.ModTime

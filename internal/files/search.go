@@ -59,7 +59,7 @@ func (r *Root) Search(ctx context.Context, rel string, match Matcher) ([]Match, 
 // entered. truncated reports that more than limit entries matched (the
 // walk stops at the first one past it) or that the depth bound was hit.
 func (r *Root) SearchLimit(ctx context.Context, rel string, match Matcher, limit int) (out []Match, truncated bool, err error) {
-	err = r.withDir(rel, func(fd int, _ *os.File) error {
+	err = r.withDir(rel, func(fd int) error {
 		dfd, err := unix.Openat(fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return classify(&os.PathError{Op: "openat", Path: rel, Err: err})

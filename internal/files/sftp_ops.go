@@ -3,7 +3,6 @@ package files
 import (
 	"errors"
 	"io/fs"
-	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -52,15 +51,31 @@ func (r *Root) StatFollow(rel string) (Entry, error) {
 	if err := checkClean(rel); err != nil {
 		return Entry{}, err
 	}
-	fi, err := r.r.Stat(rel)
-	if err != nil {
-		return Entry{}, classify(err)
-	}
 	name := path.Base(rel)
 	if rel == "." {
 		name = "/"
 	}
-	e := Entry{Name: name, Size: fi.Size(), Mode: fi.Mode(), ModTime: fi.ModTime().UTC()}
+	if !r.beneath {
+		fi, err := r.r.Stat(rel)
+		if err != nil {
+			return Entry{}, classify(err)
+		}
+		e := Entry{Name: name, Size: fi.Size(), Mode: fi.Mode(), ModTime: fi.ModTime().UTC()}
+		e.CreatedAt = e.ModTime
+		return e, nil
+	}
+	// One openat2 of the whole path and a statx of what it found.
+	fd, err := r.openBeneath(rel, unix.O_PATH, 0)
+	if err != nil {
+		return Entry{}, err
+	}
+	defer unix.Close(fd)
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH|unix.AT_STATX_SYNC_AS_STAT, unix.STATX_TYPE|unix.STATX_MODE|unix.STATX_SIZE|unix.STATX_MTIME, &st); err != nil {
+		return Entry{}, pathErr("statx", rel, err)
+	}
+	e := Entry{Name: name, Size: int64(st.Size), Mode: modeOf(uint32(st.Mode))}
+	e.ModTime = time.Unix(st.Mtime.Sec, int64(st.Mtime.Nsec)).UTC()
 	e.CreatedAt = e.ModTime
 	return e, nil
 }
@@ -81,7 +96,7 @@ func (r *Root) MkdirOne(rel string, perm fs.FileMode, res *quota.Reservation) er
 	if perm == 0 {
 		perm = 0o755
 	}
-	return r.withDir(path.Dir(rel), func(dfd int, _ *os.File) error {
+	return r.withDir(path.Dir(rel), func(dfd int) error {
 		if err := res.Grow(quota.EntryCost); err != nil {
 			return ErrQuota
 		}
@@ -116,7 +131,7 @@ func (r *Root) unlink(rel string, dir bool, res *quota.Reservation) error {
 	if rel == "." {
 		return validate.Errorf("files", "the server's root directory cannot be deleted")
 	}
-	return r.withDir(path.Dir(rel), func(dfd int, _ *os.File) error {
+	return r.withDir(path.Dir(rel), func(dfd int) error {
 		name := path.Base(rel)
 		e, err := statAt(dfd, name)
 		if err != nil {
@@ -170,11 +185,11 @@ func (r *Root) RenameReplace(from, to string, res *quota.Reservation) error {
 	if err := r.checkMovedLinks(from, to); err != nil {
 		return err
 	}
-	return r.withDir(path.Dir(from), func(ffd int, _ *os.File) error {
+	return r.withDir(path.Dir(from), func(ffd int) error {
 		if _, err := statAt(ffd, path.Base(from)); err != nil {
 			return err
 		}
-		return r.withDir(path.Dir(to), func(tfd int, _ *os.File) error {
+		return r.withDir(path.Dir(to), func(tfd int) error {
 			old, err := statAt(tfd, path.Base(to))
 			replaced := err == nil
 			if err != nil && !errors.Is(err, ErrNotFound) {
@@ -200,35 +215,29 @@ func (r *Root) Chtimes(rel string, atime, mtime time.Time) error {
 	if err := checkClean(rel); err != nil {
 		return err
 	}
-	dir, name := path.Dir(rel), path.Base(rel)
-	if rel == "." {
-		dir = "."
+	fd, err := r.openBeneath(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
 	}
-	return r.withDir(dir, func(dirfd int, _ *os.File) error {
-		fd, err := unix.Openat(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return pathErr("open", rel, err)
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return pathErr("fstat", rel, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return ErrSymlink
+	case unix.S_IFDIR:
+	case unix.S_IFREG:
+		if st.Nlink > 1 {
+			return ErrHardLink
 		}
-		defer unix.Close(fd)
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return pathErr("fstat", rel, err)
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFLNK:
-			return ErrSymlink
-		case unix.S_IFDIR:
-		case unix.S_IFREG:
-			if st.Nlink > 1 {
-				return ErrHardLink
-			}
-		default:
-			return ErrNotFile
-		}
-		ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
-		if err := unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), ts, 0); err != nil {
-			return pathErr("utimensat", rel, err)
-		}
-		return nil
-	})
+	default:
+		return ErrNotFile
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(atime.UnixNano()), unix.NsecToTimespec(mtime.UnixNano())}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), ts, 0); err != nil {
+		return pathErr("utimensat", rel, err)
+	}
+	return nil
 }

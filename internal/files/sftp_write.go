@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"strconv"
 	"sync"
 
@@ -47,15 +46,18 @@ type WriteHandle struct {
 // OpenWrite opens regular file rel (cleaned) for writing at offsets,
 // drawing on disk (the server's ledger, from an Access for a write) as it
 // writes. rel's directory is reached as every Root path is (links inside
-// followed); rel itself is never followed: it is opened by an O_PATH
-// descriptor (O_NOFOLLOW), checked on that descriptor — a symlink is
-// ErrSymlink, a directory, FIFO, socket or device ErrNotFile, a file with
-// other hard links ErrHardLink — and only then opened for writing through
-// that descriptor, so what was checked is what is written. A created file
-// is made O_CREAT|O_EXCL|O_NOFOLLOW and costs a block first (ErrQuota).
-// A truncation happens after the checks. Errors: ErrNotFound (no such
-// file without Create, or a missing directory), ErrExists, ErrSymlink,
-// ErrNotFile, ErrHardLink, ErrQuota.
+// followed, openBeneath); rel itself is never followed. With Create, a
+// new file is made first, in one openat2 of the whole path with
+// O_CREAT|O_EXCL|O_NOFOLLOW (nothing that exists is opened that way, a
+// planted link included), its block reserved before (ErrQuota). An
+// existing file (without Create, or when that create finds one) is opened
+// by an O_PATH descriptor (O_NOFOLLOW), checked on that descriptor — a
+// symlink is ErrSymlink, a directory, FIFO, socket or device ErrNotFile, a
+// file with other hard links ErrHardLink — and only then opened for
+// writing through that descriptor, so what was checked is what is
+// written. A truncation happens after the checks. Errors: ErrNotFound (no
+// such file without Create, or a missing directory), ErrExists,
+// ErrSymlink, ErrNotFile, ErrHardLink, ErrQuota.
 func (r *Root) OpenWrite(rel string, fl WriteFlags, disk *quota.Account) (*WriteHandle, error) {
 	if err := checkClean(rel); err != nil {
 		return nil, err
@@ -71,42 +73,51 @@ func (r *Root) OpenWrite(rel string, fl WriteFlags, disk *quota.Account) (*Write
 		return nil, err
 	}
 	h := &WriteHandle{name: rel, res: res, disk: disk}
-	err = r.withDir(path.Dir(rel), func(dfd int, _ *os.File) error {
-		return h.open(dfd, path.Base(rel), fl)
-	})
-	if err != nil {
+	if err := h.open(r, fl); err != nil {
 		res.Release()
 		return nil, err
 	}
 	return h, nil
 }
 
-// open opens name of directory dfd into h (see OpenWrite).
-func (h *WriteHandle) open(dfd int, name string, fl WriteFlags) error {
+// open opens h.name of r into h (see OpenWrite).
+func (h *WriteHandle) open(r *Root, fl WriteFlags) error {
 	mode := unix.O_WRONLY
 	if fl.Read {
 		mode = unix.O_RDWR
 	}
 	for range 3 {
-		pfd, err := unix.Openat(dfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if errors.Is(err, unix.ENOENT) && fl.Create {
-			created, err := h.create(dfd, name, mode, fl.Perm)
-			if errors.Is(err, ErrExists) && !fl.Exclusive {
-				continue // made meanwhile by someone else: open it as it is
-			}
-			if err != nil || created {
+		quotaErr := error(nil)
+		if fl.Create {
+			err := h.create(r, mode, fl.Perm)
+			switch {
+			case err == nil:
+				return nil
+			case errors.Is(err, ErrQuota):
+				// No block for a new file; an existing one may still be
+				// opened (and truncated) without one.
+				quotaErr = err
+			case !errors.Is(err, ErrExists):
 				return err
+			case fl.Exclusive:
+				return ErrExists
 			}
-			continue
+		}
+		pfd, err := r.openBeneath(h.name, unix.O_PATH|unix.O_NOFOLLOW, 0)
+		if errors.Is(err, ErrNotFound) && fl.Create {
+			if quotaErr != nil {
+				return quotaErr
+			}
+			continue // removed since the create found it: create again
 		}
 		if err != nil {
-			return pathErr("open", name, err)
+			return err
 		}
 		if fl.Create && fl.Exclusive {
 			unix.Close(pfd)
 			return ErrExists
 		}
-		err = h.reopen(pfd, name, mode)
+		err = h.reopen(pfd, h.name, mode)
 		unix.Close(pfd)
 		if err != nil {
 			return err
@@ -123,24 +134,27 @@ func (h *WriteHandle) open(dfd int, name string, fl WriteFlags) error {
 	return fmt.Errorf("open %s: %w", Display(h.name), ErrExists)
 }
 
-// create makes name in dfd exclusively, its block reserved first.
-func (h *WriteHandle) create(dfd int, name string, mode int, perm fs.FileMode) (bool, error) {
+// create makes h.name exclusively (one openat2 of the whole path), its
+// block reserved first. Errors: ErrQuota (no block: nothing tried),
+// ErrExists (something is there, a link or a directory included), and
+// those of openBeneath.
+func (h *WriteHandle) create(r *Root, mode int, perm fs.FileMode) error {
 	if err := h.res.Grow(quota.Cost(0)); err != nil {
-		return false, ErrQuota
+		return ErrQuota
 	}
 	if perm == 0 {
 		perm = 0o644
 	}
-	fd, err := unix.Openat(dfd, name, mode|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
+	fd, err := r.openBeneath(h.name, mode|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, uint32(perm.Perm()))
 	if err != nil {
 		h.res.Shrink(quota.Cost(0))
-		return false, pathErr("create", name, err)
+		return err
 	}
 	// The umask may have narrowed perm: set it as asked.
 	_ = unix.Fchmod(fd, uint32(perm.Perm()))
-	h.f = os.NewFile(uintptr(fd), name)
+	h.f = os.NewFile(uintptr(fd), h.name)
 	h.base, h.cost, h.size = 0, quota.Cost(0), 0
-	return true, nil
+	return nil
 }
 
 // reopen checks the entry pfd (an O_PATH descriptor) and opens it for
@@ -257,25 +271,23 @@ func (r *Root) Truncate(rel string, size int64, res *quota.Reservation) error {
 	if size < 0 {
 		return fmt.Errorf("truncate %s: negative size", Display(rel))
 	}
-	return r.withDir(path.Dir(rel), func(dfd int, _ *os.File) error {
-		pfd, err := unix.Openat(dfd, path.Base(rel), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return pathErr("open", rel, err)
-		}
-		defer unix.Close(pfd)
-		h := &WriteHandle{name: rel}
-		if err := h.reopen(pfd, path.Base(rel), unix.O_WRONLY); err != nil {
-			return err
-		}
-		defer h.f.Close()
-		delta := quota.Cost(size) - h.base
-		if err := res.Grow(delta); err != nil {
-			return ErrQuota
-		}
-		if err := h.f.Truncate(size); err != nil {
-			return fmt.Errorf("truncate %s: %w", Display(rel), err)
-		}
-		res.Changed(delta)
-		return nil
-	})
+	pfd, err := r.openBeneath(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pfd)
+	h := &WriteHandle{name: rel}
+	if err := h.reopen(pfd, rel, unix.O_WRONLY); err != nil {
+		return err
+	}
+	defer h.f.Close()
+	delta := quota.Cost(size) - h.base
+	if err := res.Grow(delta); err != nil {
+		return ErrQuota
+	}
+	if err := h.f.Truncate(size); err != nil {
+		return fmt.Errorf("truncate %s: %w", Display(rel), err)
+	}
+	res.Changed(delta)
+	return nil
 }

@@ -105,18 +105,6 @@ func (r *Root) Stage(dest string, res *quota.Reservation) (*Stager, error) {
 	return nil, errors.New("stage: no free staging directory name")
 }
 
-// openDir opens directory rel (following symlinks inside the root, as
-// os.Root does) and returns a descriptor of its own.
-func (r *Root) openDir(rel string) (int, error) {
-	fd := -1
-	err := r.withDir(rel, func(dirfd int, _ *os.File) error {
-		var err error
-		fd, err = unix.Openat(dirfd, ".", dirFlags, 0)
-		return pathErr("openat", rel, err)
-	})
-	return fd, err
-}
-
 // madeDir reserves a directory's block before it is made and records it
 // once made.
 func (s *Stager) madeDir(ok bool) error {

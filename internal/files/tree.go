@@ -34,11 +34,11 @@ func (r *Root) Walk(ctx context.Context, rel string, fn WalkFunc) error {
 	}
 	if !e.IsDir() {
 		dir := path.Dir(rel)
-		return r.withDir(dir, func(fd int, _ *os.File) error {
+		return r.withDir(dir, func(fd int) error {
 			return fn(rel, e, opener(fd, path.Base(rel), e))
 		})
 	}
-	return r.withDir(rel, func(fd int, _ *os.File) error {
+	return r.withDir(rel, func(fd int) error {
 		if err := fn(rel, e, nil); err != nil {
 			if errors.Is(err, ErrSkipDir) {
 				return nil

@@ -19,6 +19,14 @@ import (
 //
 // It reads packet framing only (length, type, and an extended request's
 // name); every other byte passes through unchanged.
+//
+// It also bounds the requests pkg/sftp holds at once (handed on, not yet
+// answered) to maxInFlight: pkg/sftp's request server runs with its
+// allocator (WithRSAllocator), which reuses 256 KiB pages for packets and
+// read buffers instead of allocating one per request, and keeps every
+// page it ever used until the session ends. Bounding what is in flight
+// bounds those pages (about two per request) whatever a client pipelines:
+// OpenSSH's client keeps 64 requests outstanding.
 type limitsConn struct {
 	ch     io.ReadWriteCloser
 	limits limitsReply
@@ -29,12 +37,17 @@ type limitsConn struct {
 	fwd     int    // bytes of the current packet still to pass through
 
 	// Write side: pkg/sftp writes under its own lock; replies to limits
-	// requests are written between its packets.
-	mu      sync.Mutex
-	out     []byte // the outgoing packet being assembled
-	need    int    // its length with the 4-byte prefix; 0: not known yet
-	version bool   // the VERSION packet went out
-	queued  [][]byte
+	// requests are written between its packets. mu also guards inFlight
+	// (the reader waits on more for it to drop) and err.
+	mu          sync.Mutex
+	more        sync.Cond
+	inFlight    int    // requests handed to pkg/sftp, not yet answered
+	maxInFlight int    // at most this many
+	err         error  // the channel failed or was closed: no more requests
+	out         []byte // the outgoing packet being assembled
+	need        int    // its length with the 4-byte prefix; 0: not known yet
+	version     bool   // the VERSION packet went out
+	queued      [][]byte
 }
 
 // limitsReply is the answer to limits@openssh.com.
@@ -56,10 +69,36 @@ const (
 // flight, not one per session (an idle session holds none).
 var outBufs = sync.Pool{New: func() any { b := make([]byte, 0, maxIncoming+64); return &b }}
 
-func newLimitsConn(ch io.ReadWriteCloser, maxTx uint32, maxHandles int) *limitsConn {
-	return &limitsConn{ch: ch, limits: limitsReply{
+func newLimitsConn(ch io.ReadWriteCloser, maxTx uint32, maxHandles, maxInFlight int) *limitsConn {
+	c := &limitsConn{ch: ch, maxInFlight: max(1, maxInFlight), limits: limitsReply{
 		maxPacket: maxIncoming, maxRead: uint64(maxTx), maxWrite: uint64(maxTx), maxHandles: uint64(maxHandles),
 	}}
+	c.more.L = &c.mu
+	return c
+}
+
+// admit waits until pkg/sftp holds fewer than maxInFlight requests and
+// counts one more; an error once the channel failed or was closed.
+func (c *limitsConn) admit() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.inFlight >= c.maxInFlight && c.err == nil {
+		c.more.Wait()
+	}
+	if c.err != nil {
+		return c.err
+	}
+	c.inFlight++
+	return nil
+}
+
+// fail records that no more requests will be answered and wakes the
+// reader; c.mu is held.
+func (c *limitsConn) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+	c.more.Broadcast()
 }
 
 func (c *limitsConn) Read(p []byte) (int, error) {
@@ -83,6 +122,9 @@ func (c *limitsConn) Read(p []byte) (int, error) {
 			return 0, errors.New("sftp: empty packet")
 		}
 		if c.hdr[4] != fxpExtended || length > maxIncoming {
+			if err := c.admit(); err != nil {
+				return 0, err
+			}
 			c.pending, c.fwd = c.hdr[:], length-1
 			continue
 		}
@@ -95,6 +137,9 @@ func (c *limitsConn) Read(p []byte) (int, error) {
 				return 0, err
 			}
 			continue
+		}
+		if err := c.admit(); err != nil {
+			return 0, err
 		}
 		c.pending = append(c.hdr[:5:5], body...)
 	}
@@ -183,10 +228,18 @@ func (c *limitsConn) flush() error {
 	outBufs.Put(&buf)
 	c.out, c.need = nil, 0
 	if err != nil {
+		c.fail(err)
 		return err
+	}
+	// Every packet pkg/sftp sends answers one request (VERSION answers
+	// INIT).
+	if c.inFlight > 0 {
+		c.inFlight--
+		c.more.Signal()
 	}
 	for _, q := range c.queued {
 		if _, err := c.ch.Write(q); err != nil {
+			c.fail(err)
 			return err
 		}
 	}
@@ -194,4 +247,9 @@ func (c *limitsConn) flush() error {
 	return nil
 }
 
-func (c *limitsConn) Close() error { return c.ch.Close() }
+func (c *limitsConn) Close() error {
+	c.mu.Lock()
+	c.fail(io.ErrClosedPipe)
+	c.mu.Unlock()
+	return c.ch.Close()
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"testing"
+	"testing/synctest"
 )
 
 // fakeChannel records writes and serves reads from a buffer.
@@ -39,7 +40,7 @@ func TestLimitsConn(t *testing.T) {
 	other := extended(7, "statvfs@openssh.com", []byte("/x"))
 	in := append(append(append([]byte{}, open...), extended(9, limitsExt, nil)...), other...)
 	ch := &fakeChannel{in: bytes.NewReader(in)}
-	c := newLimitsConn(ch, 261120, 256)
+	c := newLimitsConn(ch, 261120, 256, 8)
 
 	got, err := io.ReadAll(c)
 	if err != nil {
@@ -78,4 +79,54 @@ func TestLimitsConn(t *testing.T) {
 	if !bytes.Equal(ch.writes[1], data) {
 		t.Errorf("data packet changed on the way")
 	}
+}
+
+// TestLimitsConnBoundsInFlight: at most maxInFlight requests reach
+// pkg/sftp before it answers one; each packet it sends lets one more
+// through, and a closed connection ends the wait (synctest: the reader is
+// seen blocked, not guessed so after a sleep).
+func TestLimitsConnBoundsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var in []byte
+		for i := range 5 {
+			in = append(in, packet(5, binary.BigEndian.AppendUint32(nil, uint32(i)))...)
+		}
+		c := newLimitsConn(&fakeChannel{in: bytes.NewReader(in)}, 261120, 256, 2)
+		reqLen := len(in) / 5
+		got := make(chan []byte, 1)
+		next := func() {
+			go func() {
+				b := make([]byte, reqLen)
+				if _, err := io.ReadFull(c, b); err != nil {
+					b = nil
+				}
+				got <- b
+			}()
+		}
+		for want := range 2 {
+			next()
+			if b := <-got; b == nil || binary.BigEndian.Uint32(b[5:]) != uint32(want) {
+				t.Fatalf("read %x, want request %d", b, want)
+			}
+		}
+		next()
+		synctest.Wait()
+		select {
+		case b := <-got:
+			t.Fatalf("a third request %x passed with two unanswered (maxInFlight 2)", b)
+		default:
+		}
+		if _, err := c.Write(packet(101, make([]byte, 12))); err != nil {
+			t.Fatal(err)
+		}
+		if b := <-got; b == nil || binary.BigEndian.Uint32(b[5:]) != 2 {
+			t.Fatalf("after one answer, read %x, want request 2", b)
+		}
+		next()
+		synctest.Wait()
+		c.Close()
+		if b := <-got; b != nil {
+			t.Fatalf("after Close, read %x, want an error", b)
+		}
+	})
 }

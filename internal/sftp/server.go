@@ -32,6 +32,7 @@ type Config struct {
 	FailureWindow    time.Duration // …within this window… [5 min]
 	LockoutFor       time.Duration // …lock it out this long [15 min]
 	MaxTxPacket      uint32        // largest data packet sent [256 KiB - 1 KiB, what OpenSSH allows]
+	MaxInFlight      int           // requests a session works on at once [4]; bounds its buffers
 
 	Now func() time.Time // the clock of the lockout and idle checks [time.Now]
 }
@@ -56,6 +57,7 @@ func (c *Config) defaults() {
 	setInt(&c.MaxHandles, 256)
 	setInt(&c.MaxChannels, 4)
 	setInt(&c.MaxFailures, 10)
+	setInt(&c.MaxInFlight, 4)
 	if c.MaxTxPacket == 0 {
 		c.MaxTxPacket = 256<<10 - 1024
 	}
@@ -364,10 +366,14 @@ func (s *Server) channel(fs *fsys, ch ssh.Channel, reqs <-chan *ssh.Request, wg 
 		started = true
 		wg.Go(func() {
 			defer ch.Close()
-			conn := newLimitsConn(&activity{ch: ch, se: fs.se, now: s.cfg.Now}, s.cfg.MaxTxPacket, s.cfg.MaxHandles)
+			conn := newLimitsConn(&activity{ch: ch, se: fs.se, now: s.cfg.Now}, s.cfg.MaxTxPacket, s.cfg.MaxHandles, s.cfg.MaxInFlight)
+			// The allocator reuses packet and read buffers: without it
+			// every READ allocated a 255 KiB buffer, whatever the file's
+			// size (5 GB for a download of 10,000 small files, a garbage
+			// collection every ~10 files). limitsConn bounds what it keeps.
 			rs := sftp.NewRequestServer(conn,
 				sftp.Handlers{FileGet: fs, FilePut: fs, FileCmd: fs, FileList: fs},
-				sftp.WithRSMaxTxPacket(s.cfg.MaxTxPacket))
+				sftp.WithRSMaxTxPacket(s.cfg.MaxTxPacket), sftp.WithRSAllocator())
 			if err := rs.Serve(); err != nil && !errors.Is(err, io.EOF) {
 				fs.log.DebugContext(fs.ctx, "sftp subsystem ended", "err", err)
 			}
