@@ -3,6 +3,7 @@ package blob
 import (
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -96,7 +97,11 @@ func (b *fileBatch) Put(ctx context.Context, key string, r io.Reader, size int64
 	case !errors.Is(err, ErrNotFound):
 		return false, fmt.Errorf("put %s: %w", key, err)
 	}
-	tmp := "put-" + rand.Text()
+	// A short name: the staging directory grows with the batch (ext4
+	// never shrinks a directory), and its size counts in the store's.
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := "b-" + hex.EncodeToString(rnd[:])
 	f, err := b.s.root.OpenFile(stageDir+"/"+tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return false, fmt.Errorf("put %s: %w", key, err)

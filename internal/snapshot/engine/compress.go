@@ -8,9 +8,9 @@ import (
 
 // chunkLevel, chunkNoEntropy and packLevel are measured choices (doc.go).
 var (
-	chunkLevel     = zstd.SpeedFastest
+	chunkLevel     = zstd.SpeedDefault
 	chunkNoEntropy = true
-	packLevel      = zstd.SpeedDefault
+	packLevel      = zstd.SpeedBestCompression
 )
 
 // newChunkEncoder returns a zstd encoder for chunks (pack false) or packs of
