@@ -159,6 +159,9 @@ func (b *fileBatch) Commit(ctx context.Context) error {
 		drop(0)
 		return fmt.Errorf("commit: sync the staged blobs: %w", err)
 	}
+	if len(staged) == 0 {
+		return nil // the sync made what was visible durable; nothing to rename
+	}
 	dirs := map[string]*os.File{}
 	defer func() {
 		for _, d := range dirs {
