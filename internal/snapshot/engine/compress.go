@@ -8,9 +8,9 @@ import (
 
 // chunkLevel, chunkNoEntropy and packLevel are measured choices (doc.go).
 var (
-	chunkLevel     = zstd.SpeedDefault
+	chunkLevel     = zstd.SpeedFastest
 	chunkNoEntropy = true
-	packLevel      = zstd.SpeedBestCompression
+	packLevel      = zstd.SpeedDefault
 )
 
 // newChunkEncoder returns a zstd encoder for chunks (pack false) or packs of
