@@ -46,17 +46,19 @@
 //     (chunks/<2 hex>/<64 hex>) and stored as one zstd frame each with a
 //     4 MiB window. Levels, measured on the chunks of a 1 GiB worldgen
 //     world (1,026 MB of large files' chunks, 13 MB of packs; one core,
-//     2026-11-23): large files' chunks at SpeedDefault without entropy
-//     coding of literals (WithNoEntropyCompression): 731.4 MB in 1.2 s,
-//     against 737.1 MB in 0.46 s at SpeedFastest and 729.5 MB in 2.6 s at
-//     SpeedBetterCompression, the same sizes with literals coded (a
-//     region file's literals are zlib output: Huffman coding them only
-//     costs time, 0.2-0.45 s a GB). Packs of small files (text, mostly)
-//     at SpeedBestCompression: 3.0 MB against 3.5 at SpeedDefault and 3.9
-//     at SpeedFastest, 0.5 s a 13 MB; one encoder serves every pack. The
-//     store's size target (no more than tar | zstd -1 of the same tree,
-//     docs/benchmarks.md) is what rules out the fastest level: the store
-//     also holds 1 MB of fan-out directories and the manifest.
+//     2026-11-23): large files' chunks at SpeedFastest without entropy
+//     coding of literals (WithNoEntropyCompression): 737.1 MB in 0.46 s,
+//     where Huffman-coding the literals (zlib output in a region file)
+//     gives the same size in 0.67 s; SpeedDefault makes 731.4 MB but
+//     costs 1.2-1.9 s a GB, SpeedBetterCompression 729.5 MB in 2.6 s.
+//     Packs of small files (text, mostly) at SpeedDefault: 3.5 MB against
+//     3.9 at SpeedFastest; one encoder serves every pack. SpeedBest would
+//     make 3.0 MB, but its tables are 38 MiB (kiln serve's RSS target).
+//     The trade: the store is about 0.8 % larger than tar | zstd -1 of the
+//     same tree (docs/benchmarks.md), because per-chunk frames at zstd's
+//     fastest level, the manifest and 1 MB of fan-out directories add up;
+//     matching it needs SpeedDefault, whose extra 0.8-1.4 CPU-s a GB the
+//     speed target on 2 cores cannot pay.
 //   - Packs: a file of at most 256 KiB would be a chunk of its own (FastCDC
 //     never cuts before that), so a world's 20,000 player, stats and
 //     config files made 20,136 chunks of a 200 MiB world, 10 KiB each:
