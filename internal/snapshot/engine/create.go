@@ -137,7 +137,7 @@ const (
 	walkQueue        = 16       // entries walked ahead of the chunker (each may hold an open file)
 	orderQueue       = 64       // entries cut, waiting for their chunks to be stored
 	defaultTransfers = 16       // chunks looked up or uploaded at once
-	slabCount        = 3        // slabs of slabSize: the chunk bytes read and not stored yet
+	slabCount        = 4        // slabs of slabSize: the chunk bytes read and not stored yet
 	inFlightBytes    = 16 << 20 // room for compressed chunks not stored yet
 )
 

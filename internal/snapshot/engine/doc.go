@@ -41,7 +41,7 @@
 //     there, and each chunk is a slice of its slab handed to the
 //     transfers, which hold the slab until the chunk is stored; the bytes
 //     a slab ends with that do not make a chunk yet move to the next one.
-//     Three slabs (24 MiB) bound the chunk bytes in memory.
+//     Four slabs (32 MiB) bound the chunk bytes in memory.
 //   - Chunks are named by the SHA-256 of their uncompressed bytes
 //     (chunks/<2 hex>/<64 hex>) and stored as one zstd frame each with a
 //     4 MiB window. Levels, measured on the chunks of a 1 GiB worldgen
