@@ -2,11 +2,13 @@
 // (internal/snapshot/engine) on a server root with a local file blob store,
 // for bench/snapshots.sh, and prints one result line:
 //
-//	snapbench -op create  -root DIR -store DIR              SNAP_RESULT ...
+//	snapbench -op create  -root DIR -store DIR [-parent K]  SNAP_RESULT ...
 //	snapbench -op restore -root DIR -store DIR -manifest K  RESTORE_RESULT ...
 //
 // create calls engine.Create (no Known, no Pin: every chunk is looked up in
-// the store with Stat, as the first snapshot of a server is); restore calls
+// the store with Stat, as the first snapshot of a server is; with -parent,
+// the manifest of an earlier snapshot of the tree, as the service passes
+// the server's last ready one); restore calls
 // engine.Restore with an unlimited disk reservation. The store is opened
 // with blob.Open("file://DIR"). The seconds printed are the engine call's
 // own (the script times the process from outside too).
@@ -36,6 +38,7 @@ func main() {
 	root := flag.String("root", "", "server root (host path)")
 	storeDir := flag.String("store", "", "blob store directory (host path; created if missing)")
 	manifest := flag.String("manifest", "", "restore: the manifest key (manifests/<uuid>)")
+	parent := flag.String("parent", "", "create: the manifest key of an earlier snapshot of the tree")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	null := flag.Bool("null", false, "create: a store that holds nothing and discards what is put (the engine's own cost, for analysis)")
 	flag.Parse()
@@ -55,7 +58,7 @@ func main() {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(ctx, *op, *root, *storeDir, *manifest, *null); err != nil {
+	if err := run(ctx, *op, *root, *storeDir, *manifest, *parent, *null); err != nil {
 		fmt.Fprintln(os.Stderr, "snapbench:", err)
 		stop()
 		pprof.StopCPUProfile()
@@ -63,7 +66,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, op, rootDir, storeDir, manifest string, null bool) error {
+func run(ctx context.Context, op, rootDir, storeDir, manifest, parent string, null bool) error {
 	abs, err := filepath.Abs(storeDir)
 	if err != nil {
 		return err
@@ -82,13 +85,16 @@ func run(ctx context.Context, op, rootDir, storeDir, manifest string, null bool)
 	start := time.Now()
 	switch op {
 	case "create":
-		res, err := engine.Create(ctx, r, store, engine.CreateOptions{})
+		res, err := engine.Create(ctx, r, store, engine.CreateOptions{Parent: parent})
 		if err != nil {
 			return err
 		}
-		fmt.Printf("SNAP_RESULT manifest=%s size=%d stored=%d chunks=%d new_chunks=%d files=%d dirs=%d skipped=%d seconds=%.3f\n",
+		if res.ParentErr != nil {
+			return res.ParentErr
+		}
+		fmt.Printf("SNAP_RESULT manifest=%s size=%d stored=%d chunks=%d new_chunks=%d files=%d dirs=%d skipped=%d reused_files=%d reused_bytes=%d seconds=%.3f\n",
 			res.ManifestKey, res.SizeBytes, res.StoredBytes, len(res.Chunks), res.NewChunks, res.Files, res.Dirs,
-			res.Skipped.HardLinks+res.Skipped.Links+res.Skipped.Special, time.Since(start).Seconds())
+			res.Skipped.HardLinks+res.Skipped.Links+res.Skipped.Special, res.ReusedFiles, res.ReusedBytes, time.Since(start).Seconds())
 	case "restore":
 		resv, err := quota.NewAccount(1 << 50).Reserve(0)
 		if err != nil {

@@ -38,6 +38,21 @@
 //     crash (Options.CleanBefore, at Open) reads one directory instead of
 //     walking every chunk. A rename between two directories of one file
 //     system is as atomic as one within a directory.
+//   - Batches (Batch, NewBatch): a snapshot stores hundreds of chunks that
+//     need to be durable only before its manifest, not one by one. The
+//     file backend's batch stages each blob in the staging directory
+//     without a sync, written with one write(2) when its size is known,
+//     and starts its writeback (sync_file_range); Commit syncs the file
+//     system once (syncfs: the staged data, and what other batches made
+//     visible), renames every staged file to its key (put-if-absent as
+//     Put; directories made without a sync each) and syncs the file system
+//     again (the names). A blob of a batch is thus never visible before
+//     its bytes are durable, so any blob a Stat finds is whole even after a
+//     power cut, and a crash leaves only staged files (removed at the next
+//     Open). On the 1 GiB snapshot benchmark this replaced 1,814 fsyncs
+//     (a file and a directory per chunk) with 2 syncfs. The S3 backend's
+//     Put is durable when it returns: its batch is Put itself, and Commit
+//     does nothing; so is any other Store's.
 //   - File backend: Delete fsyncs the directory too (the collector deletes
 //     a manifest before the chunks only it referenced; a crash must not
 //     bring back the manifest without its chunks) and never removes

@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -126,7 +127,7 @@ func (s *fileStore) Put(ctx context.Context, key string, r io.Reader, size int64
 			unix.Unlinkat(int(s.stage.Fd()), tmp, 0)
 		}
 	}()
-	_, err = io.Copy(f, &sizeReader{ctx: ctx, r: r, size: size})
+	err = writeExact(ctx, f, r, size)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -138,7 +139,7 @@ func (s *fileStore) Put(ctx context.Context, key string, r io.Reader, size int64
 	}
 
 	dir, name := splitKey(key)
-	d, err := s.mkdirs(dir)
+	d, err := s.mkdirs(dir, true)
 	if err != nil {
 		return false, fmt.Errorf("put %s: %w", key, err)
 	}
@@ -182,9 +183,34 @@ func (s *fileStore) publish(tmp string, d *os.File, name string) (created bool, 
 	return true, nil
 }
 
+// writeExact writes the size bytes of r (everything for size -1) to f,
+// failing when r holds fewer or more. A *bytes.Reader of the right length
+// (what the snapshot engine hands over: a compressed chunk) is written with
+// one write(2), with nothing written when its length is wrong; any other
+// reader is copied through a 1 MiB buffer (io.Copy would take 32 KiB at a
+// time, since sizeReader hides a WriterTo).
+func writeExact(ctx context.Context, f *os.File, r io.Reader, size int64) error {
+	if br, ok := r.(*bytes.Reader); ok && size >= 0 {
+		if n := int64(br.Len()); n != size {
+			return fmt.Errorf("reader holds %d bytes, not the declared %d", n, size)
+		}
+		_, err := br.WriteTo(f)
+		return err
+	}
+	bufSize := int64(1 << 20)
+	if size >= 0 && size < bufSize {
+		bufSize = size + 1 // room to see an excess
+	}
+	_, err := io.CopyBuffer(onlyWriter{f}, &sizeReader{ctx: ctx, r: r, size: size}, make([]byte, bufSize))
+	return err
+}
+
+// onlyWriter hides *os.File's ReadFrom, which would copy in 32 KiB pieces.
+type onlyWriter struct{ io.Writer }
+
 // mkdirs opens the directory dir ("." for the top), creating what is
-// missing and syncing the parent of each directory it creates.
-func (s *fileStore) mkdirs(dir string) (*os.File, error) {
+// missing and, with sync, syncing the parent of each directory it creates.
+func (s *fileStore) mkdirs(dir string, sync bool) (*os.File, error) {
 	d, err := s.root.Open(dir)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return d, err
@@ -199,6 +225,9 @@ func (s *fileStore) mkdirs(dir string) (*os.File, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		if !sync {
+			continue
 		}
 		parent, _ := splitKey(dir[:i])
 		if err := s.syncDir(parent); err != nil {

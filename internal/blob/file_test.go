@@ -198,3 +198,46 @@ func TestFileLongSegment(t *testing.T) {
 	}
 	put(t, s, "manifests/"+strings.Repeat("a", nameMax), []byte("x"))
 }
+
+// A file batch's blobs stay staged, invisible, until Commit; Close drops
+// what was not committed.
+func TestFileBatchStaged(t *testing.T) {
+	dir := t.TempDir()
+	s := openFileStore(t, dir, Options{})
+	b := NewBatch(s)
+	one, two := []byte("one"), []byte("two")
+	for _, data := range [][]byte{one, two} {
+		if created, err := b.Put(t.Context(), chunkKey(data), strings.NewReader(string(data)), int64(len(data))); err != nil || !created {
+			t.Fatalf("Batch.Put(%q) = %v, %v, want true, nil", data, created, err)
+		}
+	}
+	if names := stagedNames(t, dir); len(names) != 2 {
+		t.Errorf("staged files before Commit = %q, want two", names)
+	}
+	wantMissing(t, s, chunkKey(one))
+	if keys := listKeys(t, s, ""); len(keys) != 0 {
+		t.Errorf("List before Commit = %q, want nothing", keys)
+	}
+	if err := b.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if names := stagedNames(t, dir); len(names) != 0 {
+		t.Errorf("staged files after Commit = %q, want none", names)
+	}
+	if got := listKeys(t, s, "chunks/"); len(got) != 2 {
+		t.Errorf("List after Commit = %q, want two keys", got)
+	}
+
+	b = NewBatch(s)
+	three := []byte("three")
+	if _, err := b.Put(t.Context(), chunkKey(three), strings.NewReader("three"), 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if names := stagedNames(t, dir); len(names) != 0 {
+		t.Errorf("staged files after Close = %q, want none", names)
+	}
+	wantMissing(t, s, chunkKey(three))
+}

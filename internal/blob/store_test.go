@@ -27,6 +27,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("List", func(t *testing.T) { testList(t, open(t)) })
 	t.Run("Delete", func(t *testing.T) { testDelete(t, open(t)) })
 	t.Run("Canceled", func(t *testing.T) { testCanceled(t, open(t)) })
+	t.Run("Batch", func(t *testing.T) { testBatch(t, open(t)) })
 }
 
 // chunkKey is the key the snapshot feature gives data: its sha256.
@@ -348,3 +349,56 @@ func testCanceled(t *testing.T, s Store) {
 		t.Errorf("List(canceled) error = %v, want context.Canceled", err)
 	}
 }
+
+// testBatch: blobs put through a batch are all there, whole, once Commit
+// returns; a key already stored or already put in the batch is not
+// created again; a wrong size fails the Put and stores nothing.
+func testBatch(t *testing.T, s Store) {
+	ctx := t.Context()
+	old := []byte("stored before the batch")
+	put(t, s, chunkKey(old), old)
+	b := NewBatch(s)
+	defer b.Close()
+	var blobs [][]byte
+	for i := range 20 {
+		blobs = append(blobs, bytes.Repeat([]byte{byte(i)}, 1000*i+1))
+	}
+	var wg sync.WaitGroup
+	for _, data := range blobs {
+		wg.Go(func() {
+			created, err := b.Put(ctx, chunkKey(data), bytes.NewReader(data), int64(len(data)))
+			if err != nil || !created {
+				t.Errorf("Batch.Put(%d bytes) = %v, %v, want true, nil", len(data), created, err)
+			}
+		})
+	}
+	wg.Wait()
+	if created, err := b.Put(ctx, chunkKey(blobs[3]), untouchable{t}, int64(len(blobs[3]))); err != nil || created {
+		t.Errorf("Batch.Put of a key put in the batch = %v, %v, want false, nil", created, err)
+	}
+	if created, err := b.Put(ctx, chunkKey(old), untouchable{t}, int64(len(old))); err != nil || created {
+		t.Errorf("Batch.Put of a stored key = %v, %v, want false, nil", created, err)
+	}
+	// A wrong size, through the one-write path and the copying one.
+	short := []byte("short")
+	if created, err := b.Put(ctx, chunkKey(short), bytes.NewReader(short), 6); err == nil || created {
+		t.Errorf("Batch.Put(5 bytes, size 6) = %v, %v, want an error", created, err)
+	}
+	if created, err := b.Put(ctx, chunkKey(short), strings.NewReader("short+"), 5); err == nil || created {
+		t.Errorf("Batch.Put(6 bytes, size 5) = %v, %v, want an error", created, err)
+	}
+	if err := b.Commit(ctx); err != nil {
+		t.Fatalf("Commit: %v", err)
+	}
+	for _, data := range blobs {
+		if got := get(t, s, chunkKey(data)); !bytes.Equal(got, data) {
+			t.Errorf("Get(%d-byte blob) after Commit: %d bytes, want it whole", len(data), len(got))
+		}
+	}
+	wantMissing(t, s, chunkKey(short))
+	if _, err := b.Put(ctx, chunkKey([]byte("late")), strings.NewReader("late"), 4); err == nil && !isDurableBatch(b) {
+		t.Errorf("Batch.Put after Commit succeeded, want an error")
+	}
+}
+
+func isDurableBatch(b Batch) bool { _, ok := b.(durableBatch); return ok }

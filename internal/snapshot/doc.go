@@ -20,6 +20,14 @@
 //     four times a second) and becomes ready in one statement with its
 //     figures, or failed with one sentence. At most Options.Parallel (2)
 //     are taken at once per process; the others wait pending.
+//   - Parent: a snapshot takes its server's last ready snapshot as the
+//     engine's parent, so files unchanged since are not read again
+//     (engine/doc.go). The engine pins every chunk of the parent before
+//     the walk (so a chunk found there is never collected under it); the
+//     references to those the new manifest does not use are dropped in
+//     the transaction that makes the snapshot ready, and the chunks
+//     reaped if no one else holds them (the collector reaps them if a
+//     crash comes between). A parent deleted meanwhile is simply not used.
 //   - A snapshot whose taker died (its instance gone, silent for a minute,
 //     or an earlier process of this node: the data dir's lock says it is
 //     dead) is failed by the collector, which runs at start, every hour

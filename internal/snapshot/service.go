@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -86,6 +87,10 @@ type Options struct {
 	// SaveTimeout bounds the wait for a running server's "save-all flush"
 	// (60 s); StopTimeout the wait for a restore's stop (2 min).
 	SaveTimeout, StopTimeout time.Duration
+	// Now is the clock a snapshot's start is read from (what the next
+	// snapshot of the server compares file changes with); nil is
+	// time.Now. Tests move it.
+	Now func() time.Time
 }
 
 func (o *Options) defaults() {
@@ -346,6 +351,10 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 		return fmt.Errorf("open the server's files: %w", err)
 	}
 	defer root.Close()
+	parent, err := s.parentOf(ctx, snap)
+	if err != nil {
+		return err
+	}
 	resume := s.pauseSaves(ctx, snap)
 	defer resume()
 
@@ -353,6 +362,8 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 	r, err := engine.Create(ctx, root, s.store, engine.CreateOptions{
 		ID:     snap.UUID,
 		Ignore: m.Match,
+		Parent: parent,
+		Now:    s.opts.Now,
 		Pin:    func(ctx context.Context, key string) error { return s.pin(ctx, snap.UUID, key) },
 		Stored: func(key string, size int64) { s.recordSize(s.ctx, key, size) },
 		Progress: func(done, total int64) {
@@ -367,14 +378,45 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 	if err != nil {
 		return err
 	}
-	now := store.Now()
-	res, err = s.db.Write().ExecContext(ctx, `UPDATE snapshots SET status = $1, size_bytes = $2, stored_bytes = $3,
-		bytes_done = $4, bytes_total = $4, completed_at = $5, updated_at = $5, owner = NULL WHERE id = $6 AND status = $7`,
-		StatusReady, r.SizeBytes, r.StoredBytes, r.SizeBytes, now, snap.ID, StatusCreating)
+	if r.ParentErr != nil {
+		s.log.Info("snapshot taken without its parent: every file read", "snapshot_id", snap.ID, "err", r.ParentErr)
+	}
+	// The parent's chunks were all pinned; those the manifest does not
+	// reference (the parent's changed parts) lose this snapshot's
+	// reference as it becomes ready.
+	extra, err := s.extraRefs(ctx, snap.UUID, r.Chunks)
+	if err != nil {
+		return err
+	}
+	ready := false
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		now := store.Now()
+		res, err := tx.ExecContext(ctx, `UPDATE snapshots SET status = $1, size_bytes = $2, stored_bytes = $3,
+			bytes_done = $4, bytes_total = $4, completed_at = $5, updated_at = $5, owner = NULL WHERE id = $6 AND status = $7`,
+			StatusReady, r.SizeBytes, r.StoredBytes, r.SizeBytes, now, snap.ID, StatusCreating)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return nil
+		}
+		ready = true
+		for _, k := range extra {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM snapshot_chunks WHERE snapshot_uuid = $1 AND chunk = $2`, snap.UUID, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("record the snapshot ready: %w", err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if ready && len(extra) > 0 {
+		if _, _, err := s.reapAll(context.WithoutCancel(ctx), extra); err != nil {
+			s.log.Warn("collect the parent's chunks a snapshot does not use (the collector retries)", "snapshot_id", snap.ID, "err", err)
+		}
+	}
+	if !ready {
 		// Deleted while it was taken: its chunks go, and the manifest
 		// with no record is the collector's.
 		if _, _, err := s.unpin(context.WithoutCancel(ctx), snap.UUID); err != nil {
@@ -383,6 +425,39 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 		_ = s.store.Delete(context.WithoutCancel(ctx), engine.ManifestKey(snap.UUID))
 	}
 	return nil
+}
+
+// parentOf returns the manifest key of the server's last ready snapshot
+// (the one before snap), "" when it has none: engine.Create reuses the
+// chunks of its files that did not change.
+func (s *Service) parentOf(ctx context.Context, snap Snapshot) (string, error) {
+	var uuid string
+	err := s.db.Read().QueryRowContext(ctx, `SELECT uuid FROM snapshots WHERE source_server_id = $1 AND team_id = $2
+		AND status = $3 AND id <> $4 ORDER BY completed_at DESC, id DESC LIMIT 1`,
+		snap.SourceServerID, snap.TeamID, StatusReady, snap.ID).Scan(&uuid)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("find the previous snapshot: %w", err)
+	}
+	return engine.ManifestKey(uuid), nil
+}
+
+// extraRefs returns the chunks the snapshot uuid references in the ledger
+// that its manifest (chunks, sorted) does not.
+func (s *Service) extraRefs(ctx context.Context, uuid string, chunks []string) ([]string, error) {
+	refs, err := s.refsOf(ctx, uuid)
+	if err != nil {
+		return nil, err
+	}
+	var extra []string
+	for _, k := range refs {
+		if _, found := slices.BinarySearch(chunks, k); !found {
+			extra = append(extra, k)
+		}
+	}
+	return extra, nil
 }
 
 // pauseSaves makes a running game server flush its world and stop

@@ -46,13 +46,19 @@ func newSvcEnv(t *testing.T, db *store.DB) *svcEnv {
 // newSvcEnvOn is newSvcEnv on the blob store st.
 func newSvcEnvOn(t *testing.T, db *store.DB, st blob.Store) *svcEnv {
 	t.Helper()
+	return newSvcEnvClock(t, db, st, nil)
+}
+
+// newSvcEnvClock is newSvcEnvOn with the service's clock now.
+func newSvcEnvClock(t *testing.T, db *store.DB, st blob.Store, now func() time.Time) *svcEnv {
+	t.Helper()
 	for _, team := range []string{"team_a", "team_b"} {
 		if _, err := db.Write().ExecContext(t.Context(), `INSERT INTO teams (id, name, created_at) VALUES ($1, $2, 1)`, team, team); err != nil {
 			t.Fatal(err)
 		}
 	}
 	se := serverstest.New(t, db, serverstest.Options{})
-	svc := New(db, st, se.Service, se.Catalog, Options{Owner: "inst_test", Grace: time.Nanosecond, SaveTimeout: 10 * time.Second}, nil)
+	svc := New(db, st, se.Service, se.Catalog, Options{Owner: "inst_test", Grace: time.Nanosecond, SaveTimeout: 10 * time.Second, Now: now}, nil)
 	t.Cleanup(svc.Close)
 	return &svcEnv{t: t, db: db, srv: se.Service, node: se, store: st, svc: svc, team: "team_a"}
 }
@@ -457,4 +463,85 @@ func TestPinWaitsForReap(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM chunks WHERE key = $1 AND state = 'live'`, key); n != 1 {
 		t.Errorf("after the pin, live rows = %d, want 1", n)
 	}
+}
+
+// TestSecondSnapshotParent, on both stores: a second snapshot of a server
+// takes its last ready one as parent. Its unchanged files keep the
+// parent's chunks, one of which was lost from the store meanwhile and is
+// stored again; its ledger references are exactly its manifest's chunks
+// (the parent's chunks it no longer uses are not held); it restores byte
+// for byte; deleting both leaves nothing.
+func TestSecondSnapshotParent(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		st, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Files made now look a minute old to the snapshots: outside
+		// the window in which a parent's files are read again.
+		e := newSvcEnvClock(t, db, st, func() time.Time { return time.Now().Add(time.Minute) })
+		ctx := t.Context()
+		keep, change := randomText(1<<20), randomText(1<<20)
+		sv := e.server("world", map[string]string{"world/region/r.0.0.mca": keep, "world/region/r.0.1.mca": change, "server.properties": "motd=hi\n"})
+		first, err := e.svc.Create(ctx, e.team, sv.ID, "first", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first = e.wait(first.ID)
+		firstKeys, err := engine.ChunkKeys(ctx, st, engine.ManifestKey(first.UUID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Lost meanwhile (a collector of another replica, a disk): the
+		// first chunk of the manifest, of a file that does not change.
+		if err := st.Delete(ctx, firstKeys[0]); err != nil {
+			t.Fatal(err)
+		}
+		changed := randomText(1 << 20)
+		e.write(sv.ID, map[string]string{"world/region/r.0.1.mca": changed})
+
+		second, err := e.svc.Create(ctx, e.team, sv.ID, "second", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		second = e.wait(second.ID)
+		keys, err := engine.ChunkKeys(ctx, st, engine.ManifestKey(second.UUID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if _, err := st.Stat(ctx, k); err != nil {
+				t.Errorf("chunk %s of the second snapshot: %v", k, err)
+			}
+		}
+		if n := e.count(`SELECT count(*) FROM snapshot_chunks WHERE snapshot_uuid = $1`, second.UUID); n != len(keys) {
+			t.Errorf("the second snapshot holds %d chunk references, its manifest %d chunks", n, len(keys))
+		}
+		for _, k := range keys {
+			if n := e.count(`SELECT count(*) FROM snapshot_chunks WHERE snapshot_uuid = $1 AND chunk = $2`, second.UUID, k); n != 1 {
+				t.Errorf("chunk %s of the second snapshot: %d references, want 1", k, n)
+			}
+		}
+		e.write(sv.ID, map[string]string{"world/region/r.0.0.mca": "gone", "world/region/r.0.1.mca": "gone"})
+		if err := e.svc.RestoreNow(ctx, e.team, second.ID, sv.ID); err != nil {
+			t.Fatal(err)
+		}
+		root := e.node.Node.Root(sv.ID)
+		for p, want := range map[string]string{"world/region/r.0.0.mca": keep, "world/region/r.0.1.mca": changed, "server.properties": "motd=hi\n"} {
+			if b, _ := os.ReadFile(filepath.Join(root, p)); string(b) != want {
+				t.Errorf("%s after the restore: %d bytes, not the snapshot's %d", p, len(b), len(want))
+			}
+		}
+		for _, id := range []string{first.ID, second.ID} {
+			if _, err := e.svc.Delete(ctx, e.team, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := e.blobs(chunkPrefix) + e.blobs(manifestPrefix); n != 0 {
+			t.Errorf("%d blobs left after deleting every snapshot", n)
+		}
+		if n := e.count(`SELECT count(*) FROM chunks`) + e.count(`SELECT count(*) FROM snapshot_chunks`); n != 0 {
+			t.Errorf("%d ledger rows left", n)
+		}
+	})
 }

@@ -1,12 +1,11 @@
 package engine
 
 import (
-	"errors"
-	"fmt"
-	"io"
+	"context"
+	"math"
+	"sync/atomic"
 
-	chunkers "github.com/PlakarKorp/go-cdc-chunkers"
-	_ "github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc" // registers "fastcdc-v1.0.0"
+	"github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc"
 )
 
 // Chunk sizes (see doc.go): FastCDC cuts after minChunk bytes at the
@@ -20,51 +19,169 @@ const (
 	// at the same places in every snapshot and on every node: that is
 	// what makes chunks of an unchanged region file dedupe.
 	chunkAlgorithm = "fastcdc-v1.0.0"
+	// normalLevel is the library's FastCDC normalisation level for
+	// chunkAlgorithm (the masks' bits around avgChunk's).
+	normalLevel = 2
 )
 
-// chunker cuts one stream after another into content-defined chunks. It
-// owns a scan buffer of maxChunk bytes, reused for every stream; the
-// chunks Next returns alias it and are valid until the next call.
-type chunker struct {
-	c   *chunkers.Chunker
-	buf []byte
+// The masks cutPoint tests the fingerprint with: more bits before
+// avgChunk (a cut is less likely), fewer after, as the library computes
+// them (calculateMasks).
+var maskS, maskL = fastcdcMasks(avgChunk, normalLevel)
+
+func fastcdcMasks(normalSize, level int) (uint64, uint64) {
+	bits := int(math.Log2(float64(normalSize)))
+	return spacedMask(bits+level, 64), spacedMask(bits-level, 64)
 }
 
-func newChunker() (*chunker, error) {
-	buf := make([]byte, 2*maxChunk)
-	c, err := chunkers.NewChunkerBuffer(chunkAlgorithm, eofReader{}, chunkOptions(), buf)
-	if err != nil {
-		return nil, fmt.Errorf("chunker: %w", err)
+func spacedMask(ones, total int) uint64 {
+	if ones >= total {
+		return math.MaxUint64
 	}
-	return &chunker{c: c, buf: buf}, nil
-}
-
-func chunkOptions() *chunkers.ChunkerOpts {
-	return &chunkers.ChunkerOpts{MinSize: minChunk, NormalSize: avgChunk, MaxSize: maxChunk}
-}
-
-// reset starts cutting r.
-func (c *chunker) reset(r io.Reader) { c.c.Reset(r) }
-
-// next returns the next chunk of the stream, or io.EOF once it is
-// exhausted (never an empty chunk).
-func (c *chunker) next() ([]byte, error) {
-	for {
-		b, err := c.c.Next()
-		switch {
-		case err != nil && !errors.Is(err, io.EOF):
-			return nil, err
-		case len(b) > 0:
-			// The library reports io.EOF with the last (short) chunk; the
-			// next call reports it again with nothing.
-			return b, nil
-		case err != nil:
-			return nil, io.EOF
+	if ones <= 0 {
+		return 0
+	}
+	step := total / ones
+	var mask uint64
+	for i := range ones {
+		if pos := total - 1 - i*step; pos >= 0 {
+			mask |= 1 << pos
 		}
 	}
+	return mask
 }
 
-// eofReader is an empty stream (the chunker's before its first reset).
-type eofReader struct{}
+// cutPoint returns the length of the chunk that starts data, which holds
+// what is left of the stream or at least maxChunk bytes of it: the cut of
+// go-cdc-chunkers' "fastcdc-v1.0.0" (FastCDC.Algorithm with our sizes),
+// restated so that the engine cuts in its own buffers instead of copying
+// every chunk out of the library's (TestCutPointMatchesLibrary holds the
+// two to the same cuts).
+func cutPoint(data []byte) int {
+	n := len(data)
+	normal := avgChunk
+	switch {
+	case n <= minChunk:
+		return n
+	case n >= maxChunk:
+		n = maxChunk
+	case n <= normal:
+		normal = n
+	}
+	data = data[:n]
+	g := &fastcdc.G
+	var fp uint64
+	i := minChunk
+	for ; i < normal; i++ {
+		fp = fp<<1 + g[data[i]]
+		if fp&maskS == 0 {
+			return i
+		}
+	}
+	for ; i < n; i++ {
+		fp = fp<<1 + g[data[i]]
+		if fp&maskL == 0 {
+			return i
+		}
+	}
+	return i
+}
 
-func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+// slabSize is the size of the buffers files are read and cut in; a
+// chunk is a slice of one. The bytes a slab ends with that do not make a
+// whole chunk yet are copied to the next slab: on average about half a
+// maxChunk, so a quarter of what is read (against all of it when chunks
+// were copied out of the library's buffer).
+const slabSize = 8 << 20
+
+// slab is a buffer that chunks are cut in and handed to the transfers
+// without a copy: each holder (the cutter while it fills it, each chunk
+// in flight) has a reference, and the last one to go returns it to its
+// pool.
+type slab struct {
+	buf  []byte
+	refs atomic.Int32
+	pool *slabPool
+}
+
+func (s *slab) hold() { s.refs.Add(1) }
+
+func (s *slab) release() {
+	if s.refs.Add(-1) == 0 {
+		s.pool.free <- s
+	}
+}
+
+// slabPool holds at most cap(free) slabs, made as they are first needed:
+// what bounds the chunk bytes a Create holds.
+type slabPool struct {
+	free chan *slab
+	made atomic.Int32
+}
+
+func newSlabPool(n int) *slabPool { return &slabPool{free: make(chan *slab, n)} }
+
+// get returns a slab with one reference, the caller's, waiting for one to
+// be released when all were made.
+func (p *slabPool) get(ctx context.Context) (*slab, error) {
+	select {
+	case s := <-p.free:
+		s.refs.Store(1)
+		return s, nil
+	default:
+	}
+	if n := p.made.Add(1); int(n) <= cap(p.free) {
+		s := &slab{buf: make([]byte, slabSize), pool: p}
+		s.refs.Store(1)
+		return s, nil
+	}
+	select {
+	case s := <-p.free:
+		s.refs.Store(1)
+		return s, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// cursor is where the cutter writes in its current slab: bytes
+// [start, w) are read and not yet handed over (an open pack, or the tail
+// of a file not cut yet).
+type cursor struct {
+	s        *slab
+	start, w int
+}
+
+// room makes the cursor's slab have at least n free bytes after w,
+// moving the pending bytes to a fresh slab if needed.
+func (c *cursor) room(ctx context.Context, pool *slabPool, n int) error {
+	if c.s != nil && len(c.s.buf)-c.w >= n {
+		return nil
+	}
+	if c.s != nil && c.s.refs.Load() == 1 && slabSize-(c.w-c.start) >= n {
+		// No chunk holds the slab any more (only the cutter adds
+		// references): move the pending bytes to its start.
+		c.w = copy(c.s.buf, c.s.buf[c.start:c.w])
+		c.start = 0
+		return nil
+	}
+	s, err := pool.get(ctx)
+	if err != nil {
+		return err
+	}
+	w := 0
+	if c.s != nil {
+		w = copy(s.buf, c.s.buf[c.start:c.w])
+		c.s.release()
+	}
+	c.s, c.start, c.w = s, 0, w
+	return nil
+}
+
+// close drops the cutter's reference.
+func (c *cursor) close() {
+	if c.s != nil {
+		c.s.release()
+		c.s, c.start, c.w = nil, 0, 0
+	}
+}

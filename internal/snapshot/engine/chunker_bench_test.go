@@ -5,8 +5,11 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
+	chunkers "github.com/PlakarKorp/go-cdc-chunkers"
+	_ "github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc" // registers "fastcdc-v1.0.0"
 	restic "github.com/restic/chunker"
 )
 
@@ -26,23 +29,12 @@ func benchData(b *testing.B) []byte {
 func BenchmarkChunker(b *testing.B) {
 	data := benchData(b)
 	b.Run("fastcdc", func(b *testing.B) {
-		c, err := newChunker()
-		if err != nil {
-			b.Fatal(err)
-		}
+		// As Create cuts: in place, in the buffer the file was read into.
 		b.SetBytes(int64(len(data)))
 		n := 0
 		for b.Loop() {
-			c.reset(bytes.NewReader(data))
-			for {
-				_, err := c.next()
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
-				n++
+			for rest := data; len(rest) > 0; n++ {
+				rest = rest[cutPoint(rest):]
 			}
 		}
 		b.ReportMetric(float64(len(data))*float64(b.N)/float64(n), "B/chunk")
@@ -71,3 +63,59 @@ func BenchmarkChunker(b *testing.B) {
 		b.ReportMetric(float64(len(data))*float64(b.N)/float64(n), "B/chunk")
 	})
 }
+
+// TestCutPointMatchesLibrary: cutPoint cuts where go-cdc-chunkers'
+// fastcdc-v1.0.0 does with our sizes, so the chunks of a store made before
+// the engine cut in place still dedupe. Streams of random bytes (every
+// size class), of zeros (cut at maxChunk) and of a repeating pattern.
+func TestCutPointMatchesLibrary(t *testing.T) {
+	r := rand.NewChaCha8([32]byte{'c', 'u', 't'})
+	random := func(n int) []byte {
+		b := make([]byte, n)
+		_, _ = r.Read(b)
+		return b
+	}
+	streams := map[string][]byte{
+		"empty":         nil,
+		"one byte":      {7},
+		"min":           random(minChunk),
+		"min+1":         random(minChunk + 1),
+		"avg":           random(avgChunk),
+		"max":           random(maxChunk),
+		"max+1":         random(maxChunk + 1),
+		"random 40 MiB": random(40 << 20),
+		"zeros":         make([]byte, 3*maxChunk+12345),
+		"pattern":       bytes.Repeat(random(4096), 3000),
+	}
+	for name, data := range streams {
+		t.Run(name, func(t *testing.T) {
+			c, err := chunkers.NewChunker(chunkAlgorithm, bytes.NewReader(data),
+				&chunkers.ChunkerOpts{MinSize: minChunk, NormalSize: avgChunk, MaxSize: maxChunk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []int
+			for {
+				b, err := c.Next()
+				if len(b) > 0 {
+					want = append(want, len(b))
+				}
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got []int
+			for rest := data; len(rest) > 0; rest = rest[got[len(got)-1]:] {
+				got = append(got, cutPoint(rest))
+			}
+			if !slices.Equal(got, want) {
+				t.Errorf("cutPoint cuts %d chunks %v, the library %d chunks %v", len(got), head(got), len(want), head(want))
+			}
+		})
+	}
+}
+
+func head(s []int) []int { return s[:min(len(s), 8)] }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/klauspost/compress/zstd"
@@ -75,6 +76,19 @@ type CreateOptions struct {
 	// first); 0 means 16. Stores answer with a latency (a file store's
 	// fsync, an S3 round trip) that many transfers at once hide.
 	Transfers int
+	// Parent, when set, is the manifest key of an earlier snapshot of the
+	// same tree (internal/snapshot passes the server's last ready one). A
+	// regular file whose size, mtime, ctime and inode number equal its
+	// entry there, and that did not change within parentWindow of that
+	// snapshot's start, keeps that entry's extents without being read.
+	// Every chunk of the parent is pinned (Pin) and looked up (Known,
+	// Stat) before the walk, as a chunk cut is; a file whose chunks are
+	// not all found is read. A parent that cannot be read (gone, corrupt,
+	// version 1) is not used, and Result.ParentErr says why.
+	Parent string
+	// Now is the clock whose reading is recorded as the snapshot's start
+	// (what a later snapshot compares changes with); nil is time.Now.
+	Now func() time.Time
 }
 
 // Result describes a snapshot made.
@@ -94,6 +108,14 @@ type Result struct {
 
 	Files, Dirs, Symlinks int
 	Skipped               Skipped
+
+	// ReusedFiles are the files whose extents came from the parent
+	// unread, ReusedBytes their content.
+	ReusedFiles int
+	ReusedBytes int64
+	// ParentErr is why CreateOptions.Parent was not used; nil when it
+	// was, or when none was given.
+	ParentErr error
 }
 
 // Skipped counts the entries a snapshot leaves out (besides the ignored
@@ -115,18 +137,20 @@ const (
 	walkQueue        = 16       // entries walked ahead of the chunker (each may hold an open file)
 	orderQueue       = 64       // entries cut, waiting for their chunks to be stored
 	defaultTransfers = 16       // chunks looked up or uploaded at once
-	inFlightBytes    = 64 << 20 // chunk bytes (and room for their compressed form) between cutter and store
+	slabCount        = 4        // slabs of slabSize: the chunk bytes read and not stored yet
+	inFlightBytes    = 16 << 20 // room for compressed chunks not stored yet
 )
 
 // item is one entry on its way through Create: the walker makes it, the
 // chunker cuts its content into jobs, the workers fill its chunks in, and
 // the manifest writer waits for it (done) and writes it.
 type item struct {
-	en   entry
-	f    *os.File // a regular file to cut; nil for others
-	ext  []pendingExtent
-	left atomic.Int32
-	done chan struct{}
+	en     entry
+	reused bool     // a file whose extents (en.extents) came from the parent
+	f      *os.File // a regular file to cut; nil for others
+	ext    []pendingExtent
+	left   atomic.Int32
+	done   chan struct{}
 }
 
 // pendingExtent is an extent whose chunk a worker names (ref.sum) later.
@@ -146,7 +170,9 @@ func (it *item) finish() {
 type job struct {
 	items []*item // the file it is cut from, or the files of a pack
 	ref   *chunkRef
-	data  []byte // its bytes: 2*len(data) of the budget are held for it
+	slab  *slab  // what data is a slice of, held until the chunk is stored
+	data  []byte // its bytes
+	pack  bool   // a pack of small files, not a large file's chunk
 }
 
 // creator is one Create in progress.
@@ -155,8 +181,15 @@ type creator struct {
 	store Store
 	opts  CreateOptions
 
-	budget   *semaphore.Weighted // inFlightBytes: what bounds Create's memory
-	encoders chan *zstd.Encoder  // Workers of them: what bounds its CPU
+	batch    blob.Batch          // the chunks' Puts, committed before the manifest's
+	slabs    *slabPool           // what bounds the chunk bytes in memory
+	budget   *semaphore.Weighted // inFlightBytes: what bounds the compressed ones
+	encoders chan *zstd.Encoder  // Workers of them for chunks: what bounds its CPU
+	packEnc  chan *zstd.Encoder  // one for packs (a small part of the bytes)
+	outs     chan []byte         // buffers for compressed chunks, reused
+
+	parent *parent // nil: every file is read
+	start  int64   // Unix ns, recorded in the manifest
 
 	mu      sync.Mutex
 	seen    map[[32]byte]struct{} // chunks referenced so far
@@ -205,16 +238,40 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 		}
 	}
 	c := &creator{root: root, store: store, opts: opts, seen: make(map[[32]byte]struct{}),
-		budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers)}
-	for range opts.Workers {
-		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
-			zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(maxChunk))
+		slabs: newSlabPool(slabCount), budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers), packEnc: make(chan *zstd.Encoder, 1),
+		outs: make(chan []byte, opts.Workers+1)}
+	for i := range opts.Workers + 1 {
+		enc, err := newChunkEncoder(i == opts.Workers)
 		if err != nil {
-			return Result{}, fmt.Errorf("chunk encoder: %w", err)
+			return Result{}, err
 		}
 		defer enc.Close()
-		c.encoders <- enc
+		if i == opts.Workers {
+			c.packEnc <- enc
+		} else {
+			c.encoders <- enc
+		}
 	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	c.start = now().UnixNano()
+	if opts.Parent != "" {
+		p, err := c.loadParent(ctx, opts.Parent)
+		var perr *parentError
+		switch {
+		case errors.As(err, &perr) && ctx.Err() == nil:
+			c.res.ParentErr = err
+		case err != nil:
+			return Result{}, fmt.Errorf("snapshot %s: %w", opts.ID, err)
+		default:
+			c.parent = p
+			defer p.close()
+		}
+	}
+	c.batch = blob.NewBatch(store)
+	defer c.batch.Close()
 	c.res.ID, c.res.ManifestKey = opts.ID, key
 	if err := c.run(ctx, total); err != nil {
 		return Result{}, fmt.Errorf("snapshot %s: %w", opts.ID, err)
@@ -386,13 +443,32 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 			if err != nil {
 				return err
 			}
-			if hardLinked(f) {
+			st, ok := fileStat(f)
+			if !ok || st.Nlink > 1 {
+				// Other hard links (or a failed stat: left out, not read).
 				f.Close()
 				c.res.Skipped.HardLinks++
 				return nil
 			}
-			it.en.kind, it.f, it.en.size = kindFile, f, e.Size
+			// The open file's own stat: what is read, and what a later
+			// snapshot compares.
+			it.en.kind, it.f, it.en.size = kindFile, f, st.Size
+			it.en.mtime, it.en.stat = st.Mtim.Nano(), true
+			it.en.ctime, it.en.ino = st.Ctim.Nano(), st.Ino
 			c.res.Files++
+			if c.parent != nil {
+				if ext := c.parent.match(rel, &it.en); ext != nil {
+					f.Close()
+					it.f, it.reused, it.en.extents = nil, true, ext
+					c.mu.Lock()
+					for _, x := range ext {
+						c.seen[x.chunk.sum] = struct{}{}
+					}
+					c.res.ReusedFiles++
+					c.res.ReusedBytes += it.en.size
+					c.mu.Unlock()
+				}
+			}
 		default:
 			c.res.Skipped.Special++
 			return nil
@@ -413,15 +489,14 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 	return nil
 }
 
-// hardLinked reports whether open regular file f has other hard links (a
-// failed stat counts as linked: the file is left out, not read).
-func hardLinked(f *os.File) bool {
+// fileStat is the stat of open file f.
+func fileStat(f *os.File) (*syscall.Stat_t, bool) {
 	fi, err := f.Stat()
 	if err != nil {
-		return true
+		return nil, false
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
-	return !ok || st.Nlink > 1
+	return st, ok
 }
 
 // Packs (doc.go): a file of at most packFileMax bytes would be one chunk
@@ -444,17 +519,18 @@ func packEnds(rel string, size int64) bool {
 	return int64(h.Sum64()%avgChunk) < size
 }
 
-// cutter is the cutting stage of Create.
+// cutter is the cutting stage of Create. It reads files into slabs and
+// cuts them there: a large file's chunks, and the packs of small files,
+// are slices of a slab handed to the transfers without a copy.
 type cutter struct {
 	c       *creator
-	ch      *chunker
 	jobs    chan<- job
 	ordered chan<- *item
 	total   int64
 	done    int64
 
-	small  []byte  // a small file's content, read whole
-	pack   []byte  // the open pack
+	file   cursor  // where large files are read and cut
+	pack   cursor  // the open pack: [start, w) of its slab
 	packed []*item // the files in it
 	held   []*item // entries from the pack's first file on, in walk order
 }
@@ -463,12 +539,9 @@ type cutter struct {
 // every entry on, in order, to the manifest writer; an entry behind an
 // open pack waits for the pack to be handed over.
 func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item, jobs chan<- job, total int64) error {
-	ch, err := newChunker()
-	if err != nil {
-		return err
-	}
-	k := &cutter{c: c, ch: ch, jobs: jobs, ordered: ordered, total: total,
-		small: make([]byte, packFileMax+1), pack: make([]byte, 0, maxChunk)}
+	k := &cutter{c: c, jobs: jobs, ordered: ordered, total: total}
+	defer k.file.close()
+	defer k.pack.close()
 	for {
 		var it *item
 		select {
@@ -481,13 +554,16 @@ func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item
 		}
 		it.done = make(chan struct{})
 		it.left.Store(1) // the cutter's own hold, dropped once the file is cut
-		if it.f != nil {
-			err := k.file(ctx, it)
+		switch {
+		case it.f != nil:
+			err := k.readFile(ctx, it)
 			it.f.Close()
 			it.f = nil
 			if err != nil {
 				return err
 			}
+		case it.reused:
+			k.progress(it.en.size)
 		}
 		it.finish()
 		if err := k.pass(ctx, it); err != nil {
@@ -528,19 +604,25 @@ func (k *cutter) pass(ctx context.Context, it *item) error {
 	}
 }
 
-// file reads a regular file: a small one into the open pack, a larger one
-// cut into chunks of its own.
-func (k *cutter) file(ctx context.Context, it *item) error {
+// readFile reads a regular file: a small one into the open pack, a
+// larger one cut into chunks of its own.
+func (k *cutter) readFile(ctx context.Context, it *item) error {
 	walked := it.en.size
 	it.en.size = 0 // what is read, whatever the walk saw
 	if walked > packFileMax {
-		return k.cutFile(ctx, it, it.f)
+		return k.cutFile(ctx, it, nil)
 	}
-	n, err := io.ReadFull(it.f, k.small)
+	// Read it whole at the end of the open pack, one byte more than a
+	// small file holds to see one that grew.
+	if err := k.pack.room(ctx, k.c.slabs, packFileMax+1); err != nil {
+		return err
+	}
+	buf := k.pack.s.buf[k.pack.w : k.pack.w+packFileMax+1]
+	n, err := io.ReadFull(it.f, buf)
 	switch {
 	case err == nil:
 		// Larger than the walk saw: cut it alone, from what was read on.
-		return k.cutFile(ctx, it, io.MultiReader(bytes.NewReader(k.small), it.f))
+		return k.cutFile(ctx, it, buf)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 	default:
 		return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
@@ -548,15 +630,20 @@ func (k *cutter) file(ctx context.Context, it *item) error {
 	if n == 0 {
 		return nil
 	}
-	if len(k.pack)+n > maxChunk {
-		if err := k.flush(ctx); err != nil {
+	if k.pack.w-k.pack.start+n > maxChunk {
+		// The pack would outgrow a chunk: it ends before this file, which
+		// starts the next one where it was read.
+		if err := k.sendPack(ctx, k.pack.w); err != nil {
+			return err
+		}
+		if err := k.release(ctx); err != nil {
 			return err
 		}
 	}
-	it.ext = append(it.ext, pendingExtent{off: int64(len(k.pack)), len: int64(n)})
+	it.ext = append(it.ext, pendingExtent{off: int64(k.pack.w - k.pack.start), len: int64(n)})
 	it.en.size = int64(n)
 	it.left.Add(1) // the pack's hold
-	k.pack = append(k.pack, k.small[:n]...)
+	k.pack.w += n
 	k.packed = append(k.packed, it)
 	k.progress(int64(n))
 	if packEnds(it.en.path, int64(n)) || len(k.packed) >= packMaxFiles {
@@ -569,14 +656,24 @@ func (k *cutter) file(ctx context.Context, it *item) error {
 
 // flush hands the open pack over, then the entries held behind it.
 func (k *cutter) flush(ctx context.Context) error {
-	if len(k.packed) == 0 {
-		return k.release(ctx)
+	if len(k.packed) > 0 {
+		if err := k.sendPack(ctx, k.pack.w); err != nil {
+			return err
+		}
 	}
-	if err := k.send(ctx, k.packed, k.pack); err != nil {
+	return k.release(ctx)
+}
+
+// sendPack hands the open pack's files over as one chunk, the pack's
+// bytes up to end, and starts the next pack there.
+func (k *cutter) sendPack(ctx context.Context, end int) error {
+	data := k.pack.s.buf[k.pack.start:end]
+	if err := k.send(ctx, k.packed, k.pack.s, data, true); err != nil {
 		return err
 	}
-	k.packed, k.pack = k.packed[:0], k.pack[:0]
-	return k.release(ctx)
+	k.packed = k.packed[:0]
+	k.pack.start = end
+	return nil
 }
 
 // release sends the held entries on.
@@ -592,45 +689,67 @@ func (k *cutter) release(ctx context.Context) error {
 	return nil
 }
 
-// send hands one chunk to the transfers: data (copied), which items'
-// extents point to (their ref is set here).
-func (k *cutter) send(ctx context.Context, items []*item, data []byte) error {
-	// Room for the chunk and its compressed form (never much more than
-	// the chunk): released once it is stored.
-	if err := k.c.budget.Acquire(ctx, 2*int64(len(data))); err != nil {
-		return err
-	}
+// send hands one chunk to the transfers: data, a slice of s (which it
+// holds until stored), and which items' extents point to it (their ref
+// is set here).
+func (k *cutter) send(ctx context.Context, items []*item, s *slab, data []byte, pack bool) error {
 	ref := &chunkRef{len: int64(len(data))}
 	for _, it := range items {
 		it.ext[len(it.ext)-1].ref = ref
 	}
+	s.hold()
 	select {
-	case k.jobs <- job{items: slices.Clone(items), ref: ref, data: bytes.Clone(data)}:
+	case k.jobs <- job{items: slices.Clone(items), ref: ref, slab: s, data: data, pack: pack}:
 		return nil
 	case <-ctx.Done():
-		k.c.budget.Release(2 * int64(len(data)))
+		s.release()
 		return ctx.Err()
 	}
 }
 
-// cutFile cuts one file (r: its content) into chunks of its own.
-func (k *cutter) cutFile(ctx context.Context, it *item, r io.Reader) error {
-	k.ch.reset(r)
+// cutFile cuts one file into chunks of its own: pre (what was read of it
+// already), then the rest of it.f.
+func (k *cutter) cutFile(ctx context.Context, it *item, pre []byte) error {
+	if len(k.packed) == 0 && pre == nil {
+		// No pack is open: its slab goes back while large files are cut.
+		k.pack.close()
+	}
+	cur := &k.file
+	if err := cur.room(ctx, k.c.slabs, maxChunk); err != nil {
+		return err
+	}
+	cur.w += copy(cur.s.buf[cur.w:], pre)
+	eof := false
 	for {
-		data, err := k.ch.next()
-		if errors.Is(err, io.EOF) {
+		for !eof && cur.w-cur.start < maxChunk {
+			// A slab ends in less than a chunk: what is pending moves.
+			if err := cur.room(ctx, k.c.slabs, maxChunk-(cur.w-cur.start)); err != nil {
+				return err
+			}
+			n, err := it.f.Read(cur.s.buf[cur.w:])
+			cur.w += n
+			switch {
+			case errors.Is(err, io.EOF):
+				eof = true
+			case err != nil:
+				return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
+			}
+		}
+		for cur.w-cur.start >= maxChunk || (eof && cur.w > cur.start) {
+			n := cutPoint(cur.s.buf[cur.start:cur.w])
+			data := cur.s.buf[cur.start : cur.start+n]
+			it.ext = append(it.ext, pendingExtent{len: int64(n)})
+			it.en.size += int64(n)
+			it.left.Add(1)
+			if err := k.send(ctx, []*item{it}, cur.s, data, false); err != nil {
+				return err
+			}
+			cur.start += n
+			k.progress(int64(n))
+		}
+		if eof {
 			return nil
 		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
-		}
-		it.ext = append(it.ext, pendingExtent{len: int64(len(data))})
-		it.en.size += int64(len(data))
-		it.left.Add(1)
-		if err := k.send(ctx, []*item{it}, data); err != nil {
-			return err
-		}
-		k.progress(int64(len(data)))
 	}
 }
 
@@ -638,7 +757,7 @@ func (k *cutter) cutFile(ctx context.Context, it *item, r io.Reader) error {
 func (c *creator) work(ctx context.Context, jobs <-chan job) error {
 	for j := range jobs {
 		err := c.store1(ctx, j)
-		c.budget.Release(2 * j.ref.len)
+		j.slab.release()
 		if err != nil {
 			return err
 		}
@@ -662,6 +781,11 @@ func (c *creator) store1(ctx context.Context, j job) error {
 		// if that fails, so does the snapshot.
 		return nil
 	}
+	if c.parent != nil {
+		if _, ok := c.parent.present[j.ref.sum]; ok {
+			return nil // pinned and found by loadParent
+		}
+	}
 	key := j.ref.key()
 	if c.opts.Pin != nil {
 		if err := c.opts.Pin(ctx, key); err != nil {
@@ -680,15 +804,40 @@ func (c *creator) store1(ctx context.Context, j job) error {
 	case !errors.Is(err, blob.ErrNotFound):
 		return fmt.Errorf("look up chunk %s: %w", key, err)
 	}
+	// Room for the compressed form (zstd's bound for a frame of raw
+	// blocks): a buffer from the pool, within the budget.
+	bound := int64(len(j.data) + len(j.data)>>7 + 64)
+	if err := c.budget.Acquire(ctx, bound); err != nil {
+		return err
+	}
+	defer c.budget.Release(bound)
+	var buf []byte
+	select {
+	case buf = <-c.outs:
+	default:
+	}
+	if int64(cap(buf)) < bound {
+		buf = make([]byte, 0, bound)
+	}
+	encoders := c.encoders
+	if j.pack {
+		encoders = c.packEnc
+	}
 	var enc *zstd.Encoder
 	select {
-	case enc = <-c.encoders:
+	case enc = <-encoders:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	out := enc.EncodeAll(j.data, make([]byte, 0, len(j.data)+len(j.data)/64+64))
-	c.encoders <- enc
-	created, err := c.store.Put(ctx, key, bytes.NewReader(out), int64(len(out)))
+	out := enc.EncodeAll(j.data, buf[:0])
+	encoders <- enc
+	defer func() {
+		select {
+		case c.outs <- out[:0]:
+		default:
+		}
+	}()
+	created, err := c.batch.Put(ctx, key, bytes.NewReader(out), int64(len(out)))
 	if err != nil {
 		return fmt.Errorf("store chunk %s: %w", key, err)
 	}
@@ -708,7 +857,7 @@ func (c *creator) store1(ctx context.Context, j job) error {
 // then the end record: the manifest is complete only when every chunk it
 // names was stored.
 func (c *creator) writeManifest(ctx context.Context, ordered <-chan *item, w io.Writer) error {
-	enc, err := newEncoder(w)
+	enc, err := newEncoder(w, c.start)
 	if err != nil {
 		return err
 	}
@@ -728,7 +877,7 @@ func (c *creator) writeManifest(ctx context.Context, ordered <-chan *item, w io.
 			return ctx.Err()
 		}
 		if it.en.kind == kindFile {
-			for _, x := range it.ext {
+			for _, x := range it.ext { // none for a reused file
 				it.en.extents = append(it.en.extents, extent{chunk: *x.ref, off: x.off, len: x.len})
 			}
 			c.mu.Lock()
@@ -744,6 +893,12 @@ func (c *creator) writeManifest(ctx context.Context, ordered <-chan *item, w io.
 	}
 	if err := enc.close(); err != nil {
 		return fmt.Errorf("write manifest: %w", err)
+	}
+	// Every chunk was put (each entry waited for its own): make them
+	// durable before the manifest's stream ends, which is what lets its
+	// Put complete.
+	if err := c.batch.Commit(ctx); err != nil {
+		return fmt.Errorf("store chunks: %w", err)
 	}
 	return nil
 }

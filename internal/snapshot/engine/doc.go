@@ -32,10 +32,33 @@
 //     slides a 64-byte window (two lookups and an xor), and FastCDC does
 //     not hash the first 256 KiB of a chunk at all. restic/chunker stays
 //     in go.mod for the benchmark only.
+//   - Cutting in place: the library cuts in its own buffer, so every
+//     chunk had to be copied out of it before the next cut (a copy of
+//     every byte read). Its cut function (FastCDC.Algorithm with the
+//     library's gear table and masks) is restated in cutPoint, and
+//     TestCutPointMatchesLibrary holds the two to the same cuts, so stores
+//     made before still dedupe. Files are read into slabs of 8 MiB, cut
+//     there, and each chunk is a slice of its slab handed to the
+//     transfers, which hold the slab until the chunk is stored; the bytes
+//     a slab ends with that do not make a chunk yet move to the next one.
+//     Four slabs (32 MiB) bound the chunk bytes in memory.
 //   - Chunks are named by the SHA-256 of their uncompressed bytes
-//     (chunks/<2 hex>/<64 hex>) and stored as one zstd frame each, at the
-//     fastest level with a 4 MiB window (a world's region files are
-//     zlib already: a 200 MiB worldgen world stores 0.69 of its size).
+//     (chunks/<2 hex>/<64 hex>) and stored as one zstd frame each with a
+//     4 MiB window. Levels, measured on the chunks of a 1 GiB worldgen
+//     world (1,026 MB of large files' chunks, 13 MB of packs; one core,
+//     2026-11-23): large files' chunks at SpeedFastest without entropy
+//     coding of literals (WithNoEntropyCompression): 737.1 MB in 0.46 s,
+//     where Huffman-coding the literals (zlib output in a region file)
+//     gives the same size in 0.67 s; SpeedDefault makes 731.4 MB but
+//     costs 1.2-1.9 s a GB, SpeedBetterCompression 729.5 MB in 2.6 s.
+//     Packs of small files (text, mostly) at SpeedDefault: 3.5 MB against
+//     3.9 at SpeedFastest; one encoder serves every pack. SpeedBest would
+//     make 3.0 MB, but its tables are 38 MiB (kiln serve's RSS target).
+//     The trade: the store is about 0.8 % larger than tar | zstd -1 of the
+//     same tree (docs/benchmarks.md), because per-chunk frames at zstd's
+//     fastest level, the manifest and 1 MB of fan-out directories add up;
+//     matching it needs SpeedDefault, whose extra 0.8-1.4 CPU-s a GB the
+//     speed target on 2 cores cannot pay.
 //   - Packs: a file of at most 256 KiB would be a chunk of its own (FastCDC
 //     never cuts before that), so a world's 20,000 player, stats and
 //     config files made 20,136 chunks of a 200 MiB world, 10 KiB each:
@@ -54,19 +77,25 @@
 //   - Create is a pipeline whose queues, not the tree, bound its memory:
 //     one walker (files.Root.Walk: by descriptor, O_NOFOLLOW, parents
 //     first, names in byte order) opens files 16 ahead; one cutter reads
-//     and cuts them (and fills packs); 16 transfers hash, look up (Stat,
-//     cheaper than an upload) and upload the chunks, compressing on
-//     NumCPU encoders, within a budget of 64 MiB of chunk bytes in flight;
-//     one writer writes each entry once all its chunks are stored, in walk
-//     order, streaming the manifest into the store's Put (size unknown).
-//     Peak heap in use measured for 50 and 200 MiB trees alike: ~35–58
-//     MiB creating, ~11–18 MiB restoring (TestMemoryBound). Two cores are
-//     kept busy by the cutter and the encoders; the transfers hide the
-//     store's latency.
-//   - Chunks before the manifest: the manifest's stream ends, and its
-//     Put (atomic, put-if-absent) completes, only after every entry was
-//     written, each after its chunks were stored; any error closes the
-//     stream with that error, so no manifest is stored. A collector may
+//     and cuts them into slabs (and fills packs); 16 transfers hash, look
+//     up (Stat, cheaper than an upload) and upload the chunks, compressing
+//     on NumCPU encoders (and one for packs) into buffers within a budget
+//     of 16 MiB; one writer writes each entry once all its chunks are
+//     stored, in walk order, streaming the manifest into the store's Put
+//     (size unknown). Peak heap in use measured for 50 and 200 MiB trees
+//     alike (TestMemoryBound). Two cores are kept busy by the cutter and
+//     the encoders; the transfers hide the store's latency.
+//   - Chunks before the manifest: chunks are put through a blob.Batch,
+//     which the file store writes without a sync each (one sync per chunk
+//     and per chunk directory made the file store cost more than the
+//     engine itself); the writer commits the batch (every chunk durable
+//     and visible, blob/doc.go) after the last entry and before it ends the
+//     manifest's stream, and the manifest's Put (atomic, put-if-absent,
+//     durable) completes only after that end. Each entry was written after
+//     its chunks were put; any error closes the stream with that error, so
+//     no manifest is stored. A chunk found in the store (Stat) rather than
+//     put is covered too: Commit makes whatever is visible when it starts
+//     durable. A collector may
 //     therefore delete any chunk that no stored manifest references and
 //     that is older than the longest Create (a Create in flight has stored
 //     chunks its manifest does not show yet). Result.Chunks, and
@@ -83,18 +112,47 @@
 //     root's own mode and mtime are not recorded (the root keeps its
 //     mode, files' rule). Files that change while they are read are
 //     stored as read: stop the world's saving first.
-//   - Progress counts bytes read and cut; its total is measured by a first
-//     walk (stat only) when Progress is set.
-//   - Manifest format v1 (manifest.go): one zstd stream of a magic, a
-//     version, a header naming the chunker, one binary record per entry
-//     (varints; a directory's and a file's permission bits and mtime in
-//     ns, a file's size and extents, a link's target) in walk order, and
-//     an end record with the counts and the SHA-256 of everything before.
-//     It is read record by record: because entries come parents first and
-//     names in byte order, a reader checks duplicates and parents with one
-//     open directory per level, so a manifest of any size is checked in
-//     memory bounded by depth. The manifest of a 200 MiB worldgen world
-//     (about 20,000 files) is 418 KB.
+//   - Progress counts bytes read and cut (and those of files reused from
+//     the parent); its total is measured by a first walk (stat only) when
+//     Progress is set.
+//   - Parent (the files cache of restic and borg): CreateOptions.Parent
+//     names an earlier snapshot of the tree. Its manifest is read through
+//     once (checked as a restore checks it), every chunk it references is
+//     pinned and looked up (a chunk collected since is not found, and the
+//     files that need it are read again: a manifest never names a missing
+//     chunk), then read again in step with the walk: both are in walk
+//     order, so matching a file to its parent entry is a merge, in memory
+//     bounded like a restore's. A regular file keeps the parent's extents
+//     unread when its size, mtime, ctime (ns) and inode number (from an
+//     fstat of the opened file) equal the entry's, and the entry's mtime
+//     and ctime are more than 2 s before the parent's start (recorded in
+//     the manifest): a file written within one tick of the file system's
+//     clock of the parent reading it may have changed again with the same
+//     stat. The ctime catches a rewrite whose mtime was put back; the
+//     inode a file replaced by another. Packs: a small file is reused on
+//     its own, by its extent in the parent's pack, even if other files of
+//     that pack changed; only changed files go into new packs. So a pack
+//     is never rewritten for one changed file, at the cost of the changed
+//     file's old bytes staying in the old pack as long as a manifest
+//     references the pack (at most 4 MiB a pack). A parent that cannot be
+//     used (missing, corrupt, version 1) leaves every file read
+//     (Result.ParentErr). The parent's chunks the new manifest does not
+//     reference were pinned too: the caller drops those references
+//     (internal/snapshot does, when the snapshot becomes ready).
+//   - Manifest format v2 (manifest.go; v1 is still read, and restored):
+//     one zstd stream (SpeedDefault) of a magic, a version, a header naming the chunker
+//     and the snapshot's start, one binary record per entry (varints; a
+//     directory's and a file's permission bits and mtime in ns as the
+//     difference from the previous record's, a file's ctime and inode
+//     for the parent comparison, its size and extents, an extent of the
+//     previous extent's chunk without the chunk's name, a link's target)
+//     in walk order, and an end record with the counts and the SHA-256 of
+//     everything before. It is read record by record: because entries
+//     come parents first and names in byte order, a reader checks
+//     duplicates and parents with one open directory per level, so a
+//     manifest of any size is checked in memory bounded by depth. The
+//     manifest of a 1 GiB worldgen world (20,168 files) is 375 KB (v1,
+//     at the fastest level: 444 KB).
 //   - Restore reads the manifest twice: a first pass checks all of it
 //     (paths clean and relative, no ".." or Kiln temporary names, no
 //     duplicates, every entry under a directory of the manifest, links by

@@ -220,7 +220,7 @@ func unlimited(t testing.TB) *quota.Reservation {
 func putManifest(t testing.TB, store blob.Store, id string, entries ...entry) string {
 	t.Helper()
 	var buf bytes.Buffer
-	enc, err := newEncoder(&buf)
+	enc, err := newEncoder(&buf, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -126,7 +126,7 @@ func TestCorruptManifests(t *testing.T) {
 	store := newStore(t)
 	good := putChunk(t, store, []byte("good content"))
 	var raw bytes.Buffer
-	enc, err := newEncoder(&raw)
+	enc, err := newEncoder(&raw, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestCorruptManifests(t *testing.T) {
 		{"checksum", flip(len(plain) - 1)},
 		{"content", flip(len(plain) - 40)},
 		{"magic", flip(0)},
-		{"version", recompress(append([]byte("KILNSNAP\x02"), plain[9:]...))},
+		{"version", recompress(append([]byte("KILNSNAP\x03"), plain[9:]...))},
 		{"trailing data", recompress(append(bytes.Clone(plain), 0))},
 	}
 	for _, tc := range tests {
@@ -204,7 +204,7 @@ func decompress(b []byte) ([]byte, error) {
 // entries or an error, never a panic or an unbounded allocation.
 func FuzzManifest(f *testing.F) {
 	var raw bytes.Buffer
-	enc, err := newEncoder(&raw)
+	enc, err := newEncoder(&raw, 0)
 	if err != nil {
 		f.Fatal(err)
 	}

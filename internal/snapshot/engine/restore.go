@@ -94,7 +94,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	var out RestoreResult
 	// First pass: the whole manifest checked, nothing written.
 	var need int64
-	tot, err := scan(ctx, store, manifestKey, func(en *entry) error {
+	info, err := scan(ctx, store, manifestKey, func(en *entry) error {
 		switch en.kind {
 		case kindFile:
 			need += quota.Cost(en.size)
@@ -111,7 +111,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
-	out.SizeBytes = tot.bytes
+	out.SizeBytes = info.tot.bytes
 	if need > res.Free() {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
 	}
@@ -125,7 +125,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	if pending, err := journaled(rootDir); err != nil || pending {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, errors.Join(err, ErrRestorePending))
 	}
-	st, p, err := prepare(ctx, rootFD, res, store, manifestKey, tot.bytes, opts)
+	st, p, err := prepare(ctx, rootFD, res, store, manifestKey, info.tot.bytes, opts)
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
@@ -175,37 +175,44 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Stor
 	return st, p, nil
 }
 
+// manifestInfo is what scan tells of a whole manifest.
+type manifestInfo struct {
+	tot     manifestTotals
+	version uint64
+	start   int64 // v2: when the snapshot began, Unix ns
+}
+
 // scan reads the manifest under key, checking every entry (validator) and
 // handing it to fn, and returns its totals once its end was checked.
-func scan(ctx context.Context, store Store, key string, fn func(*entry) error) (manifestTotals, error) {
+func scan(ctx context.Context, store Store, key string, fn func(*entry) error) (manifestInfo, error) {
 	rc, err := store.Get(ctx, key)
 	if err != nil {
-		return manifestTotals{}, fmt.Errorf("read manifest: %w", err)
+		return manifestInfo{}, fmt.Errorf("read manifest: %w", err)
 	}
 	defer rc.Close()
 	d, err := newDecoder(rc)
 	if err != nil {
-		return manifestTotals{}, err
+		return manifestInfo{}, err
 	}
 	defer d.close()
 	v := newValidator()
 	var en entry
 	for {
 		if err := ctx.Err(); err != nil {
-			return manifestTotals{}, err
+			return manifestInfo{}, err
 		}
 		err := d.next(&en)
 		if errors.Is(err, io.EOF) {
-			return d.tot, nil
+			return manifestInfo{tot: d.tot, version: d.version, start: d.start}, nil
 		}
 		if err != nil {
-			return manifestTotals{}, err
+			return manifestInfo{}, err
 		}
 		if err := v.check(&en); err != nil {
-			return manifestTotals{}, err
+			return manifestInfo{}, err
 		}
 		if err := fn(&en); err != nil {
-			return manifestTotals{}, err
+			return manifestInfo{}, err
 		}
 	}
 }
