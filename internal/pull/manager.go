@@ -102,6 +102,12 @@ func (m *Manager) overlay(d *Download) {
 	if t := m.active[d.ID]; t != nil && d.Status.Active() {
 		d.Size = max(d.Size, t.size.Load())
 		d.Written = max(d.Written, t.written.Load())
+		// The row may have been read just before the transfer marked it
+		// running: live bytes with a "queued" status would contradict
+		// each other.
+		if d.Status == StatusQueued && t.running.Load() {
+			d.Status = StatusRunning
+		}
 	}
 }
 

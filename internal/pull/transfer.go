@@ -46,6 +46,7 @@ type transfer struct {
 
 	size    atomic.Int64 // Content-Length, once known
 	written atomic.Int64 // bytes received
+	running atomic.Bool  // the row says running (set once setRunning succeeded)
 
 	// Owned by the transfer's goroutine (the flusher reads only the
 	// atomics above).
@@ -111,6 +112,7 @@ func (m *Manager) execute(t *transfer, log *slog.Logger) (Status, string) {
 	case !ok: // canceled by another process meanwhile
 		return StatusCanceled, ""
 	}
+	t.running.Store(true)
 	ctx, stop := context.WithTimeoutCause(t.ctx, m.opts.TotalTimeout, errTotalTimeout)
 	defer stop()
 	ctx, cancel := context.WithCancelCause(ctx)
