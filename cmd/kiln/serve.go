@@ -409,7 +409,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dbs := dbservice.NewService(db, box, log)
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
-		Injected: dbs, Javas: javas,
+		Injected: dbs, Javas: javas, Secrets: box,
 	}, log)
 	pulls := pull.NewManager(db, serverSvc, netguard.NewPolicy(cfg.pullAllow, nil),
 		pull.Options{UserAgent: install.UserAgent(ver)}, log)

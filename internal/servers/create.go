@@ -3,7 +3,6 @@ package servers
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -161,7 +160,10 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 	if err := s.checkNodeDisk(ctx, ns.DiskMB); err != nil {
 		return Server{}, false, err
 	}
-	env, _ := json.Marshal(ns.Env)
+	env, err := s.storedEnv(ns.Software, ns.Env)
+	if err != nil {
+		return Server{}, false, err
+	}
 	id := uuid.NewString()
 	now := store.Now()
 	var cfgID, key sql.NullString
@@ -191,7 +193,7 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 				                     cpu_percent, env, desired_state, created_at, updated_at, configuration_id, resource_key, image)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13, $14, $15, $16)`,
 				id, teamID, ns.Name, ns.Software, ns.Version, StatusInstalling, s.node.Name(), port,
-				ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(env), now, cfgID, key, ns.Image)
+				ns.MemoryMB, ns.DiskMB, ns.CPUPercent, env, now, cfgID, key, ns.Image)
 			if err != nil {
 				return fmt.Errorf("insert server: %w", err)
 			}
@@ -408,12 +410,15 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 	if _, err := s.checkSpec(&ns); err != nil {
 		return err
 	}
-	envJSON, _ := json.Marshal(ns.Env)
+	envJSON, err := s.storedEnv(ns.Software, ns.Env)
+	if err != nil {
+		return err
+	}
 	wasRunning := sv.DesiredState == "running"
 	_, err = s.db.Write().ExecContext(ctx,
 		`UPDATE servers SET software = $1, version = $2, env = $3, status = $4, install_error = NULL, updated_at = $5
 		 WHERE id = $6`,
-		ns.Software, ns.Version, string(envJSON), StatusInstalling, store.Now(), id)
+		ns.Software, ns.Version, envJSON, StatusInstalling, store.Now(), id)
 	if err != nil {
 		return fmt.Errorf("reinstall %s: %w", id, err)
 	}
@@ -466,13 +471,15 @@ func (s *Service) SetEnv(ctx context.Context, teamID, id string, set map[string]
 		if _, err := s.checkSpec(&ns); err != nil {
 			return Server{}, err
 		}
-		// Every env is stored as json.Marshal wrote it (keys sorted), so
-		// the stored text is the marshalled map it was read as.
-		oldJSON, _ := json.Marshal(sv.Env)
-		newJSON, _ := json.Marshal(env)
+		// The compare-and-swap is on the text the row held when read:
+		// sealed secrets make a re-marshalled map differ from it.
+		newJSON, err := s.storedEnv(sv.Software, env)
+		if err != nil {
+			return Server{}, err
+		}
 		res, err := s.db.Write().ExecContext(ctx,
 			`UPDATE servers SET env = $1, updated_at = $2 WHERE id = $3 AND team_id = $4 AND env = $5`,
-			string(newJSON), store.Now(), id, teamID, string(oldJSON))
+			newJSON, store.Now(), id, teamID, sv.envStored)
 		if err != nil {
 			return Server{}, fmt.Errorf("set env of %s: %w", id, err)
 		}

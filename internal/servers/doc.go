@@ -83,7 +83,10 @@
 //     major the install recorded (runtime.Javas.Home's rule), passed as
 //     JAVA and JAVA_HOME; without a fit the start fails with the sentence
 //     naming the major. Secret variables (RCON_PASSWORD) are left out of
-//     the process environment.
+//     the process environment, and sealed by Options.Secrets (the data
+//     dir's secret key) in the servers table: the row holds
+//     "\x00sealed:v1:…" (NUL is refused in user values, so nothing a user
+//     sets can pass for one); scan opens them (sealenv.go).
 //   - Every query is scoped by team id: a server of another team is simply
 //     not found (ErrNotFound), never "forbidden".
 package servers

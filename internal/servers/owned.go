@@ -3,7 +3,6 @@ package servers
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -138,7 +137,10 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 	if err := s.checkNodeDisk(ctx, ns.DiskMB); err != nil {
 		return Server{}, err
 	}
-	envJSON, _ := json.Marshal(ns.Env)
+	envJSON, err := s.storedEnv(ns.Software, ns.Env)
+	if err != nil {
+		return Server{}, err
+	}
 	changed := ns.MemoryMB != sv.MemoryMB || ns.DiskMB != sv.DiskMB || ns.CPUPercent != sv.CPUPercent || !maps.Equal(ns.Env, sv.Env) ||
 		ns.Image != sv.Image || port != sv.Port
 	if changed {
@@ -147,7 +149,7 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 				return err
 			}
 			_, err := tx.ExecContext(ctx, `UPDATE servers SET memory_mb = $1, disk_mb = $2, cpu_percent = $3, env = $4, updated_at = $5,
-				image = $6, port = $7 WHERE id = $8 AND team_id = $9`, ns.MemoryMB, ns.DiskMB, ns.CPUPercent, string(envJSON), store.Now(), ns.Image, port, sv.ID, teamID)
+				image = $6, port = $7 WHERE id = $8 AND team_id = $9`, ns.MemoryMB, ns.DiskMB, ns.CPUPercent, envJSON, store.Now(), ns.Image, port, sv.ID, teamID)
 			return err
 		})
 		if store.IsUniqueViolation(err) {

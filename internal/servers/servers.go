@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +81,7 @@ type Server struct {
 	UpdatedAt int64
 	Resources Resources
 
+	envStored  string // env as the row holds it (secrets sealed): SetEnv's compare-and-swap
 	runtimeRef sql.NullString
 	javaMajor  int
 	jar        string
@@ -103,6 +105,19 @@ func (s *Service) scan(row scanner) (Server, error) {
 	}
 	if err := json.Unmarshal([]byte(env), &sv.Env); err != nil {
 		return sv, fmt.Errorf("server %s env: %w", sv.ID, err)
+	}
+	sv.envStored = env
+	for k, v := range sv.Env {
+		if sealed, ok := strings.CutPrefix(v, sealedPrefix); ok {
+			if s.opts.Secrets == nil {
+				return sv, fmt.Errorf("server %s env.%s is sealed and this process has no secret key", sv.ID, k)
+			}
+			plain, err := s.opts.Secrets.Open(sealed)
+			if err != nil {
+				return sv, fmt.Errorf("server %s env.%s: %w (is --secret-key the one it was sealed with?)", sv.ID, k, err)
+			}
+			sv.Env[k] = string(plain)
+		}
 	}
 	sv.Address = net.JoinHostPort(s.publicHost, strconv.Itoa(sv.Port))
 	return sv, nil

@@ -788,3 +788,52 @@ func TestInstallWithUnknownOp(t *testing.T) {
 		t.Errorf("server.properties after the install: %v", err)
 	}
 }
+
+// TestSecretEnvSealed: a secret variable (RCON_PASSWORD) is sealed in the
+// servers table on both stores — the row never holds it in the clear —
+// and every read (Get, List) opens it again; a PATCH of another variable
+// keeps it and still finds the row it read (the compare-and-swap is on the
+// sealed text), and the password reaches server.properties at start.
+func TestSecretEnvSealed(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		teamID := team(t, db)
+		up := newFillUpstream(t, []byte("PK\x03\x04 not really a paper jar"))
+		env := serverstest.New(t, db, serverstest.Options{MirrorURL: up.srv.URL})
+		svc := env.Service
+		const password = "correct-horse-battery"
+		sv, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "p", Software: "paper", Version: "1.21.4", MemoryMB: 1024, DiskMB: 2048,
+			Env: map[string]string{"EULA": "true", "ENABLE_RCON": "true", "RCON_PASSWORD": password}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw := func() string {
+			var s string
+			if err := db.Read().QueryRowContext(t.Context(), `SELECT env FROM servers WHERE id = $1`, sv.ID).Scan(&s); err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+		if r := raw(); strings.Contains(r, password) || !strings.Contains(r, `"RCON_PASSWORD":"\u0000sealed:v1:`) {
+			t.Errorf("stored env = %s, want RCON_PASSWORD sealed", r)
+		}
+		if got, _ := svc.Get(t.Context(), teamID, sv.ID); got.Env["RCON_PASSWORD"] != password {
+			t.Errorf("Get: RCON_PASSWORD = %q, want it opened", got.Env["RCON_PASSWORD"])
+		}
+		hard := "hard"
+		got, err := svc.SetEnv(t.Context(), teamID, sv.ID, map[string]*string{"DIFFICULTY": &hard})
+		if err != nil {
+			t.Fatalf("SetEnv beside a sealed secret = %v", err)
+		}
+		if got.Env["RCON_PASSWORD"] != password || got.Env["DIFFICULTY"] != "hard" {
+			t.Errorf("after SetEnv env = %v", got.Env)
+		}
+		if r := raw(); strings.Contains(r, password) {
+			t.Errorf("stored env after SetEnv = %s, holds the password", r)
+		}
+		list, err := svc.Listing(t.Context(), teamID)
+		if err != nil || len(list.Servers) != 1 || list.Servers[0].Env["RCON_PASSWORD"] != password {
+			t.Errorf("Listing = %v, %v", list, err)
+		}
+		waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -65,6 +66,10 @@ type Options struct {
 	// RestartBackoff is the first wait before restarting a crashed server;
 	// it doubles with each restart in the window.
 	RestartBackoff time.Duration
+	// Secrets seals the values of secret variables (RCON_PASSWORD) in the
+	// servers table, so the database never holds them in the clear; nil
+	// refuses to store one (a clear error at create/PATCH).
+	Secrets *secretbox.Box
 	// Injected adds variables to the environment of servers a deployment
 	// owns (a dbservice's credentials), read at every start; nil for none.
 	Injected EnvSource

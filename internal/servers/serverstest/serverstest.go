@@ -1,6 +1,7 @@
 package serverstest
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -21,6 +22,7 @@ import (
 	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -168,6 +170,13 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 	}
 	if so.StopTimeout == 0 {
 		so.StopTimeout = 10 * time.Second
+	}
+	if so.Secrets == nil {
+		box, err := secretbox.New(bytes.Repeat([]byte{7}, secretbox.KeySize))
+		if err != nil {
+			t.Fatalf("secret box: %v", err)
+		}
+		so.Secrets = box
 	}
 	svc := servers.NewService(db, n, cat, inst, so, o.Log)
 	ctx, cancel := context.WithCancel(context.Background())
