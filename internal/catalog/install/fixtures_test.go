@@ -769,14 +769,23 @@ func TestFixtureForge(t *testing.T) {
 			"1.8.9", "11.15.1.2318", "forge-1.8.9-11.15.1.2318-1.8.9-universal.jar", "", 8},
 		{"1.12.2", "1.12.2", nil, "1.12.2-14.23.5.2859", legacy("1.12.2-14.23.5.2859", "1.12.2", false),
 			"1.12.2", "14.23.5.2859", "forge-1.12.2-14.23.5.2859.jar", "", 8},
-		{"1.20.1", "1.20.1", nil, "1.20.1-47.2.0", modernLayout(libs, "1.20.1-47.2.0", ""),
-			"1.20.1", "47.2.0", "", libs + "/1.20.1-47.2.0/unix_args.txt", 17},
-		{"1.21.11 with the shim jar", "1.21.11", nil, "1.21.11-61.1.0",
-			modernLayout(libs, "1.21.11-61.1.0", "forge-1.21.11-61.1.0-shim.jar"),
-			"1.21.11", "61.1.0", "", libs + "/1.21.11-61.1.0/unix_args.txt", 21},
-		{"latest game, latest forge", "latest", map[string]string{"FORGE_VERSION": "latest"}, "1.21.11-61.1.1",
-			modernLayout(libs, "1.21.11-61.1.1", "forge-1.21.11-61.1.1-shim.jar"),
-			"1.21.11", "61.1.1", "", libs + "/1.21.11-61.1.1/unix_args.txt", 21},
+		{"1.20.1", "1.20.1", nil, "1.20.1-47.4.10", modernLayout(libs, "1.20.1-47.4.10", ""),
+			"1.20.1", "47.4.10", "", libs + "/1.20.1-47.4.10/unix_args.txt", 17},
+		{"1.21.11 with the shim jar", "1.21.11", nil, "1.21.11-61.2.0",
+			modernLayout(libs, "1.21.11-61.2.0", "forge-1.21.11-61.2.0-shim.jar"),
+			"1.21.11", "61.2.0", "", libs + "/1.21.11-61.2.0/unix_args.txt", 21},
+		// The newest promoted game version is 26.2 (year-based, so newer
+		// than 1.21.11 although the file's sorted keys put it last).
+		{"latest game, latest forge", "latest", map[string]string{"FORGE_VERSION": "latest"}, "26.2-65.1.2",
+			modernLayout(libs, "26.2-65.1.2", "forge-26.2-65.1.2-shim.jar"),
+			"26.2", "65.1.2", "", libs + "/26.2-65.1.2/unix_args.txt", 25},
+		{"latest game, recommended forge", "latest", nil, "26.2-65.1.0",
+			modernLayout(libs, "26.2-65.1.0", "forge-26.2-65.1.0-shim.jar"),
+			"26.2", "65.1.0", "", libs + "/26.2-65.1.0/unix_args.txt", 25},
+		// 26.1.1 has only a latest promotion: the default falls back to it.
+		{"no recommended promotion: the latest one", "26.1.1", nil, "26.1.1-63.0.2",
+			modernLayout(libs, "26.1.1-63.0.2", "forge-26.1.1-63.0.2-shim.jar"),
+			"26.1.1", "63.0.2", "", libs + "/26.1.1-63.0.2/unix_args.txt", 25},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			u := newFixtures(t)
@@ -817,9 +826,9 @@ func TestFixtureForge(t *testing.T) {
 	})
 	t.Run("clean reinstall", func(t *testing.T) {
 		u := newFixtures(t)
-		u.mavenJar(forgeRoute("1.20.1-47.2.0"), standInJar(t, "--installServer", modernLayout(libs, "1.20.1-47.2.0", "")...), "sha1")
-		u.mavenJar(forgeRoute("1.20.1-47.3.12"), standInJar(t, "--installServer",
-			append([]string{"absent " + libs + "/1.20.1-47.2.0"}, modernLayout(libs, "1.20.1-47.3.12", "")...)...), "sha1")
+		u.mavenJar(forgeRoute("1.20.1-47.4.10"), standInJar(t, "--installServer", modernLayout(libs, "1.20.1-47.4.10", "")...), "sha1")
+		u.mavenJar(forgeRoute("1.20.1-47.4.23"), standInJar(t, "--installServer",
+			append([]string{"absent " + libs + "/1.20.1-47.4.10"}, modernLayout(libs, "1.20.1-47.4.23", "")...)...), "sha1")
 		i, _ := newInstaller(t, u)
 		root := filepath.Join(t.TempDir(), "root")
 		if _, err := installInto(t, i, "forge", "1.20.1", root, nil); err != nil {
@@ -829,7 +838,7 @@ func TestFixtureForge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.ArgsFile != libs+"/1.20.1-47.3.12/unix_args.txt" {
+		if res.ArgsFile != libs+"/1.20.1-47.4.23/unix_args.txt" {
 			t.Errorf("ArgsFile = %s", res.ArgsFile)
 		}
 		if entries, _ := os.ReadDir(filepath.Join(root, libs)); len(entries) != 1 {
@@ -838,8 +847,8 @@ func TestFixtureForge(t *testing.T) {
 	})
 	t.Run("checksum mismatch", func(t *testing.T) {
 		u := newFixtures(t)
-		u.mavenJar(forgeRoute("1.20.1-47.2.0"), standInJar(t, "--installServer", "file ran\tyes\\n"))
-		u.raw(forgeRoute("1.20.1-47.2.0")+".sha1", "text/plain", []byte(strings.Repeat("ab", 20)))
+		u.mavenJar(forgeRoute("1.20.1-47.4.10"), standInJar(t, "--installServer", "file ran\tyes\\n"))
+		u.raw(forgeRoute("1.20.1-47.4.10")+".sha1", "text/plain", []byte(strings.Repeat("ab", 20)))
 		i, cacheDir := newInstaller(t, u)
 		_, root, err := install(t, i, "forge", "1.20.1", nil)
 		if ce, ok := errors.AsType[*ChecksumError](err); !ok || ce.Algo != "sha1" {
