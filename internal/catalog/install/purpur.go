@@ -15,9 +15,9 @@ const purpurBase = "https://api.purpurmc.org/v2/purpur"
 
 // purpur installs Purpur: "latest" is the project's metadata.current, the
 // version Purpur's maintainers mark as current (the API lists versions
-// oldest first, and the last one can be a newer line still in
-// development: a capture shows current 1.21.1 while 1.21.3 is listed
-// last); without metadata.current it is the last version listed.
+// oldest first, and the last one can be a newer line not yet marked
+// current: a capture shows current 1.21.1 while 1.21.3 is listed last);
+// without metadata.current it is the last version listed.
 // BUILD_NUMBER "latest" is builds.latest; the build's metadata gives the
 // md5 the download is verified against.
 func (i *Installer) purpur(ctx context.Context, j job) (catalog.Result, error) {
