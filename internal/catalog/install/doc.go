@@ -41,8 +41,9 @@
 //     a STABLE or RECOMMENDED build, and that build; CHANNEL=experimental
 //     (Paper, Folia) takes the newest build of any channel. JavaMajor is
 //     the version's java.version.minimum.
-//   - Purpur (https://api.purpurmc.org/v2/purpur): the last version listed,
-//     its builds.latest.
+//   - Purpur (https://api.purpurmc.org/v2/purpur): metadata.current (the
+//     last version listed when the answer has none or names an unlisted
+//     one), its builds.latest.
 //   - Mojang (https://piston-meta.mojang.com/mc/game/version_manifest_v2.json):
 //     latest.release; "snapshot" is latest.snapshot.
 //   - Fabric (https://meta.fabricmc.net/v2/versions/{game,installer} and

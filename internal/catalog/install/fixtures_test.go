@@ -35,8 +35,8 @@ const fixtureDir = "testdata/upstream"
 // fixtureRoute maps a file under testdata/upstream to the route it
 // answers: Jenkins' "…/api/json" is stored as "…/api.json", an artifact's
 // "*fingerprint*/api/json" as "<artifact>.fingerprint.json", and the
-// answers of Fill, Fabric meta and Quilt meta (which have no extension in
-// their URLs) as "<path>.json".
+// answers of Fill, Purpur, Fabric meta and Quilt meta (which have no
+// extension in their URLs) as "<path>.json".
 func fixtureRoute(rel string) string {
 	rel = filepath.ToSlash(rel)
 	switch {
@@ -44,7 +44,8 @@ func fixtureRoute(rel string) string {
 		return strings.TrimSuffix(rel, ".fingerprint.json") + "/*fingerprint*/api/json"
 	case strings.HasSuffix(rel, "/api.json"):
 		return strings.TrimSuffix(rel, "/api.json") + "/api/json"
-	case strings.HasPrefix(rel, "fill.papermc.io/"), strings.HasPrefix(rel, "meta.fabricmc.net/"), strings.HasPrefix(rel, "meta.quiltmc.org/"):
+	case strings.HasPrefix(rel, "fill.papermc.io/"), strings.HasPrefix(rel, "api.purpurmc.org/"),
+		strings.HasPrefix(rel, "meta.fabricmc.net/"), strings.HasPrefix(rel, "meta.quiltmc.org/"):
 		return strings.TrimSuffix(rel, ".json")
 	}
 	return rel
@@ -357,6 +358,99 @@ func TestFixtureFill(t *testing.T) {
 		_, root, err := install(t, i, "paper", "latest", nil)
 		if ce, ok := errors.AsType[*ChecksumError](err); !ok || ce.Algo != "sha256" {
 			t.Fatalf("Install = %v, want a sha256 *ChecksumError", err)
+		}
+		assertClean(t, root, cacheDir)
+	})
+}
+
+func TestFixturePurpur(t *testing.T) {
+	const (
+		projectRoute = "api.purpurmc.org/v2/purpur"
+		jarRoute     = "api.purpurmc.org/v2/purpur/1.21.1/2329/download"
+	)
+	content := jar("purpur-1.21.1-2329.jar")
+	serve := func(u *upstream) {
+		u.raw(jarRoute, "application/java-archive", content)
+		u.replace("00000000000000000000000000000000", md5Hex(content))
+	}
+	t.Run("latest is metadata.current, not the last version listed", func(t *testing.T) {
+		u := newFixtures(t)
+		serve(u)
+		i, _ := newInstaller(t, u)
+		res, root, err := install(t, i, "purpur", "latest", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := catalog.Result{Version: "1.21.1", Build: "2329", JavaMajor: 21, Jar: "server.jar",
+			SHA256: sha256Hex(content), Source: "https://" + jarRoute, Checksum: "md5"}
+		if res != want {
+			t.Errorf("Install\n got %+v\nwant %+v", res, want)
+		}
+		if data, _ := os.ReadFile(filepath.Join(root, "server.jar")); !bytes.Equal(data, content) {
+			t.Errorf("server.jar = %q", data)
+		}
+		var asked []string
+		for _, s := range u.seen() {
+			asked = append(asked, s.Route)
+		}
+		wantAsked := []string{projectRoute, "api.purpurmc.org/v2/purpur/1.21.1",
+			"api.purpurmc.org/v2/purpur/1.21.1/2329", jarRoute}
+		if !slices.Equal(asked, wantAsked) {
+			t.Errorf("requests\n got %q\nwant %q", asked, wantAsked)
+		}
+	})
+	// The captured answer without its metadata (and without 1.21.3, which
+	// has no fixtures): the last version listed is taken.
+	for _, tt := range []struct {
+		name     string
+		metadata any
+	}{
+		{"no metadata: the last version listed", nil},
+		{"metadata.current not listed: the last version listed", map[string]string{"current": "1.21.3"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			u := newFixtures(t)
+			serve(u)
+			var project map[string]any
+			fixtureJSON(t, "api.purpurmc.org/v2/purpur.json", &project)
+			delete(project, "metadata")
+			if tt.metadata != nil {
+				project["metadata"] = tt.metadata
+			}
+			vs := project["versions"].([]any)
+			project["versions"] = vs[:len(vs)-1]
+			body, _ := json.Marshal(project)
+			u.set(projectRoute, func(w http.ResponseWriter, r *http.Request) { w.Write(body) })
+			i, _ := newInstaller(t, u)
+			res, _, err := install(t, i, "purpur", "latest", nil)
+			if err != nil || res.Version != "1.21.1" || res.Build != "2329" {
+				t.Errorf("Install = %+v, %v; want 1.21.1 build 2329", res, err)
+			}
+		})
+	}
+	t.Run("pinned version and build", func(t *testing.T) {
+		u := newFixtures(t)
+		serve(u)
+		i, _ := newInstaller(t, u)
+		res, _, err := install(t, i, "purpur", "1.21.1", map[string]string{"BUILD_NUMBER": "2329"})
+		if err != nil || res.Version != "1.21.1" || res.Build != "2329" || res.Checksum != "md5" {
+			t.Errorf("Install = %+v, %v", res, err)
+		}
+		if _, _, err := install(t, i, "purpur", "1.21.1", map[string]string{"BUILD_NUMBER": "2330"}); !errors.Is(err, ErrVersionNotFound) {
+			t.Errorf("Install(build 2330) = %v, want ErrVersionNotFound", err)
+		}
+		if _, _, err := install(t, i, "purpur", "1.21.2", nil); !errors.Is(err, ErrVersionNotFound) {
+			t.Errorf("Install(1.21.2) = %v, want ErrVersionNotFound", err)
+		}
+	})
+	t.Run("checksum mismatch", func(t *testing.T) {
+		u := newFixtures(t)
+		serve(u)
+		u.set(jarRoute, func(w http.ResponseWriter, r *http.Request) { w.Write(jar("purpur-1.21.1-232X.jar")) })
+		i, cacheDir := newInstaller(t, u)
+		_, root, err := install(t, i, "purpur", "latest", nil)
+		if ce, ok := errors.AsType[*ChecksumError](err); !ok || ce.Algo != "md5" {
+			t.Fatalf("Install = %v, want an md5 *ChecksumError", err)
 		}
 		assertClean(t, root, cacheDir)
 	})
@@ -675,14 +769,23 @@ func TestFixtureForge(t *testing.T) {
 			"1.8.9", "11.15.1.2318", "forge-1.8.9-11.15.1.2318-1.8.9-universal.jar", "", 8},
 		{"1.12.2", "1.12.2", nil, "1.12.2-14.23.5.2859", legacy("1.12.2-14.23.5.2859", "1.12.2", false),
 			"1.12.2", "14.23.5.2859", "forge-1.12.2-14.23.5.2859.jar", "", 8},
-		{"1.20.1", "1.20.1", nil, "1.20.1-47.2.0", modernLayout(libs, "1.20.1-47.2.0", ""),
-			"1.20.1", "47.2.0", "", libs + "/1.20.1-47.2.0/unix_args.txt", 17},
-		{"1.21.11 with the shim jar", "1.21.11", nil, "1.21.11-61.1.0",
-			modernLayout(libs, "1.21.11-61.1.0", "forge-1.21.11-61.1.0-shim.jar"),
-			"1.21.11", "61.1.0", "", libs + "/1.21.11-61.1.0/unix_args.txt", 21},
-		{"latest game, latest forge", "latest", map[string]string{"FORGE_VERSION": "latest"}, "1.21.11-61.1.1",
-			modernLayout(libs, "1.21.11-61.1.1", "forge-1.21.11-61.1.1-shim.jar"),
-			"1.21.11", "61.1.1", "", libs + "/1.21.11-61.1.1/unix_args.txt", 21},
+		{"1.20.1", "1.20.1", nil, "1.20.1-47.4.10", modernLayout(libs, "1.20.1-47.4.10", ""),
+			"1.20.1", "47.4.10", "", libs + "/1.20.1-47.4.10/unix_args.txt", 17},
+		{"1.21.11 with the shim jar", "1.21.11", nil, "1.21.11-61.2.0",
+			modernLayout(libs, "1.21.11-61.2.0", "forge-1.21.11-61.2.0-shim.jar"),
+			"1.21.11", "61.2.0", "", libs + "/1.21.11-61.2.0/unix_args.txt", 21},
+		// The newest promoted game version is 26.2 (year-based, so newer
+		// than 1.21.11 although the file's sorted keys put it last).
+		{"latest game, latest forge", "latest", map[string]string{"FORGE_VERSION": "latest"}, "26.2-65.1.2",
+			modernLayout(libs, "26.2-65.1.2", "forge-26.2-65.1.2-shim.jar"),
+			"26.2", "65.1.2", "", libs + "/26.2-65.1.2/unix_args.txt", 25},
+		{"latest game, recommended forge", "latest", nil, "26.2-65.1.0",
+			modernLayout(libs, "26.2-65.1.0", "forge-26.2-65.1.0-shim.jar"),
+			"26.2", "65.1.0", "", libs + "/26.2-65.1.0/unix_args.txt", 25},
+		// 26.1.1 has only a latest promotion: the default falls back to it.
+		{"no recommended promotion: the latest one", "26.1.1", nil, "26.1.1-63.0.2",
+			modernLayout(libs, "26.1.1-63.0.2", "forge-26.1.1-63.0.2-shim.jar"),
+			"26.1.1", "63.0.2", "", libs + "/26.1.1-63.0.2/unix_args.txt", 25},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			u := newFixtures(t)
@@ -723,9 +826,9 @@ func TestFixtureForge(t *testing.T) {
 	})
 	t.Run("clean reinstall", func(t *testing.T) {
 		u := newFixtures(t)
-		u.mavenJar(forgeRoute("1.20.1-47.2.0"), standInJar(t, "--installServer", modernLayout(libs, "1.20.1-47.2.0", "")...), "sha1")
-		u.mavenJar(forgeRoute("1.20.1-47.3.12"), standInJar(t, "--installServer",
-			append([]string{"absent " + libs + "/1.20.1-47.2.0"}, modernLayout(libs, "1.20.1-47.3.12", "")...)...), "sha1")
+		u.mavenJar(forgeRoute("1.20.1-47.4.10"), standInJar(t, "--installServer", modernLayout(libs, "1.20.1-47.4.10", "")...), "sha1")
+		u.mavenJar(forgeRoute("1.20.1-47.4.23"), standInJar(t, "--installServer",
+			append([]string{"absent " + libs + "/1.20.1-47.4.10"}, modernLayout(libs, "1.20.1-47.4.23", "")...)...), "sha1")
 		i, _ := newInstaller(t, u)
 		root := filepath.Join(t.TempDir(), "root")
 		if _, err := installInto(t, i, "forge", "1.20.1", root, nil); err != nil {
@@ -735,7 +838,7 @@ func TestFixtureForge(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.ArgsFile != libs+"/1.20.1-47.3.12/unix_args.txt" {
+		if res.ArgsFile != libs+"/1.20.1-47.4.23/unix_args.txt" {
 			t.Errorf("ArgsFile = %s", res.ArgsFile)
 		}
 		if entries, _ := os.ReadDir(filepath.Join(root, libs)); len(entries) != 1 {
@@ -744,8 +847,8 @@ func TestFixtureForge(t *testing.T) {
 	})
 	t.Run("checksum mismatch", func(t *testing.T) {
 		u := newFixtures(t)
-		u.mavenJar(forgeRoute("1.20.1-47.2.0"), standInJar(t, "--installServer", "file ran\tyes\\n"))
-		u.raw(forgeRoute("1.20.1-47.2.0")+".sha1", "text/plain", []byte(strings.Repeat("ab", 20)))
+		u.mavenJar(forgeRoute("1.20.1-47.4.10"), standInJar(t, "--installServer", "file ran\tyes\\n"))
+		u.raw(forgeRoute("1.20.1-47.4.10")+".sha1", "text/plain", []byte(strings.Repeat("ab", 20)))
 		i, cacheDir := newInstaller(t, u)
 		_, root, err := install(t, i, "forge", "1.20.1", nil)
 		if ce, ok := errors.AsType[*ChecksumError](err); !ok || ce.Algo != "sha1" {

@@ -13,11 +13,18 @@ import (
 // purpurBase is Purpur's download API (v2).
 const purpurBase = "https://api.purpurmc.org/v2/purpur"
 
-// purpur installs Purpur: "latest" is the last version the API lists
-// (oldest first), BUILD_NUMBER "latest" is builds.latest; the build's
-// metadata gives the md5 the download is verified against.
+// purpur installs Purpur: "latest" is the project's metadata.current, the
+// version Purpur's maintainers mark as current (the API lists versions
+// oldest first, and the last one can be a newer line not yet marked
+// current: a capture shows current 1.21.1 while 1.21.3 is listed last);
+// without metadata.current it is the last version listed.
+// BUILD_NUMBER "latest" is builds.latest; the build's metadata gives the
+// md5 the download is verified against.
 func (i *Installer) purpur(ctx context.Context, j job) (catalog.Result, error) {
 	var project struct {
+		Metadata struct {
+			Current string `json:"current"`
+		} `json:"metadata"`
 		Versions []string `json:"versions"`
 	}
 	if err := i.fetch.json(ctx, purpurBase, &project); err != nil {
@@ -29,6 +36,11 @@ func (i *Installer) purpur(ctx context.Context, j job) (catalog.Result, error) {
 			return catalog.Result{}, notFound("purpur lists no versions")
 		}
 		version = project.Versions[len(project.Versions)-1]
+		// A current version the list does not hold is not trusted: the
+		// list is what the API can answer builds for.
+		if c := project.Metadata.Current; c != "" && slices.Contains(project.Versions, c) {
+			version = c
+		}
 	} else if !slices.Contains(project.Versions, version) {
 		return catalog.Result{}, notFound("purpur has no version %s", version)
 	}
