@@ -704,6 +704,12 @@ func openRuntime(ctx context.Context, cfg serveConfig, log *slog.Logger) (runtim
 	if err != nil {
 		return nil, "", nil, err
 	}
+	// A kiln killed while an installer ran in a container left it there.
+	if n, err := d.RemoveEndedInstallers(ctx); err != nil {
+		log.Warn("remove ended installer containers", "err", err)
+	} else if n > 0 {
+		log.Info("removed installer containers a previous kiln left", "count", n)
+	}
 	if cfg.Dev {
 		// kiln-test runs this very binary inside an image built FROM scratch
 		// around it; build that image when it is missing (nothing is pulled).

@@ -8,6 +8,10 @@
 // one's exit. Nothing else on the engine: no images, networks or volumes.
 //
 // What it must never do:
+//   - Installer containers (runtime.InstallRunner, server ids
+//     "install-…") are removed when their run ends; those a killed kiln
+//     left are removed at the next start once ended (RemoveEndedInstallers);
+//     a running one is never touched (it may be another kiln's).
 //   - pull an image: a missing image is an error that says so; images are
 //     the operator's (or a test's) to load or build;
 //   - run a container privileged, add a capability or loosen the engine's

@@ -335,6 +335,31 @@ func (d *Docker) removeStale(ctx context.Context, serverID string) error {
 	return d.remove(ctx, c.ID)
 }
 
+// RemoveEndedInstallers removes the installer containers (server id
+// "install-…", runtime.InstallRunner) that have ended but are still there:
+// what a kiln killed during an installer run leaves. A running one is
+// left alone: it may be another kiln's on the same engine, or the crashed
+// one's still finishing (the next start removes it). It returns how many
+// it removed.
+func (d *Docker) RemoveEndedInstallers(ctx context.Context) (int, error) {
+	list, err := d.cli.ContainerList(ctx, client.ContainerListOptions{All: true,
+		Filters: client.Filters{}.Add("label", LabelManaged+"=true")})
+	if err != nil {
+		return 0, fmt.Errorf("list installer containers: %w", err)
+	}
+	n := 0
+	for _, c := range list.Items {
+		if !strings.HasPrefix(c.Labels[LabelServer], "install-") || c.State == container.StateRunning {
+			continue
+		}
+		if err := d.remove(ctx, c.ID); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 func (d *Docker) remove(ctx context.Context, id string) error {
 	_, err := d.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {

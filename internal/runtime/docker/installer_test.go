@@ -169,3 +169,47 @@ func buildJavaImage(t *testing.T, cli *client.Client, exe []byte, major int) str
 	}
 	return tag
 }
+
+// TestRemoveEndedInstallers: installer containers a killed kiln left are
+// removed at the next start once they have ended; a running one (another
+// kiln's, or one still finishing) is left alone.
+func TestRemoveEndedInstallers(t *testing.T) {
+	s := newSuite(t)
+	start := func() (runtime.Spec, runtime.Instance) {
+		spec := s.spec(t)
+		spec.ServerID = "install-" + randomHex(6)
+		spec.Port = 0
+		inst, err := s.d.Start(t.Context(), spec, func(string) {})
+		if err != nil {
+			t.Fatalf("Start = %v", err)
+		}
+		return spec, inst
+	}
+	ended, endedInst := start()
+	running, runningInst := start()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+		defer cancel()
+		_ = s.d.Remove(ctx, ended.ServerID)
+		_ = s.d.Remove(ctx, running.ServerID)
+	})
+	if err := endedInst.WriteLine("exit 0"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-endedInst.Done():
+	case <-time.After(waitLimit):
+		t.Fatal("the installer stand-in did not end")
+	}
+	n, err := s.d.RemoveEndedInstallers(t.Context())
+	if err != nil || n < 1 {
+		t.Fatalf("RemoveEndedInstallers = %d, %v; want at least the ended one", n, err)
+	}
+	if _, err := s.d.cli.ContainerInspect(t.Context(), endedInst.Ref(), client.ContainerInspectOptions{}); !cerrdefs.IsNotFound(err) {
+		t.Errorf("ended installer container: inspect = %v, want not found", err)
+	}
+	res, err := s.d.cli.ContainerInspect(t.Context(), runningInst.Ref(), client.ContainerInspectOptions{})
+	if err != nil || res.Container.State == nil || !res.Container.State.Running {
+		t.Errorf("running installer container: %v; want it left running", err)
+	}
+}
