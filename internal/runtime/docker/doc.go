@@ -2,16 +2,13 @@
 // container on a Docker Engine and satisfies runtime.Runtime and
 // runtime.Instance, like the process runtime of the parent package.
 //
-// What it owns: the containers named kiln-<server id> that carry the labels
+// What it owns: the containers named kiln-<server id> (and kiln-install-…
+// for installer runs) that carry the labels
 // kiln.managed=true and kiln.server=<server id>, their console stream (an
 // attach of stdin, stdout and stderr) and the goroutine that waits for each
 // one's exit. Nothing else on the engine: no images, networks or volumes.
 //
 // What it must never do:
-//   - Installer containers (runtime.InstallRunner, server ids
-//     "install-…") are removed when their run ends; those a killed kiln
-//     left are removed at the next start once ended (RemoveEndedInstallers);
-//     a running one is never touched (it may be another kiln's).
 //   - pull an image: a missing image is an error that says so; images are
 //     the operator's (or a test's) to load or build;
 //   - run a container privileged, add a capability or loosen the engine's
@@ -24,6 +21,10 @@
 //   - shell out to the docker CLI.
 //
 // Decisions:
+//   - Installer containers (runtime.InstallRunner, server ids
+//     "install-…") are removed when their run ends; those a killed kiln
+//     left are removed at the next start once ended (RemoveEndedInstallers);
+//     a running one is never touched (it may be another kiln's).
 //   - Client: github.com/moby/moby/client, the maintained Engine API client;
 //     github.com/docker/docker is deprecated and frozen since Docker v29.
 //     The API version is negotiated at New (the client speaks 1.40 to
