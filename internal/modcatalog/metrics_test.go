@@ -82,7 +82,13 @@ func TestOutcomes(t *testing.T) {
 			u := newUpstream(t)
 			u.handle("GET /v2/search", tc.h)
 			m := metrics.New()
-			s, _ := newService(t, u, func(o *Options) { o.Metrics = m.Catalog(); o.Attempts = 1; o.Timeout = 100 * time.Millisecond })
+			// Only the timeout case needs a short timeout: 8 MiB of a too large
+			// answer can take longer than that on a busy machine.
+			timeout := 30 * time.Second
+			if tc.want == OutcomeTimeout {
+				timeout = 100 * time.Millisecond
+			}
+			s, _ := newService(t, u, func(o *Options) { o.Metrics = m.Catalog(); o.Attempts = 1; o.Timeout = timeout })
 			if _, err := s.SearchModrinth(t.Context(), nil); err == nil {
 				t.Fatal("SearchModrinth succeeded")
 			}
