@@ -470,18 +470,29 @@ func buildImage(t *testing.T, cli *client.Client) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ctxTar bytes.Buffer
-	tw := tar.NewWriter(&ctxTar)
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{
+	return buildTestImage(t, cli, "kiln-docker-test:"+randomHex(6), []imageFile{
 		// The ENTRYPOINT must be cleared by Start: were it kept, the
 		// program would try to listen on "not-a-port" and exit 3.
 		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY echoer /echoer\nENTRYPOINT [\"/echoer\", \"not-a-port\"]\n")},
 		{"echoer", 0o755, exe},
-	} {
+	})
+}
+
+// imageFile is one file of a test image's build context.
+type imageFile struct {
+	name string
+	mode int64
+	data []byte
+}
+
+// buildTestImage builds tag FROM scratch out of files (a Dockerfile among
+// them) through the Engine API (no docker CLI, no pull) and removes it
+// when the test ends.
+func buildTestImage(t *testing.T, cli *client.Client, tag string, files []imageFile) string {
+	t.Helper()
+	var ctxTar bytes.Buffer
+	tw := tar.NewWriter(&ctxTar)
+	for _, f := range files {
 		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
@@ -492,8 +503,6 @@ func buildImage(t *testing.T, cli *client.Client) string {
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-
-	tag := "kiln-docker-test:" + randomHex(6)
 	res, err := cli.ImageBuild(t.Context(), &ctxTar, client.ImageBuildOptions{
 		Tags: []string{tag}, Dockerfile: "Dockerfile", Remove: true, ForceRemove: true,
 		Labels: map[string]string{"kiln.test": "true"},
@@ -512,7 +521,7 @@ func buildImage(t *testing.T, cli *client.Client) string {
 	dec := json.NewDecoder(res.Body)
 	for {
 		var m jsonstream.Message
-		if err := dec.Decode(&m); err == io.EOF {
+		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			t.Fatalf("read build output: %v", err)

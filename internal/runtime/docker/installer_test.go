@@ -1,13 +1,10 @@
 package docker
 
 import (
-	"archive/tar"
 	"archive/zip"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +14,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
 
 	"github.com/kilnhq/kiln/internal/runtime"
@@ -120,54 +116,11 @@ func buildStatic(t *testing.T, pkg string) []byte {
 // and /java-major saying major; it is removed when the test ends.
 func buildJavaImage(t *testing.T, cli *client.Client, exe []byte, major int) string {
 	t.Helper()
-	var ctxTar bytes.Buffer
-	tw := tar.NewWriter(&ctxTar)
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{
+	return buildTestImage(t, cli, "kiln-docker-test-java:"+randomHex(6)+"-"+strconv.Itoa(major), []imageFile{
 		{"Dockerfile", 0o644, []byte("FROM scratch\nCOPY java /usr/bin/java\nCOPY java-major /java-major\n")},
 		{"java", 0o755, exe},
 		{"java-major", 0o644, []byte(strconv.Itoa(major) + "\n")},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-		tw.Write(f.data)
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	tag := "kiln-docker-test-java:" + randomHex(6) + "-" + strconv.Itoa(major)
-	res, err := cli.ImageBuild(t.Context(), &ctxTar, client.ImageBuildOptions{
-		Tags: []string{tag}, Dockerfile: "Dockerfile", Remove: true, ForceRemove: true,
-		Labels: map[string]string{"kiln.test": "true"},
 	})
-	if err != nil {
-		t.Fatalf("ImageBuild = %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-		defer cancel()
-		if _, err := cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			t.Errorf("remove test image %s: %v", tag, err)
-		}
-	})
-	defer res.Body.Close()
-	dec := json.NewDecoder(res.Body)
-	for {
-		var m jsonstream.Message
-		if err := dec.Decode(&m); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("read build output: %v", err)
-		}
-		if m.Error != nil {
-			t.Fatalf("build test image: %s", m.Error.Message)
-		}
-	}
-	return tag
 }
 
 // TestRemoveEndedInstallers: installer containers a killed kiln left are
