@@ -451,9 +451,7 @@ func (s *Service) SetEnv(ctx context.Context, teamID, id string, set map[string]
 			return Server{}, err
 		}
 		if sv.ConfigurationID != nil {
-			var key sql.NullString
-			_ = s.db.Read().QueryRowContext(ctx, `SELECT resource_key FROM servers WHERE id = $1`, id).Scan(&key)
-			return Server{}, &OwnedError{ConfigurationID: *sv.ConfigurationID, ResourceKey: key.String}
+			return Server{}, &OwnedError{ConfigurationID: *sv.ConfigurationID, ResourceKey: sv.resourceKey.String}
 		}
 		env := maps.Clone(sv.Env)
 		if env == nil {
@@ -502,9 +500,7 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 		return err
 	}
 	if sv.ConfigurationID != nil {
-		var key sql.NullString
-		_ = s.db.Read().QueryRowContext(ctx, `SELECT resource_key FROM servers WHERE id = $1`, id).Scan(&key)
-		return &OwnedError{ConfigurationID: *sv.ConfigurationID, ResourceKey: key.String}
+		return &OwnedError{ConfigurationID: *sv.ConfigurationID, ResourceKey: sv.resourceKey.String}
 	}
 	return s.remove(ctx, teamID, id)
 }

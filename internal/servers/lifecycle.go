@@ -615,11 +615,7 @@ func (s *Service) inject(ctx context.Context, sv Server, env []string) ([]string
 	if s.opts.Injected == nil || sv.ConfigurationID == nil {
 		return env, nil
 	}
-	var key string
-	if err := s.db.Read().QueryRowContext(ctx, `SELECT resource_key FROM servers WHERE id = $1`, sv.ID).Scan(&key); err != nil {
-		return nil, fmt.Errorf("read the resource key of %s: %w", sv.ID, err)
-	}
-	extra, err := s.opts.Injected.InjectedEnv(ctx, *sv.ConfigurationID, key)
+	extra, err := s.opts.Injected.InjectedEnv(ctx, *sv.ConfigurationID, sv.resourceKey.String)
 	if err != nil {
 		return nil, fmt.Errorf("environment of %s: %w", sv.ID, err)
 	}

@@ -191,7 +191,7 @@ func (s *Service) DeleteOwned(ctx context.Context, teamID string, o Owner) error
 
 // OwnedBy lists the team's servers a configuration owns, by resource key.
 func (s *Service) OwnedBy(ctx context.Context, teamID, configurationID string) (map[string]Server, error) {
-	rows, err := s.db.Read().QueryContext(ctx, `SELECT resource_key, `+serverColumns+` FROM servers
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+serverColumns+` FROM servers
 		WHERE configuration_id = $1 AND team_id = $2`, configurationID, teamID)
 	if err != nil {
 		return nil, fmt.Errorf("list the servers of %s: %w", configurationID, err)
@@ -199,21 +199,12 @@ func (s *Service) OwnedBy(ctx context.Context, teamID, configurationID string) (
 	defer rows.Close()
 	out := map[string]Server{}
 	for rows.Next() {
-		var key sql.NullString
-		sv, err := s.scan(prefixed{rows, &key})
+		sv, err := s.scan(rows)
 		if err != nil {
 			return nil, fmt.Errorf("list the servers of %s: %w", configurationID, err)
 		}
 		sv.Resources = s.resources(sv.ID)
-		out[key.String] = sv
+		out[sv.resourceKey.String] = sv
 	}
 	return out, rows.Err()
 }
-
-// prefixed scans one extra leading column into first, then the rest.
-type prefixed struct {
-	rows  *sql.Rows
-	first any
-}
-
-func (p prefixed) Scan(dest ...any) error { return p.rows.Scan(append([]any{p.first}, dest...)...) }

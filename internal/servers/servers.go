@@ -81,16 +81,17 @@ type Server struct {
 	UpdatedAt int64
 	Resources Resources
 
-	envStored  string // env as the row holds it (secrets sealed): SetEnv's compare-and-swap
-	runtimeRef sql.NullString
-	javaMajor  int
-	jar        string
-	argsFile   string
+	envStored   string         // env as the row holds it (secrets sealed): SetEnv's compare-and-swap
+	resourceKey sql.NullString // the deployment's key of an owned server
+	runtimeRef  sql.NullString
+	javaMajor   int
+	jar         string
+	argsFile    string
 }
 
 const serverColumns = `id, team_id, name, software, version, status, node, port,
 	memory_mb, disk_mb, cpu_percent, configuration_id, env, desired_state,
-	runtime_ref, install_error, java_major, jar, args_file, created_at, updated_at, image`
+	runtime_ref, install_error, java_major, jar, args_file, created_at, updated_at, image, resource_key`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -99,7 +100,7 @@ func (s *Service) scan(row scanner) (Server, error) {
 	var env string
 	err := row.Scan(&sv.ID, &sv.TeamID, &sv.Name, &sv.Software, &sv.Version, &sv.Status, &sv.Node, &sv.Port,
 		&sv.MemoryMB, &sv.DiskMB, &sv.CPUPercent, &sv.ConfigurationID, &env, &sv.DesiredState,
-		&sv.runtimeRef, &sv.InstallError, &sv.javaMajor, &sv.jar, &sv.argsFile, &sv.CreatedAt, &sv.UpdatedAt, &sv.Image)
+		&sv.runtimeRef, &sv.InstallError, &sv.javaMajor, &sv.jar, &sv.argsFile, &sv.CreatedAt, &sv.UpdatedAt, &sv.Image, &sv.resourceKey)
 	if err != nil {
 		return sv, err
 	}
