@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -303,20 +304,39 @@ func (s *Service) collect(ctx context.Context, grace time.Duration) error {
 		return err
 	}
 	cutoff := time.Now().Add(-grace)
-	var orphans []string
+	// Stored chunks old enough to be orphans are checked against the
+	// ledger a batch at a time (one query per orphanBatch keys, not one per
+	// chunk), so memory stays bounded by the batch and the orphans.
+	var orphans, batch []string
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		known, err := s.knownChunks(ctx, batch)
+		if err != nil {
+			return err
+		}
+		for _, k := range batch {
+			if !known[k] {
+				orphans = append(orphans, k)
+			}
+		}
+		batch = batch[:0]
+		return nil
+	}
 	err = s.store.List(ctx, chunkPrefix, func(in blob.Info) error {
 		if !in.ModTime.Before(cutoff) {
 			return nil
 		}
-		var n int
-		if err := s.db.Read().QueryRowContext(ctx, `SELECT count(*) FROM chunks WHERE key = $1`, in.Key).Scan(&n); err != nil {
-			return err
+		batch = append(batch, in.Key)
+		if len(batch) < orphanBatch {
+			return nil
 		}
-		if n == 0 {
-			orphans = append(orphans, in.Key)
-		}
-		return nil
+		return flush()
 	})
+	if err == nil {
+		err = flush()
+	}
 	if err != nil {
 		return &storeError{err: fmt.Errorf("list chunks: %w", err)}
 	}
@@ -364,4 +384,32 @@ func (s *Service) reapOrphan(ctx context.Context, key string) error {
 		return nil
 	}
 	return s.finishReap(ctx, key, claim)
+}
+
+// orphanBatch is how many stored chunk keys the collector checks against
+// the ledger in one query.
+const orphanBatch = 500
+
+// knownChunks returns which of keys the chunks table holds.
+func (s *Service) knownChunks(ctx context.Context, keys []string) (map[string]bool, error) {
+	args := make([]any, len(keys))
+	marks := make([]string, len(keys))
+	for i, k := range keys {
+		args[i] = k
+		marks[i] = "$" + strconv.Itoa(i+1)
+	}
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT key FROM chunks WHERE key IN (`+strings.Join(marks, ", ")+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("look chunks up: %w", err)
+	}
+	defer rows.Close()
+	known := make(map[string]bool, len(keys))
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("look chunks up: %w", err)
+		}
+		known[k] = true
+	}
+	return known, rows.Err()
 }

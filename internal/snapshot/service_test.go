@@ -545,3 +545,38 @@ func TestSecondSnapshotParent(t *testing.T) {
 		}
 	})
 }
+
+// TestOrphanChunksCollected: chunks in the store that no ledger row names
+// (what a crash between a chunk's put and its pin leaves) are removed by
+// the collector, more of them than one lookup batch holds, while every
+// chunk of a ready snapshot stays.
+func TestOrphanChunksCollected(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newSvcEnv(t, db)
+		ctx := t.Context()
+		sv := e.server("world", map[string]string{"level.dat": "data", "region/r.0.0.mca": strings.Repeat("r", 5000)})
+		snap, err := e.svc.Create(ctx, e.team, sv.ID, "keep", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap = e.wait(snap.ID)
+		kept := e.blobs(chunkPrefix)
+		const orphans = orphanBatch + 37
+		for i := range orphans {
+			key := fmt.Sprintf("chunks/%02x/%064x", i%256, i+1)
+			if _, err := e.store.Put(ctx, key, strings.NewReader("orphan"), 6); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := e.blobs(chunkPrefix); n != kept+orphans {
+			t.Fatalf("%d chunks stored, want %d", n, kept+orphans)
+		}
+		if err := e.svc.collect(ctx, time.Nanosecond); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.blobs(chunkPrefix); n != kept {
+			t.Errorf("%d chunks left after collecting, want the snapshot's %d", n, kept)
+		}
+		e.checkComplete(snap)
+	})
+}
