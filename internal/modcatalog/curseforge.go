@@ -52,33 +52,18 @@ type CurseForgeSearch struct {
 // them, one per game version and loader: a page of 10 would weigh 50 KB
 // in the cache and on the wire instead of 10.
 type CurseForgeHit struct {
-	ID                int64    `json:"id"`
-	Name              string   `json:"name"`
-	Slug              string   `json:"slug"`
-	Summary           string   `json:"summary"`
-	ClassID           *int     `json:"class_id"`
-	Kind              string   `json:"kind"`
-	DownloadCount     int64    `json:"download_count"`
-	Authors           []string `json:"authors"`
-	Categories        []string `json:"categories"`
-	LogoURL           *string  `json:"logo_url"`
-	WebsiteURL        *string  `json:"website_url"`
-	MainFileID        *int64   `json:"main_file_id"`
-	AllowDistribution bool     `json:"allow_distribution"`
-	DistributionNote  *string  `json:"distribution_note"`
+	CurseForgeProjectInfo
 	// GameVersions and Loaders are the distinct game versions and mod
 	// loaders (forge, fabric, quilt, neoforge, …) of the project's latest
 	// files, in CurseForge's order.
 	GameVersions []string `json:"game_versions"`
 	Loaders      []string `json:"loaders"`
-	DateCreated  *string  `json:"date_created"`
-	DateModified *string  `json:"date_modified"`
-	DateReleased *string  `json:"date_released"`
+	CurseForgeDates
 }
 
-// CurseForgeProject is one CurseForge project (a mod, modpack or plugin).
+// CurseForgeProjectInfo is what a search hit and a project say alike.
 // Optional values are null when CurseForge gives none.
-type CurseForgeProject struct {
+type CurseForgeProjectInfo struct {
 	ID      int64  `json:"id"`
 	Name    string `json:"name"`
 	Slug    string `json:"slug"`
@@ -96,12 +81,23 @@ type CurseForgeProject struct {
 	// AllowDistribution is false when the author forbids third-party
 	// downloads: the files' download URLs are then null and
 	// DistributionNote says so.
-	AllowDistribution bool                  `json:"allow_distribution"`
-	DistributionNote  *string               `json:"distribution_note"`
-	LatestFiles       []CurseForgeFileIndex `json:"latest_files"`
-	DateCreated       *string               `json:"date_created"`
-	DateModified      *string               `json:"date_modified"`
-	DateReleased      *string               `json:"date_released"`
+	AllowDistribution bool    `json:"allow_distribution"`
+	DistributionNote  *string `json:"distribution_note"`
+}
+
+// CurseForgeDates are a project's dates as CurseForge gives them (null
+// when it gives none); they close both shapes.
+type CurseForgeDates struct {
+	DateCreated  *string `json:"date_created"`
+	DateModified *string `json:"date_modified"`
+	DateReleased *string `json:"date_released"`
+}
+
+// CurseForgeProject is one CurseForge project (a mod, modpack or plugin).
+type CurseForgeProject struct {
+	CurseForgeProjectInfo
+	LatestFiles []CurseForgeFileIndex `json:"latest_files"`
+	CurseForgeDates
 }
 
 // CurseForgeFileIndex is an entry of a project's latestFilesIndexes: the
@@ -438,19 +434,23 @@ func (s *Service) CurseForgeFile(ctx context.Context, projectID, fileID int64) (
 
 func (m cfMod) normalize() CurseForgeProject {
 	p := CurseForgeProject{
-		ID: m.ID, Name: m.Name, Slug: m.Slug, Summary: m.Summary, ClassID: m.ClassID,
-		Kind:          classKind(m.ClassID),
-		DownloadCount: int64(m.DownloadCount),
-		Authors:       make([]string, 0, len(m.Authors)),
-		Categories:    make([]string, 0, len(m.Categories)),
-		WebsiteURL:    nonEmpty(m.Links.WebsiteURL),
-		// allowModDistribution is null for projects older than the
-		// setting; CurseForge treats null as allowed.
-		AllowDistribution: m.AllowModDistribution == nil || *m.AllowModDistribution,
-		LatestFiles:       make([]CurseForgeFileIndex, 0, len(m.LatestFilesIndexes)),
-		DateCreated:       nonEmpty(m.DateCreated),
-		DateModified:      nonEmpty(m.DateModified),
-		DateReleased:      nonEmpty(m.DateReleased),
+		CurseForgeProjectInfo: CurseForgeProjectInfo{
+			ID: m.ID, Name: m.Name, Slug: m.Slug, Summary: m.Summary, ClassID: m.ClassID,
+			Kind:          classKind(m.ClassID),
+			DownloadCount: int64(m.DownloadCount),
+			Authors:       make([]string, 0, len(m.Authors)),
+			Categories:    make([]string, 0, len(m.Categories)),
+			WebsiteURL:    nonEmpty(m.Links.WebsiteURL),
+			// allowModDistribution is null for projects older than the
+			// setting; CurseForge treats null as allowed.
+			AllowDistribution: m.AllowModDistribution == nil || *m.AllowModDistribution,
+		},
+		LatestFiles: make([]CurseForgeFileIndex, 0, len(m.LatestFilesIndexes)),
+		CurseForgeDates: CurseForgeDates{
+			DateCreated:  nonEmpty(m.DateCreated),
+			DateModified: nonEmpty(m.DateModified),
+			DateReleased: nonEmpty(m.DateReleased),
+		},
 	}
 	for _, a := range m.Authors {
 		p.Authors = append(p.Authors, a.Name)
@@ -486,13 +486,8 @@ func (m cfMod) hit(intern map[string]string) CurseForgeHit {
 	var files []cfFileIndex
 	files, m.LatestFilesIndexes = m.LatestFilesIndexes, nil
 	p := m.normalize()
-	h := CurseForgeHit{
-		ID: p.ID, Name: p.Name, Slug: p.Slug, Summary: p.Summary, ClassID: p.ClassID, Kind: p.Kind,
-		DownloadCount: p.DownloadCount, Authors: p.Authors, Categories: p.Categories, LogoURL: p.LogoURL,
-		WebsiteURL: p.WebsiteURL, MainFileID: p.MainFileID, AllowDistribution: p.AllowDistribution,
-		DistributionNote: p.DistributionNote, GameVersions: []string{}, Loaders: []string{},
-		DateCreated: p.DateCreated, DateModified: p.DateModified, DateReleased: p.DateReleased,
-	}
+	h := CurseForgeHit{CurseForgeProjectInfo: p.CurseForgeProjectInfo, GameVersions: []string{}, Loaders: []string{},
+		CurseForgeDates: p.CurseForgeDates}
 	for _, fi := range files {
 		if gv := fi.GameVersion; gv != "" && !slices.Contains(h.GameVersions, gv) {
 			if s, ok := intern[gv]; ok {
