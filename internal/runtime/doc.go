@@ -58,7 +58,10 @@
 // written to cgroup.procs of each right after the start.
 // In that window, microseconds before a JVM has done anything of note, the
 // child runs in kiln's cgroups: a process it forks then stays there, and
-// memory it touches then stays charged there.
+// memory it touches then stays charged there. On a loaded host the window
+// can be milliseconds (TestProcessStats saw a helper allocate 16 MiB in
+// it), so Stats reports the larger of the cgroup's usage and the main
+// process's RSS rather than trusting the cgroup alone.
 //
 // Where the host does not allow cgroups (not root and nothing delegated, a
 // read-only cgroupfs, a controller missing, kiln sharing a v2 cgroup with

@@ -332,8 +332,8 @@ func (pi *procInstance) Exit() Exit {
 }
 
 // Stats reads CPU since the previous call (percent of one core) from /proc
-// and memory from the cgroup (the whole process tree), else the resident
-// memory of the main process from /proc.
+// and memory from the cgroup (the whole process tree) or the resident
+// memory of the main process from /proc, whichever is larger.
 func (pi *procInstance) Stats(context.Context) (Stats, error) {
 	select {
 	case <-pi.done:
@@ -355,10 +355,13 @@ func (pi *procInstance) Stats(context.Context) (Stats, error) {
 		}
 	}
 	pi.lastCPU, pi.lastStamp = ticks, now
+	// The cgroup counts the whole process tree, but on cgroup v1 the
+	// server is moved into it after the start, and what it allocated
+	// before stays charged where it was: the larger figure is the truth.
 	mem := rss
 	if pi.cg != nil {
 		if n, err := pi.cg.memory(); err == nil {
-			mem = n
+			mem = max(mem, n)
 		}
 	}
 	return Stats{CPU: cpu, MemoryBytes: mem}, nil
