@@ -42,21 +42,7 @@ func (r *Root) Mkdir(rel string, res *quota.Reservation) error {
 // a rename: renameat2(RENAME_NOREPLACE), so an entry created at to
 // meanwhile is not replaced either); the root itself cannot be moved.
 func (r *Root) Rename(from, to string) error {
-	if err := checkClean(from, to); err != nil {
-		return err
-	}
-	if from == "." || to == "." {
-		return validate.Errorf("files", "the server's root directory cannot be moved or replaced")
-	}
-	if from == to {
-		return nil
-	}
-	if strings.HasPrefix(to+"/", from+"/") {
-		return validate.Errorf("files", "cannot move %s into itself", Display(from))
-	}
-	// A link's relative target changes meaning with its place: the moved
-	// link, or every link in a moved directory, must still lead inside.
-	if err := r.checkMovedLinks(from, to); err != nil {
+	if same, err := r.checkMove(from, to); same || err != nil {
 		return err
 	}
 	return r.withDir(path.Dir(from), func(ffd int) error {
@@ -218,4 +204,26 @@ func (r *Root) Copy(rel string, res *quota.Reservation) (Entry, error) {
 		return out, nil
 	}
 	return Entry{}, fmt.Errorf("copy %s: %w", Display(rel), ErrExists)
+}
+
+// checkMove is what Rename and RenameReplace refuse before they touch
+// anything: unclean paths, the root, a directory into itself, a move
+// after which a moved link would lead outside. same is true when from
+// and to are one path (nothing to do).
+func (r *Root) checkMove(from, to string) (same bool, err error) {
+	if err := checkClean(from, to); err != nil {
+		return false, err
+	}
+	if from == "." || to == "." {
+		return false, validate.Errorf("files", "the server's root directory cannot be moved or replaced")
+	}
+	if from == to {
+		return true, nil
+	}
+	if strings.HasPrefix(to+"/", from+"/") {
+		return false, validate.Errorf("files", "cannot move %s into itself", Display(from))
+	}
+	// A link's relative target changes meaning with its place: the moved
+	// link, or every link in a moved directory, must still lead inside.
+	return false, r.checkMovedLinks(from, to)
 }

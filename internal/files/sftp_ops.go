@@ -5,7 +5,6 @@ import (
 	"io/fs"
 	"path"
 	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -170,19 +169,7 @@ func entryCost(e Entry) int64 {
 // would leave a moved link pointing outside the root, and never moves or
 // replaces the root. The replaced entry's cost is given back to res.
 func (r *Root) RenameReplace(from, to string, res *quota.Reservation) error {
-	if err := checkClean(from, to); err != nil {
-		return err
-	}
-	if from == "." || to == "." {
-		return validate.Errorf("files", "the server's root directory cannot be moved or replaced")
-	}
-	if from == to {
-		return nil
-	}
-	if strings.HasPrefix(to+"/", from+"/") {
-		return validate.Errorf("files", "cannot move %s into itself", Display(from))
-	}
-	if err := r.checkMovedLinks(from, to); err != nil {
+	if same, err := r.checkMove(from, to); same || err != nil {
 		return err
 	}
 	return r.withDir(path.Dir(from), func(ffd int) error {
