@@ -280,8 +280,16 @@ func TestRestoreRunningServer(t *testing.T) {
 	}
 	snap = e.wait(snap.ID)
 	// The running game server's saves were paused and flushed around it.
-	lines, _ := e.srv.Console(ctx, e.team, sv.ID, 50)
-	joined := strings.Join(lines, "\n")
+	// save-on is sent once the snapshot is ready and not awaited, so the
+	// game's answer may reach the console a moment after the snapshot.
+	var joined string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lines, _ := e.srv.Console(ctx, e.team, sv.ID, 50)
+		joined = strings.Join(lines, "\n")
+		if strings.Contains(joined, "Automatic saving is now enabled") || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, want := range []string{"Automatic saving is now disabled", "Saved the game", "Automatic saving is now enabled"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("console lacks %q:\n%s", want, joined)
@@ -316,7 +324,7 @@ func TestRestoreRunningServer(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(root, "plugins/a.jar")); string(b) != "jar" {
 		t.Errorf("plugins/a.jar = %q", b)
 	}
-	lines, _ = e.srv.Console(ctx, e.team, sv.ID, 200)
+	lines, _ := e.srv.Console(ctx, e.team, sv.ID, 200)
 	if joined := strings.Join(lines, "\n"); !strings.Contains(joined, "[kiln] snapshot "+snap.ID+" restored") {
 		t.Errorf("the console does not say the snapshot was restored:\n%s", joined)
 	}
