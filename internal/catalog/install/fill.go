@@ -85,8 +85,10 @@ func (i *Installer) fill(ctx context.Context, j job) (catalog.Result, error) {
 	if err := i.fetch.json(ctx, fillBase+project+"/versions", &list); err != nil {
 		return catalog.Result{}, err
 	}
-	// Fill lists versions newest first; that order is kept (version names
-	// such as 1.21.9-rc1 or 3.4.0-SNAPSHOT do not sort by themselves).
+	// Fill lists versions most recently created first (PaperMC/fill's
+	// VersionRepository sorts by createdAt); that order is kept, as itzg's
+	// mc-image-helper keeps it (version names such as 1.21.9-rc1 or
+	// 3.4.0-SNAPSHOT do not sort by themselves).
 	var candidates []fillVersion
 	if j.version == "latest" {
 		for _, v := range list.Versions {
