@@ -21,26 +21,8 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/catalog/install/upstream"
 )
-
-// artifact is one file to fetch: its upstream URL and every checksum the
-// upstream publishes for it (algorithm → lower-case hex).
-type artifact struct {
-	URL  string
-	Size int64 // 0 when not published
-	Sums map[string]string
-}
-
-// strongest returns the strongest published checksum algorithm, "" for
-// none.
-func (a artifact) strongest() string {
-	for _, algo := range []string{"sha256", "sha1", "md5"} {
-		if a.Sums[algo] != "" {
-			return algo
-		}
-	}
-	return ""
-}
 
 func newHash(algo string) hash.Hash {
 	switch algo {
@@ -109,8 +91,8 @@ func openArtifacts(opts Options) (blob.Store, error) {
 
 // indexKey is how an artifact is found in the cache before it is
 // downloaded: by the strongest published checksum, else by URL.
-func indexKey(a artifact) (algo, sum string) {
-	if algo := a.strongest(); algo != "" {
+func indexKey(a upstream.Artifact) (algo, sum string) {
+	if algo := a.Strongest(); algo != "" {
 		return algo, strings.ToLower(a.Sums[algo])
 	}
 	h := sha256.Sum256([]byte(a.URL))
@@ -120,20 +102,20 @@ func indexKey(a artifact) (algo, sum string) {
 // find returns the SHA-256 of a cached copy of a, if any. A checksum that
 // is no valid hex (an upstream's typo) is simply not found: the download
 // then fails its verification.
-func (c cache) find(ctx context.Context, a artifact) (string, bool) {
+func (c cache) find(ctx context.Context, a upstream.Artifact) (string, bool) {
 	algo, sum := indexKey(a)
 	if algo == "sha256" {
-		if !isHex(sum, 64) {
+		if !upstream.IsHex(sum, 64) {
 			return "", false
 		}
 		_, err := c.store.Stat(ctx, c.blobKey(sum))
 		return sum, err == nil
 	}
-	if !isHex(sum, len(sum)) || sum == "" {
+	if !upstream.IsHex(sum, len(sum)) || sum == "" {
 		return "", false
 	}
 	sha, err := c.indexed(ctx, algo, sum)
-	if err != nil || !isHex(sha, 64) {
+	if err != nil || !upstream.IsHex(sha, 64) {
 		return "", false
 	}
 	if _, err := c.store.Stat(ctx, c.blobKey(sha)); err != nil {
@@ -163,14 +145,14 @@ func (c cache) forget(ctx context.Context, sha string) {
 
 // download fetches a into the cache, verifying its size and every published
 // checksum, and returns its SHA-256. On any failure nothing is left behind.
-func (i *Installer) download(ctx context.Context, a artifact) (string, error) {
+func (i *Installer) download(ctx context.Context, a upstream.Artifact) (string, error) {
 	c := i.cache
 	if err := os.MkdirAll(c.tmpDir, 0o750); err != nil {
 		return "", fmt.Errorf("cache: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, downloadTimeout)
+	ctx, cancel := context.WithTimeout(ctx, upstream.DownloadTimeout)
 	defer cancel()
-	resp, err := i.fetch.do(ctx, http.MethodGet, a.URL)
+	resp, err := i.fetch.Do(ctx, http.MethodGet, a.URL)
 	if err != nil {
 		return "", err
 	}
@@ -317,12 +299,4 @@ func writeRoot(root *os.Root, name string, perm fs.FileMode, fill func(io.Writer
 	}
 	ok = true
 	return nil
-}
-
-func isHex(s string, n int) bool {
-	if len(s) != n {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
 }

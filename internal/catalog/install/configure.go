@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install/upstream"
 )
 
 // Configure is the package function Configure, except that a player of
@@ -58,8 +59,8 @@ func (e *PlayersError) Unwrap() error { return e.Err }
 
 // lookupUUID returns the online UUID of a player name from Mojang.
 func (i *Installer) lookupUUID(ctx context.Context, name string) (string, error) {
-	body, err := i.fetch.bytes(ctx, mojangProfiles+url.PathEscape(name))
-	if isStatus(err, http.StatusNotFound) || err == nil && len(bytes.TrimSpace(body)) == 0 {
+	body, err := i.fetch.Bytes(ctx, mojangProfiles+url.PathEscape(name))
+	if upstream.IsStatus(err, http.StatusNotFound) || err == nil && len(bytes.TrimSpace(body)) == 0 {
 		return "", fmt.Errorf("%s: %w", name, ErrUnknownPlayer)
 	}
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install/upstream"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -22,14 +23,14 @@ func (i *Installer) custom(ctx context.Context, j job) (catalog.Result, error) {
 	if err := catalog.CheckURL(src); err != nil {
 		return catalog.Result{}, validate.Errorf("env.JAR_URL", "%v", err)
 	}
-	if !isHex(sum, 64) {
+	if !upstream.IsHex(sum, 64) {
 		return catalog.Result{}, validate.Errorf("env.JAR_SHA256", "must be a SHA-256: 64 hexadecimal digits")
 	}
 	// The guarded fetcher goes through the cache's own download: the same
 	// limits, verification and atomic rename, another client.
 	guarded := *i
 	guarded.fetch = i.userFetch
-	sha, err := guarded.artifactInto(ctx, j, artifact{URL: src, Sums: map[string]string{"sha256": sum}}, "server.jar")
+	sha, err := guarded.artifactInto(ctx, j, upstream.Artifact{URL: src, Sums: map[string]string{"sha256": sum}}, "server.jar")
 	if err != nil {
 		return catalog.Result{}, fmt.Errorf("custom jar: %w", err)
 	}

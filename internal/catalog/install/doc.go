@@ -4,88 +4,26 @@
 // quilt-installer, the Forge and NeoForge Mavens, and BungeeCord's Jenkins;
 // kiln-test and kiln-test-proxy need nothing.
 //
-// It owns resolving versions ("latest" → a concrete version and build),
-// verifying every checksum an upstream publishes, the content-addressed
-// artifact cache shared by all servers, and writing the jar (and eula.txt)
-// into the root. It never starts a server, never picks ports or memory,
-// and never writes anything but whole files into a root.
+// It owns downloading what package upstream resolves (a concrete version
+// and build for "latest" or a pin), verifying every checksum the upstream
+// publishes, the content-addressed artifact cache shared by all servers,
+// running the Forge, NeoForge and Quilt installers, and writing the jar
+// (and eula.txt) into the root; and Configure and the proxy wiring, the
+// files Kiln edits before a start. It never starts a server, never picks
+// ports or memory, and never writes anything but whole files into a root.
 //
-// Every request carries the User-Agent (PaperMC refuses generic ones),
-// refuses non-2xx answers (*UpstreamError), caps metadata at 16 MiB and
-// artifacts at 512 MiB (ErrTooLarge), and is bounded by the caller's
-// context plus a timeout (30 s for metadata, 15 min for a download).
+// What to install comes from package upstream (install/upstream): it asks
+// each project's API which version and build "latest" or a pin means and
+// which checksums the upstream publishes, through one Fetcher (mirror,
+// User-Agent, size and time limits; its doc has the rules per upstream).
+// This package downloads, verifies, caches and places what it names.
 //
-// Mirror (--installer-mirror-url): when Options.MirrorURL is set, it
-// replaces every upstream. The scheme of the upstream URL is dropped and
-// its host (with port, if any) becomes the first path segment under the
-// mirror, path and query kept:
-//
-//	https://fill.papermc.io/v3/projects/paper
-//	  → <mirror>/fill.papermc.io/v3/projects/paper
-//	https://piston-data.mojang.com/v1/objects/<sha1>/server.jar
-//	  → <mirror>/piston-data.mojang.com/v1/objects/<sha1>/server.jar
-//
-// Download URLs found inside upstream answers are rewritten the same way,
-// so one mirror (a static tree or a caching proxy) serves every upstream.
-// Hosts used: fill.papermc.io, fill-data.papermc.io (or whatever host Fill
-// names), api.purpurmc.org, piston-meta.mojang.com, piston-data.mojang.com,
-// meta.fabricmc.net, meta.quiltmc.org, maven.quiltmc.org (or whatever host
-// Quilt's meta names), files.minecraftforge.net, maven.minecraftforge.net,
-// maven.neoforged.net, ci.md-5.net. Without a mirror every URL must be
-// https.
-//
-// Per upstream, what "latest" follows (docs/software.md has the operator's
-// table):
-//   - Fill (https://fill.papermc.io/v3/projects/<p>/versions, then
-//     …/versions/<v>/builds): the newest version, in Fill's order, that has
-//     a STABLE or RECOMMENDED build, and that build; CHANNEL=experimental
-//     (Paper, Folia) takes the newest build of any channel. JavaMajor is
-//     the version's java.version.minimum.
-//   - Purpur (https://api.purpurmc.org/v2/purpur): metadata.current (the
-//     last version listed when the answer has none or names an unlisted
-//     one), its builds.latest.
-//   - Mojang (https://piston-meta.mojang.com/mc/game/version_manifest_v2.json):
-//     latest.release; "snapshot" is latest.snapshot.
-//   - Fabric (https://meta.fabricmc.net/v2/versions/{game,installer} and
-//     /versions/loader/<game>): the first stable entry of each; "snapshot"
-//     the first game version whatever its stability.
-//   - Quilt (https://meta.quiltmc.org/v3/versions/{game,loader,installer}):
-//     the first stable game version ("snapshot": the first), the first
-//     loader and installer without a pre-release suffix.
-//   - Forge (https://files.minecraftforge.net/net/minecraftforge/forge/promotions_slim.json,
-//     https://maven.minecraftforge.net/net/minecraftforge/forge/): the newest
-//     game version with a promotion, FORGE_VERSION recommended (else its
-//     latest promotion) or latest.
-//   - NeoForge (https://maven.neoforged.net/releases/net/neoforged/neoforge/maven-metadata.xml;
-//     for 1.20.1 …/net/neoforged/forge/maven-metadata.xml): the newest
-//     release; for a game version without one its newest -beta; alphas never.
-//   - BungeeCord (https://ci.md-5.net/job/BungeeCord/): lastStableBuild.
-//
-// Checksums, per upstream:
-//   - Fill: sha256 of each build's server:default download, downloaded
-//     from the URL in the answer (never built).
-//   - Purpur: md5 from the build's metadata.
-//   - Mojang: the version document is checked against the manifest's sha1,
-//     the server jar against the document's sha1 and size.
-//   - Forge, NeoForge, quilt-installer: the Maven sidecar next to the
-//     installer jar, the strongest present of .sha256, .sha1, .md5; an
-//     installer with no sidecar is refused. What the installers then
-//     download themselves (libraries, Forge's game jar) Kiln cannot check.
-//   - Fabric publishes no checksum of its server launcher: Kiln records the
-//     sha256 it computed (catalog.Result.Checksum is empty) and caches the launcher
-//     by its URL, which pins game, loader and installer versions. The
-//     vanilla jar beside it is Mojang's, sha1-verified. Quilt's launcher is
-//     built by quilt-installer in the root; likewise unverifiable.
-//   - Custom jar (profile custom): the SHA-256 the user gives
-//     (JAR_SHA256, required). Its URL is the user's, so it is fetched
-//     through the SSRF guard (Options.UserURLs, the policy of remote
-//     downloads) and never through the mirror, by the cache's own
-//     download (same limits, verification and atomic put).
-//   - BungeeCord publishes none of its own. The jar is verified against
-//     the MD5 Jenkins computes of the archived file (the artifact's
-//     *fingerprint* page); the build's fingerprint[] list is not used (its
-//     net.md-5:BungeeCord.jar entry is Maven's unshaded artifact, another
-//     file). No fingerprint: the install is refused, never unverified.
+// Checksums: every artifact is verified against what upstream.* gives
+// with it, before it enters the cache. Custom jar (profile custom): the
+// SHA-256 the user gives (JAR_SHA256, required). Its URL is the user's, so
+// it is fetched through the SSRF guard (Options.UserURLs, the policy of
+// remote downloads) and never through the mirror, by the cache's own
+// download (same limits, verification and atomic put).
 //
 // Cache: the artifacts live in a blob store (package blob; Options.Artifacts,
 // which cmd/kiln sets to the store of --blob-url, or a file store in
@@ -104,12 +42,11 @@
 // copies of those (temp file, fsync, rename, directory fsync) before.
 //
 // Decisions:
-//   - Waterfall comes from Fill v3 like Paper: the v2 API is being sunset,
-//     Fill serves every PaperMC project's builds, and Waterfall (end of
-//     life) only needs its existing builds.
-//   - "latest" for Fill is the newest version that has a STABLE or
-//     RECOMMENDED build (Fill lists versions whose builds are all ALPHA or
-//     BETA); BUILD_NUMBER pins a build of any channel.
+//   - The resolvers live in install/upstream, apart from the download,
+//     cache and root writes here: asking an API what to install and putting
+//     it into a root read separately, and a resolver has no root to write
+//     into. Their tests stay here (fixtures_test.go, upstream_test.go):
+//     they serve the upstreams' real answers and check the whole install.
 //   - Fabric: the Mojang server jar is installed (sha1-verified) as
 //     .fabric/server/<game>-server.jar, where the launcher that meta's
 //     /server/jar serves (fabric-installer's ServerLauncher) looks for it,
@@ -125,8 +62,6 @@
 //     through os.Root (a symlink out of the root is refused), once the new
 //     installer is downloaded and verified: a bad download leaves the old
 //     install whole.
-//   - Forge's Maven names are tried as <mc>-<forge>, <mc>-<forge>-<mc>
-//     (1.7.10, 1.8.9), <mc>-<forge>-mc172, as itzg/mc-image-helper does.
 //   - Forge, NeoForge and Quilt installers are upstream code run on the host with
 //     `java -jar <installer> --installServer` in the root, through Runner
 //     (a seam so an agent or a container can run it instead), with a

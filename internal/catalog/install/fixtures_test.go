@@ -54,9 +54,9 @@ func fixtureRoute(rel string) string {
 // newFixtures returns a stand-in upstream serving only the fixtures, with
 // a stand-in artifact registered for every download a Fill build or a
 // Mojang version document names.
-func newFixtures(t *testing.T) *upstream {
+func newFixtures(t *testing.T) *fakeUpstream {
 	t.Helper()
-	u := &upstream{t: t, routes: map[string]http.HandlerFunc{}, override: map[string]http.HandlerFunc{},
+	u := &fakeUpstream{t: t, routes: map[string]http.HandlerFunc{}, override: map[string]http.HandlerFunc{},
 		mojangDocs: map[string]string{}, subst: map[string]string{}}
 	err := filepath.WalkDir(fixtureDir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || d.Name() == "README.md" {
@@ -77,7 +77,7 @@ func newFixtures(t *testing.T) *upstream {
 }
 
 // fixtureHandler serves a fixture file with the substitutions applied.
-func (u *upstream) fixtureHandler(file string) http.HandlerFunc {
+func (u *fakeUpstream) fixtureHandler(file string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		body, err := os.ReadFile(file)
 		if err != nil {
@@ -94,7 +94,7 @@ func (u *upstream) fixtureHandler(file string) http.HandlerFunc {
 	}
 }
 
-func (u *upstream) substitute(body []byte) []byte {
+func (u *fakeUpstream) substitute(body []byte) []byte {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	s := string(body)
@@ -105,9 +105,9 @@ func (u *upstream) substitute(body []byte) []byte {
 }
 
 // sub applies the substitutions to s (a route or URL of a fixture).
-func (u *upstream) sub(s string) string { return string(u.substitute([]byte(s))) }
+func (u *fakeUpstream) sub(s string) string { return string(u.substitute([]byte(s))) }
 
-func (u *upstream) replace(old, repl string) {
+func (u *fakeUpstream) replace(old, repl string) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.subst[old] = repl
@@ -126,11 +126,17 @@ func fixtureJSON(t *testing.T, rel string, v any) {
 
 // fillArtifacts registers a stand-in jar for every build in the Fill
 // fixtures and substitutes its sha256 and size into the answers.
-func (u *upstream) fillArtifacts() {
+func (u *fakeUpstream) fillArtifacts() {
 	files, _ := filepath.Glob(filepath.Join(fixtureDir, "fill.papermc.io/v3/projects/*/versions/*/builds.json"))
 	for _, f := range files {
 		rel, _ := filepath.Rel(fixtureDir, f)
-		var builds []fillBuild
+		var builds []struct { // encoding/json matches the keys case-insensitively
+			Downloads map[string]struct {
+				Name, URL string
+				Size      int64
+				Checksums struct{ SHA256 string }
+			}
+		}
 		fixtureJSON(u.t, rel, &builds)
 		for _, b := range builds {
 			d := b.Downloads["server:default"]
@@ -146,7 +152,7 @@ func (u *upstream) fillArtifacts() {
 // mojangArtifacts registers a stand-in server jar for every version
 // document, substitutes its sha1 and size into the document, and the
 // document's new sha1 (and so its URL) into the manifest.
-func (u *upstream) mojangArtifacts() {
+func (u *fakeUpstream) mojangArtifacts() {
 	var manifest struct {
 		Versions []struct{ ID, URL, SHA1 string } `json:"versions"`
 	}
@@ -250,7 +256,7 @@ func standInJar(t *testing.T, args string, plan ...string) []byte {
 // mavenJar serves an installer jar at route with the checksum sidecars a
 // Maven publishes (.sha1 and .md5; Forge's and NeoForge's Mavens also
 // publish .sha256 for newer artifacts, which is then preferred).
-func (u *upstream) mavenJar(route string, content []byte, sums ...string) {
+func (u *fakeUpstream) mavenJar(route string, content []byte, sums ...string) {
 	u.raw(route, "application/java-archive", content)
 	for _, algo := range sums {
 		var sum string
@@ -369,7 +375,7 @@ func TestFixturePurpur(t *testing.T) {
 		jarRoute     = "api.purpurmc.org/v2/purpur/1.21.1/2329/download"
 	)
 	content := jar("purpur-1.21.1-2329.jar")
-	serve := func(u *upstream) {
+	serve := func(u *fakeUpstream) {
 		u.raw(jarRoute, "application/java-archive", content)
 		u.replace("00000000000000000000000000000000", md5Hex(content))
 	}
@@ -502,7 +508,7 @@ func TestFixtureFabric(t *testing.T) {
 	)
 	// The body and headers itzg/mc-image-helper recorded for this URL.
 	launcher := []byte("fabric-server-mc.1.19.2-loader.0.14.12-launcher.0.11.1")
-	serveLauncher := func(u *upstream) {
+	serveLauncher := func(u *fakeUpstream) {
 		u.routes[launcherRoute] = func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/java-archive")
 			w.Header().Set("Content-Disposition", `attachment; filename="fabric-server-mc.1.19.2-loader.0.14.12-launcher.0.11.1.jar"`)
@@ -861,7 +867,7 @@ func TestFixtureForge(t *testing.T) {
 func TestFixtureBungeeCord(t *testing.T) {
 	const jarRoute = "ci.md-5.net/job/BungeeCord/2096/artifact/bootstrap/target/BungeeCord.jar"
 	content := jar("BungeeCord-2096")
-	serve := func(u *upstream) {
+	serve := func(u *fakeUpstream) {
 		u.raw(jarRoute, "application/java-archive", content)
 		u.replace("00000000000000000000000000000000", md5Hex(content))
 	}

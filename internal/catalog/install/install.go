@@ -16,6 +16,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install/upstream"
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -23,11 +24,11 @@ import (
 // ErrVersionNotFound is returned when the upstream does not have the
 // requested version, build or loader version (or has no stable build of
 // it).
-var ErrVersionNotFound = errors.New("version not found")
+var ErrVersionNotFound = upstream.ErrVersionNotFound
 
 // ErrTooLarge is returned when an upstream answer is larger than allowed
 // (16 MiB of metadata, 512 MiB for an artifact).
-var ErrTooLarge = errors.New("upstream response too large")
+var ErrTooLarge = upstream.ErrTooLarge
 
 // ErrNoJava is returned when the Forge or NeoForge installer must run and
 // there is no java on the host.
@@ -35,30 +36,10 @@ var ErrNoJava = errors.New("java not found on the host")
 
 // ChecksumError reports a download whose content does not match what the
 // upstream published. Nothing of it was kept.
-type ChecksumError struct {
-	URL  string // upstream URL of the artifact
-	Algo string // sha256, sha1, md5, or size
-	Want string
-	Got  string
-}
-
-func (e *ChecksumError) Error() string {
-	return fmt.Sprintf("%s of %s is %s, upstream published %s", e.Algo, e.URL, e.Got, e.Want)
-}
+type ChecksumError = upstream.ChecksumError
 
 // UpstreamError reports an upstream answer that is not 2xx.
-type UpstreamError struct {
-	URL     string // the URL requested (the mirror's when one is set)
-	Status  int    // HTTP status of the upstream answer
-	Message string // reason given in the body, if any
-}
-
-func (e *UpstreamError) Error() string {
-	if e.Message != "" {
-		return fmt.Sprintf("upstream %s answered %d: %s", e.URL, e.Status, e.Message)
-	}
-	return fmt.Sprintf("upstream %s answered %d", e.URL, e.Status)
-}
+type UpstreamError = upstream.StatusError
 
 // UserAgent returns the User-Agent Kiln sends upstream; PaperMC requires
 // one naming the software and a contact.
@@ -68,7 +49,7 @@ func UserAgent(version string) string {
 
 // Options configure an Installer.
 type Options struct {
-	// MirrorURL, when set, replaces every upstream: see fetcher.target.
+	// MirrorURL, when set, replaces every upstream: see upstream.Fetcher.Target.
 	MirrorURL string
 	// CacheDir is a local directory for downloads in flight; required.
 	// Without Artifacts it also holds the artifact cache itself.
@@ -100,8 +81,8 @@ type Options struct {
 // Installer installs server software into server roots. It is safe for
 // concurrent use, but two installs into the same root must not overlap.
 type Installer struct {
-	fetch       fetcher
-	userFetch   fetcher // for URLs users give: guarded, never mirrored
+	fetch       upstream.Fetcher
+	userFetch   upstream.Fetcher // for URLs users give: guarded, never mirrored
 	cache       cache
 	log         *slog.Logger
 	runner      Runner
@@ -161,13 +142,13 @@ func New(opts Options) (*Installer, error) {
 			IdleConnTimeout: 90 * time.Second, ForceAttemptHTTP2: true}
 	}
 	return &Installer{
-		fetch:       fetcher{client: client, ua: ua, mirror: mirror, metaMax: defaultMetaMax},
-		userFetch:   fetcher{client: guard.Client(userBase), ua: ua, metaMax: defaultMetaMax},
+		fetch:       upstream.Fetcher{Client: client, UserAgent: ua, Mirror: mirror, MetaMax: upstream.DefaultMetaMax},
+		userFetch:   upstream.Fetcher{Client: guard.Client(userBase), UserAgent: ua, MetaMax: upstream.DefaultMetaMax},
 		cache:       cache{store: artifacts, prefix: "artifacts/", tmpDir: filepath.Join(opts.CacheDir, "~downloads")},
 		log:         log,
 		runner:      runner,
 		hostJava:    opts.Runner == nil,
-		artifactMax: defaultArtifactMax,
+		artifactMax: upstream.DefaultArtifactMax,
 		runTimeout:  30 * time.Minute,
 	}, nil
 }
@@ -217,7 +198,7 @@ func (i *Installer) Install(ctx context.Context, p catalog.Profile, version, roo
 	if version == "" {
 		version = "latest"
 	}
-	if !validToken(version) {
+	if !upstream.ValidToken(version) {
 		return catalog.Result{}, validate.Errorf("version", "%q is not a version", version)
 	}
 	if err := os.MkdirAll(root, 0o750); err != nil {
@@ -271,7 +252,7 @@ func (i *Installer) Install(ctx context.Context, p catalog.Profile, version, roo
 
 // artifactInto makes sure a is in the cache (downloading and verifying it
 // if not) and copies it into the root as name. It returns the SHA-256.
-func (i *Installer) artifactInto(ctx context.Context, j job, a artifact, name string) (string, error) {
+func (i *Installer) artifactInto(ctx context.Context, j job, a upstream.Artifact, name string) (string, error) {
 	sha, cached := i.cache.find(ctx, a)
 	if !cached {
 		var err error
@@ -293,32 +274,4 @@ func (i *Installer) artifactInto(ctx context.Context, j job, a artifact, name st
 		return "", err
 	}
 	return sha, nil
-}
-
-// validToken reports whether s may be a version, build or loader version:
-// it goes into upstream URL paths, so no "/", no "..", printable ASCII.
-func validToken(s string) bool {
-	if s == "" || len(s) > 64 || strings.Contains(s, "..") {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
-		case i > 0 && (r == '.' || r == '-' || r == '_' || r == '+' || r == ' '):
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// notFound wraps ErrVersionNotFound with what was looked for.
-func notFound(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrVersionNotFound)
-}
-
-// isStatus reports whether err is an *UpstreamError with that status.
-func isStatus(err error, status int) bool {
-	ue, ok := errors.AsType[*UpstreamError](err)
-	return ok && ue.Status == status
 }

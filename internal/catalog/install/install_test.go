@@ -16,6 +16,7 @@ import (
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/blob/blobtest"
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install/upstream"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -36,7 +37,7 @@ func profile(t *testing.T, typ string) catalog.Profile {
 
 // newInstaller returns an Installer whose mirror is the fake upstream, and
 // its cache directory.
-func newInstaller(t *testing.T, u *upstream) (*Installer, string) {
+func newInstaller(t *testing.T, u *fakeUpstream) (*Installer, string) {
 	t.Helper()
 	cacheDir := t.TempDir()
 	i, err := New(Options{MirrorURL: u.mirror(), CacheDir: cacheDir, UserAgent: testUA, HTTPClient: u.srv.Client()})
@@ -426,34 +427,6 @@ func TestMirrorAndUserAgent(t *testing.T) {
 	}
 }
 
-func TestTarget(t *testing.T) {
-	mirrored := fetcher{mirror: "http://mirror.test/base"}
-	direct := fetcher{}
-	for _, tt := range []struct {
-		f       fetcher
-		in      string
-		want    string
-		wantErr bool
-	}{
-		{mirrored, "https://fill.papermc.io/v3/projects/paper", "http://mirror.test/base/fill.papermc.io/v3/projects/paper", false},
-		{mirrored, "https://ci.md-5.net/job/BungeeCord/lastSuccessfulBuild/api/json?tree=number", "http://mirror.test/base/ci.md-5.net/job/BungeeCord/lastSuccessfulBuild/api/json?tree=number", false},
-		{mirrored, "https://meta.fabricmc.net/v2/versions/loader/1.14%20Pre-Release%205/0.16.9/1.0.1/server/jar", "http://mirror.test/base/meta.fabricmc.net/v2/versions/loader/1.14%20Pre-Release%205/0.16.9/1.0.1/server/jar", false},
-		{mirrored, "http://example.test:8080/a", "http://mirror.test/base/example.test:8080/a", false},
-		{mirrored, "ftp://example.test/a", "", true},
-		{mirrored, "https://user:pw@example.test/a", "", true},
-		{mirrored, "https://example.test/a/../../b", "", true},
-		{mirrored, "https://example.test/a/%2e%2e/b", "", true},
-		{direct, "https://fill.papermc.io/v3/projects/paper", "https://fill.papermc.io/v3/projects/paper", false},
-		{direct, "http://fill-data.papermc.io/x.jar", "", true},
-		{direct, "/relative", "", true},
-	} {
-		got, err := tt.f.target(tt.in)
-		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("target(%q) with mirror %q = %q, %v; want %q (error: %v)", tt.in, tt.f.mirror, got, err, tt.want, tt.wantErr)
-		}
-	}
-}
-
 // rerouter sends every request to the fake upstream without a mirror set,
 // recording the URL the installer asked for: it checks the official
 // upstream URLs without leaving the machine.
@@ -537,11 +510,11 @@ func TestCancel(t *testing.T) {
 func TestTooLarge(t *testing.T) {
 	u := newUpstream(t)
 	i, cacheDir := newInstaller(t, u)
-	i.fetch.metaMax = 64
+	i.fetch.MetaMax = 64
 	if _, _, err := install(t, i, "paper", "latest", nil); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("Install with a 64-byte metadata cap = %v, want ErrTooLarge", err)
 	}
-	i.fetch.metaMax = defaultMetaMax
+	i.fetch.MetaMax = upstream.DefaultMetaMax
 	i.artifactMax = 10
 	_, root, err := install(t, i, "paper", "latest", nil)
 	if !errors.Is(err, ErrTooLarge) {
@@ -552,7 +525,7 @@ func TestTooLarge(t *testing.T) {
 	}
 
 	// A body larger than its Content-Length promised is cut at the cap too.
-	i.artifactMax = defaultArtifactMax
+	i.artifactMax = upstream.DefaultArtifactMax
 	u.set(purpurJarRoute, func(w http.ResponseWriter, r *http.Request) {
 		w.(http.Flusher).Flush() // no Content-Length: chunked
 		w.Write(bytes.Repeat([]byte("x"), 100))
@@ -575,33 +548,11 @@ func TestNew(t *testing.T) {
 		}
 	}
 	i, err := New(Options{CacheDir: t.TempDir(), MirrorURL: "http://127.0.0.1:9/m/"})
-	if err != nil || i.fetch.mirror != "http://127.0.0.1:9/m" || i.fetch.ua != UserAgent("dev") {
+	if err != nil || i.fetch.Mirror != "http://127.0.0.1:9/m" || i.fetch.UserAgent != UserAgent("dev") {
 		t.Errorf("New = %+v, %v", i, err)
 	}
 }
 
-func TestCompareVersions(t *testing.T) {
-	for _, tt := range []struct {
-		a, b string
-		want int
-	}{
-		{"1.20.1", "1.16.5", 1}, {"1.21", "1.21.0", 0}, {"1.21.10", "1.21.9", 1},
-		{"21.1.77", "21.1.100", -1}, {"20.2.3-beta", "20.2.3", -1}, {"26.1", "1.21.11", 1},
-	} {
-		if got := compareVersions(tt.a, tt.b); got != tt.want {
-			t.Errorf("compareVersions(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
-		}
-	}
-	for nv, mc := range map[string]string{"21.1.77": "1.21.1", "21.0.167": "1.21", "20.4.237": "1.20.4",
-		"20.2.3-beta": "1.20.2", "21.4.1-beta": "1.21.4", "26.1.0.5": "26.1", "26.1.1.2-beta": "26.1.1"} {
-		if got := neoGameVersion(nv); got != mc {
-			t.Errorf("neoGameVersion(%q) = %q, want %q", nv, got, mc)
-		}
-	}
-}
-
-// TestConcurrentInstalls installs one artifact into many roots at once,
-// sharing the cache.
 func TestConcurrentInstalls(t *testing.T) {
 	u := newUpstream(t)
 	i, _ := newInstaller(t, u)

@@ -14,11 +14,11 @@ import (
 	"testing"
 )
 
-// upstream is every installer upstream in one local HTTP server, laid out
+// fakeUpstream is every installer upstream in one local HTTP server, laid out
 // the way a Kiln mirror is: /mirror/<host>/<path>. It serves the documented
 // answer shapes (network.md §4) with small fake jars, and records every
 // request.
-type upstream struct {
+type fakeUpstream struct {
 	t      *testing.T
 	srv    *httptest.Server
 	routes map[string]http.HandlerFunc // "<host><path>" → handler
@@ -49,9 +49,9 @@ func md5Hex(b []byte) string    { s := md5.Sum(b); return hex.EncodeToString(s[:
 // jar returns the fake content of an artifact.
 func jar(name string) []byte { return []byte("PK fake jar: " + name + "\n") }
 
-func newUpstream(t *testing.T) *upstream {
+func newUpstream(t *testing.T) *fakeUpstream {
 	t.Helper()
-	u := &upstream{t: t, routes: map[string]http.HandlerFunc{}, override: map[string]http.HandlerFunc{},
+	u := &fakeUpstream{t: t, routes: map[string]http.HandlerFunc{}, override: map[string]http.HandlerFunc{},
 		mojangDocs: map[string]string{}, subst: map[string]string{}}
 	u.fill()
 	u.purpur()
@@ -66,9 +66,9 @@ func newUpstream(t *testing.T) *upstream {
 }
 
 // mirror is the MirrorURL for Options.
-func (u *upstream) mirror() string { return u.srv.URL + mirrorPrefix }
+func (u *fakeUpstream) mirror() string { return u.srv.URL + mirrorPrefix }
 
-func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
+func (u *fakeUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	route, ok := strings.CutPrefix(r.URL.Path, mirrorPrefix+"/")
 	if !ok {
 		http.Error(w, "not under the mirror prefix", http.StatusNotFound)
@@ -91,14 +91,14 @@ func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // set replaces the answer of one route for the rest of the test.
-func (u *upstream) set(route string, h http.HandlerFunc) {
+func (u *fakeUpstream) set(route string, h http.HandlerFunc) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.override[route] = h
 }
 
 // count returns how many requests were made for route.
-func (u *upstream) count(route string) int {
+func (u *fakeUpstream) count(route string) int {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	n := 0
@@ -110,13 +110,13 @@ func (u *upstream) count(route string) int {
 	return n
 }
 
-func (u *upstream) seen() []seen {
+func (u *fakeUpstream) seen() []seen {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]seen(nil), u.requests...)
 }
 
-func (u *upstream) json(route string, v any) {
+func (u *fakeUpstream) json(route string, v any) {
 	body, err := json.Marshal(v)
 	if err != nil {
 		u.t.Fatal(err)
@@ -124,7 +124,7 @@ func (u *upstream) json(route string, v any) {
 	u.raw(route, "application/json", body)
 }
 
-func (u *upstream) raw(route, ctype string, body []byte) {
+func (u *fakeUpstream) raw(route, ctype string, body []byte) {
 	u.routes[route] = func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", ctype)
 		w.Write(body)
@@ -145,7 +145,7 @@ const (
 // fill serves paper, folia, velocity and waterfall. For paper, 1.21.5 is
 // the newest version but has only a BETA build, so "latest" resolves to
 // 1.21.4, whose newest build 233 is ALPHA and 232 the newest STABLE.
-func (u *upstream) fill() {
+func (u *fakeUpstream) fill() {
 	type dl struct {
 		Name      string            `json:"name"`
 		Size      int               `json:"size"`
@@ -193,7 +193,7 @@ func (u *upstream) fill() {
 	}
 }
 
-func (u *upstream) purpur() {
+func (u *fakeUpstream) purpur() {
 	content := jar("purpur-1.21.4-2416.jar")
 	u.json("api.purpurmc.org/v2/purpur", map[string]any{"project": "purpur", "versions": []string{"1.20.6", "1.21.4"}})
 	u.json("api.purpurmc.org/v2/purpur/1.21.4", map[string]any{"project": "purpur", "version": "1.21.4",
@@ -205,7 +205,7 @@ func (u *upstream) purpur() {
 
 // mojang serves 1.21.4 (with javaVersion 21) and 1.16.5 (without, so the
 // table applies).
-func (u *upstream) mojang() {
+func (u *fakeUpstream) mojang() {
 	type ver struct {
 		ID   string `json:"id"`
 		Type string `json:"type"`
@@ -237,7 +237,7 @@ func (u *upstream) mojang() {
 	})
 }
 
-func (u *upstream) fabric() {
+func (u *fakeUpstream) fabric() {
 	u.json("meta.fabricmc.net/v2/versions/game", []map[string]any{
 		{"version": "25w02a", "stable": false}, {"version": "1.21.4", "stable": true}, {"version": "1.16.5", "stable": true},
 	})
@@ -255,7 +255,7 @@ func (u *upstream) fabric() {
 }
 
 // forge publishes a .sha1 sidecar but no .sha256, so the fallback is used.
-func (u *upstream) forge() {
+func (u *fakeUpstream) forge() {
 	u.json("files.minecraftforge.net/net/minecraftforge/forge/promotions_slim.json", map[string]any{
 		"homepage": "https://files.minecraftforge.net/net/minecraftforge/forge/",
 		"promos": map[string]string{
@@ -272,7 +272,7 @@ func (u *upstream) forge() {
 }
 
 // neoforge publishes a .sha256 sidecar ("<hex>  <file>" form).
-func (u *upstream) neoforge() {
+func (u *fakeUpstream) neoforge() {
 	u.raw("maven.neoforged.net/releases/net/neoforged/neoforge/maven-metadata.xml", "text/xml", []byte(`<?xml version="1.0" encoding="UTF-8"?>
 <metadata><groupId>net.neoforged</groupId><artifactId>neoforge</artifactId><versioning><versions>
 <version>20.4.237</version><version>21.1.76</version><version>21.1.77</version><version>21.4.1-beta</version>
@@ -282,7 +282,7 @@ func (u *upstream) neoforge() {
 	u.raw(neoforgeJarRoute+".sha256", "text/plain", []byte(sha256Hex(content)+"  neoforge-21.1.77-installer.jar\n"))
 }
 
-func (u *upstream) bungeecord() {
+func (u *fakeUpstream) bungeecord() {
 	content := jar("BungeeCord")
 	build := map[string]any{
 		"_class": "hudson.maven.MavenModuleSetBuild", "number": 1900, "result": "SUCCESS",

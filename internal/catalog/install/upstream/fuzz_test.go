@@ -1,4 +1,4 @@
-package install
+package upstream
 
 import (
 	"net/url"
@@ -15,9 +15,9 @@ func FuzzTarget(f *testing.F) {
 	} {
 		f.Add(s)
 	}
-	m := fetcher{mirror: "http://127.0.0.1:8080/mirror"}
+	m := Fetcher{Mirror: "http://127.0.0.1:8080/mirror"}
 	f.Fuzz(func(t *testing.T, s string) {
-		got, err := m.target(s)
+		got, err := m.Target(s)
 		if err != nil {
 			return
 		}
