@@ -24,7 +24,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/blob"
@@ -40,6 +42,8 @@ func main() {
 	manifest := flag.String("manifest", "", "restore: the manifest key (manifests/<uuid>)")
 	parent := flag.String("parent", "", "create: the manifest key of an earlier snapshot of the tree")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
+	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file at the end")
+	traceOut := flag.String("trace", "", "write a runtime execution trace to this file (go tool trace)")
 	null := flag.Bool("null", false, "create: a store that holds nothing and discards what is put (the engine's own cost, for analysis)")
 	flag.Parse()
 	if *root == "" || *storeDir == "" || (*op != "create" && *op != "restore") || (*op == "restore" && *manifest == "") {
@@ -58,10 +62,30 @@ func main() {
 		_ = pprof.StartCPUProfile(f)
 		defer pprof.StopCPUProfile()
 	}
+	if *memprofile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer func() {
+			if f, err := os.Create(*memprofile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
+	if *traceOut != "" {
+		f, err := os.Create(*traceOut)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "snapbench:", err)
+			os.Exit(2)
+		}
+		defer f.Close()
+		_ = trace.Start(f)
+		defer trace.Stop()
+	}
 	if err := run(ctx, *op, *root, *storeDir, *manifest, *parent, *null); err != nil {
 		fmt.Fprintln(os.Stderr, "snapbench:", err)
 		stop()
 		pprof.StopCPUProfile()
+		trace.Stop()
 		os.Exit(1)
 	}
 }

@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -64,6 +65,7 @@ type fileBatch struct {
 	s *fileStore
 
 	mu        sync.Mutex
+	dir       string              // its own directory in the staging one, made at the first Put
 	keys      map[string]struct{} // put in this batch (staged or found stored)
 	staged    []stagedBlob        // to publish at Commit
 	committed bool
@@ -97,11 +99,25 @@ func (b *fileBatch) Put(ctx context.Context, key string, r io.Reader, size int64
 	case !errors.Is(err, ErrNotFound):
 		return false, fmt.Errorf("put %s: %w", key, err)
 	}
-	// A short name: the staging directory grows with the batch (ext4
-	// never shrinks a directory), and its size counts in the store's.
+	dir, err := b.stagingDir()
+	if err != nil {
+		return false, fmt.Errorf("put %s: %w", key, err)
+	}
+	// Paths relative to the staging directory, through the batch's own
+	// (by name: a descriptor of it could be closed, and its number
+	// reused, under a Put still writing).
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
-	tmp := "b-" + hex.EncodeToString(rnd[:])
+	tmp := dir + "/b-" + hex.EncodeToString(rnd[:])
+	if br, ok := r.(*bytes.Reader); ok && size >= 0 {
+		direct, err := b.s.stageDirect(tmp, br, size)
+		if err != nil {
+			return false, fmt.Errorf("put %s: %w", key, err)
+		}
+		if direct {
+			return b.staged1(key, tmp)
+		}
+	}
 	f, err := b.s.root.OpenFile(stageDir+"/"+tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return false, fmt.Errorf("put %s: %w", key, err)
@@ -118,6 +134,48 @@ func (b *fileBatch) Put(ctx context.Context, key string, r io.Reader, size int64
 		unix.Unlinkat(int(b.s.stage.Fd()), tmp, 0)
 		return false, fmt.Errorf("put %s: %w", key, err)
 	}
+	return b.staged1(key, tmp)
+}
+
+// stagingDir is the name of the batch's own directory in the staging
+// one, made at the first Put: a batch's hundreds of staged names never
+// grow the staging directory itself (ext4 never shrinks a directory, and
+// its size counts in the store's), and it goes when the batch ends.
+func (b *fileBatch) stagingDir() (string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.committed {
+		return "", errors.New("the batch is committed")
+	}
+	if b.dir != "" {
+		return b.dir, nil
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	name := "batch-" + hex.EncodeToString(rnd[:])
+	if err := unix.Mkdirat(int(b.s.stage.Fd()), name, 0o700); err != nil {
+		return "", fmt.Errorf("staging directory: %w", err)
+	}
+	b.dir = name
+	return name, nil
+}
+
+// removeDir removes the batch's staging directory once the batch ended
+// (Commit or Close). A Put still writing there fails, as any Put after
+// the end does; what it leaves makes the removal fail, and the next
+// Open's clean removes it.
+func (b *fileBatch) removeDir() {
+	b.mu.Lock()
+	name := b.dir
+	b.mu.Unlock()
+	if name != "" {
+		unix.Unlinkat(int(b.s.stage.Fd()), name, unix.AT_REMOVEDIR)
+	}
+}
+
+// staged1 records the staged file tmp as key's, unless a concurrent Put
+// of the key won or Commit began meanwhile.
+func (b *fileBatch) staged1(key, tmp string) (bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, dup := b.keys[key]; dup || b.committed {
@@ -141,6 +199,7 @@ func (b *fileBatch) Put(ctx context.Context, key string, r io.Reader, size int64
 // staged files (removed at the next Open, Options.CleanBefore) and blobs
 // that are whole.
 func (b *fileBatch) Commit(ctx context.Context) error {
+	defer b.removeDir()
 	b.mu.Lock()
 	staged := b.staged
 	b.staged, b.committed = nil, true
@@ -197,6 +256,7 @@ func (b *fileBatch) Commit(ctx context.Context) error {
 }
 
 func (b *fileBatch) Close() error {
+	defer b.removeDir()
 	b.mu.Lock()
 	staged := b.staged
 	b.staged, b.committed = nil, true

@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +29,10 @@ type fileStore struct {
 	dir   string   // absolute, for String
 	root  *os.Root // dir
 	stage *os.File // dir/~tmp, held open for renameat2 and linkat
+
+	// noDirect: this store's file system or disk refused O_DIRECT once;
+	// batches stage through the page cache (direct.go).
+	noDirect atomic.Bool
 }
 
 func openFile(ctx context.Context, u *url.URL, opts Options) (*fileStore, error) {

@@ -1,8 +1,11 @@
 package blob
 
 import (
+	"bytes"
+	"crypto/rand"
 	"errors"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,15 +28,24 @@ func TestFileStore(t *testing.T) {
 	testStore(t, func(t *testing.T) Store { return openFileStore(t, t.TempDir(), Options{}) })
 }
 
+// stagedNames lists what the staging directory holds, directories and
+// the files in them, as paths relative to it.
 func stagedNames(t *testing.T, dir string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(dir, stageDir))
+	var names []string
+	top := filepath.Join(dir, stageDir)
+	err := filepath.WalkDir(top, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p != top {
+			rel, _ := filepath.Rel(top, p)
+			names = append(names, filepath.ToSlash(rel))
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	var names []string
-	for _, e := range entries {
-		names = append(names, e.Name())
 	}
 	return names
 }
@@ -211,8 +223,10 @@ func TestFileBatchStaged(t *testing.T) {
 			t.Fatalf("Batch.Put(%q) = %v, %v, want true, nil", data, created, err)
 		}
 	}
-	if names := stagedNames(t, dir); len(names) != 2 {
-		t.Errorf("staged files before Commit = %q, want two", names)
+	// Staged in the batch's own directory, which goes with the batch.
+	if names := stagedNames(t, dir); len(names) != 3 || !strings.HasPrefix(names[0], "batch-") ||
+		!strings.HasPrefix(names[1], names[0]+"/b-") || !strings.HasPrefix(names[2], names[0]+"/b-") {
+		t.Errorf("staged before Commit = %q, want a batch directory and two files in it", names)
 	}
 	wantMissing(t, s, chunkKey(one))
 	if keys := listKeys(t, s, ""); len(keys) != 0 {
@@ -240,4 +254,65 @@ func TestFileBatchStaged(t *testing.T) {
 		t.Errorf("staged files after Close = %q, want none", names)
 	}
 	wantMissing(t, s, chunkKey(three))
+}
+
+// A batch writes a blob handed over as a *bytes.Reader with O_DIRECT
+// (direct.go): whole blocks straight from an aligned buffer, the rest
+// through the bounce buffer, the file cut back to its size. Every size
+// around the block and bounce boundaries, from an aligned and an
+// unaligned buffer, comes back byte for byte; so it does through the page
+// cache, where the file system refuses O_DIRECT.
+func TestFileBatchDirect(t *testing.T) {
+	sizes := []int{0, 1, 4095, 4096, 4097, 8191, bounceSize - 1, bounceSize, bounceSize + 4097, 1<<20 + 3, 3 << 20}
+	raw := make([]byte, 4<<20)
+	rand.Read(raw)
+	skip := 0
+	for !aligned(raw[skip:]) {
+		skip++
+	}
+	for _, direct := range []bool{true, false} {
+		dir := t.TempDir()
+		s := openFileStore(t, dir, Options{})
+		fst := s.(*fileStore)
+		fst.noDirect.Store(!direct)
+		b := NewBatch(s)
+		want := map[string][]byte{}
+		for _, size := range sizes {
+			for _, off := range []int{skip, skip + 1} {
+				src := raw[off : off+size]
+				data := append([]byte(nil), src...)
+				data = append(data, byte(size), byte(off)) // distinct keys for equal prefixes
+				key := chunkKey(data)
+				src = raw[off : off+size+2]
+				copy(src[size:], data[size:])
+				if created, err := b.Put(t.Context(), key, bytes.NewReader(src), int64(len(src))); err != nil || !created {
+					t.Fatalf("direct %v: Put of %d bytes at offset %d = %v, %v", direct, len(src), off, created, err)
+				}
+				want[key] = data
+			}
+		}
+		// A reader of another length than declared stores nothing.
+		if _, err := b.Put(t.Context(), chunkKey([]byte("short")), bytes.NewReader([]byte("short")), 9); err == nil {
+			t.Errorf("direct %v: Put of 5 bytes declared as 9 succeeded", direct)
+		}
+		if err := b.Commit(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if direct && fst.noDirect.Load() {
+			t.Logf("NOTE: the file system of %s refuses O_DIRECT: both passes went through the page cache", dir)
+		}
+		for key, data := range want {
+			if got := get(t, s, key); !bytes.Equal(got, data) {
+				t.Errorf("direct %v: %s: got %d bytes, want %d (equal: %v)", direct, key, len(got), len(data), bytes.Equal(got, data))
+			}
+			fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(key)))
+			if err != nil || fi.Size() != int64(len(data)) {
+				t.Errorf("direct %v: %s on disk: %v, %v; want %d bytes", direct, key, fi, err, len(data))
+			}
+		}
+		wantMissing(t, s, chunkKey([]byte("short")))
+		if names := stagedNames(t, dir); len(names) != 0 {
+			t.Errorf("direct %v: staged after Commit = %q", direct, names)
+		}
+	}
 }

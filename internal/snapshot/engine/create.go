@@ -139,6 +139,7 @@ const (
 	defaultTransfers = 16       // chunks looked up or uploaded at once
 	slabCount        = 4        // slabs of slabSize: the chunk bytes read and not stored yet
 	inFlightBytes    = 16 << 20 // room for compressed chunks not stored yet
+	outPoolLimit     = 8 << 20  // free buffers for compressed chunks kept (outPool)
 )
 
 // item is one entry on its way through Create: the walker makes it, the
@@ -186,7 +187,7 @@ type creator struct {
 	budget   *semaphore.Weighted // inFlightBytes: what bounds the compressed ones
 	encoders chan *zstd.Encoder  // Workers of them for chunks: what bounds its CPU
 	packEnc  chan *zstd.Encoder  // one for packs (a small part of the bytes)
-	outs     chan []byte         // buffers for compressed chunks, reused
+	outs     *outPool            // buffers for compressed chunks, reused
 
 	parent *parent // nil: every file is read
 	start  int64   // Unix ns, recorded in the manifest
@@ -239,7 +240,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	}
 	c := &creator{root: root, store: store, opts: opts, seen: make(map[[32]byte]struct{}),
 		slabs: newSlabPool(slabCount), budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers), packEnc: make(chan *zstd.Encoder, 1),
-		outs: make(chan []byte, opts.Workers+1)}
+		outs: &outPool{limit: outPoolLimit}}
 	for i := range opts.Workers + 1 {
 		enc, err := newChunkEncoder(i == opts.Workers)
 		if err != nil {
@@ -811,14 +812,7 @@ func (c *creator) store1(ctx context.Context, j job) error {
 		return err
 	}
 	defer c.budget.Release(bound)
-	var buf []byte
-	select {
-	case buf = <-c.outs:
-	default:
-	}
-	if int64(cap(buf)) < bound {
-		buf = make([]byte, 0, bound)
-	}
+	buf := c.outs.get(int(bound))
 	encoders := c.encoders
 	if j.pack {
 		encoders = c.packEnc
@@ -831,12 +825,7 @@ func (c *creator) store1(ctx context.Context, j job) error {
 	}
 	out := enc.EncodeAll(j.data, buf[:0])
 	encoders <- enc
-	defer func() {
-		select {
-		case c.outs <- out[:0]:
-		default:
-		}
-	}()
+	defer func() { c.outs.put(out) }()
 	created, err := c.batch.Put(ctx, key, bytes.NewReader(out), int64(len(out)))
 	if err != nil {
 		return fmt.Errorf("store chunk %s: %w", key, err)

@@ -41,24 +41,36 @@
 //     there, and each chunk is a slice of its slab handed to the
 //     transfers, which hold the slab until the chunk is stored; the bytes
 //     a slab ends with that do not make a chunk yet move to the next one.
-//     Four slabs (32 MiB) bound the chunk bytes in memory.
+//     Four slabs (32 MiB) bound the chunk bytes in memory. Compressed
+//     chunks are written into buffers Create keeps for the next ones (up
+//     to 8 MiB free, outpool.go): made anew for each chunk, they were 500
+//     MB of garbage for a 1 GiB world, and the collector's goal, which
+//     follows the garbage, was most of the peak RSS.
 //   - Chunks are named by the SHA-256 of their uncompressed bytes
 //     (chunks/<2 hex>/<64 hex>) and stored as one zstd frame each with a
-//     4 MiB window. Levels, measured on the chunks of a 1 GiB worldgen
-//     world (1,026 MB of large files' chunks, 13 MB of packs; one core,
-//     2026-11-23): large files' chunks at SpeedFastest without entropy
-//     coding of literals (WithNoEntropyCompression): 737.1 MB in 0.46 s,
-//     where Huffman-coding the literals (zlib output in a region file)
-//     gives the same size in 0.67 s; SpeedDefault makes 731.4 MB but
-//     costs 1.2-1.9 s a GB, SpeedBetterCompression 729.5 MB in 2.6 s.
-//     Packs of small files (text, mostly) at SpeedDefault: 3.5 MB against
-//     3.9 at SpeedFastest; one encoder serves every pack. SpeedBest would
-//     make 3.0 MB, but its tables are 38 MiB (kiln serve's RSS target).
-//     The trade: the store is about 0.8 % larger than tar | zstd -1 of the
-//     same tree (docs/benchmarks.md), because per-chunk frames at zstd's
-//     fastest level, the manifest and 1 MB of fan-out directories add up;
-//     matching it needs SpeedDefault, whose extra 0.8-1.4 CPU-s a GB the
-//     speed target on 2 cores cannot pay.
+//     4 MiB window and no frame checksum (a restore checks the SHA-256).
+//     Levels, measured on the chunks of a 1 GiB worldgen world (one core
+//     unless said, 2026-11-23): large files' chunks at SpeedFastest
+//     without entropy coding of literals: 737.1 MB in 0.46 s (0.67 s with
+//     it, same size); SpeedDefault 731.4 MB in 1.2–1.4 s;
+//     SpeedBetterCompression 729.5 MB in 1.8 s alone but 2.5 CPU-s more
+//     than SpeedFastest a GB inside Create. Where the fastest level loses
+//     is worldgen's region chunks: their zlib streams end in runs of one
+//     repeated deflate code (periodic bytes, 60–110 of them) after
+//     4,500 bytes of noise, and klauspost's fast encoder, which widens its
+//     step through incompressible input faster than C zstd -1 does, steps
+//     over them (replacing the zlib bytes with noise of the same length
+//     makes both equal). Packs of small files (text, mostly) at
+//     SpeedBetterCompression: 0.17 MB less than SpeedDefault for 16 MB of
+//     small files, a 5 MiB encoder; SpeedBestCompression would save 0.29
+//     MB more, but its tables are 35 MiB (kiln serve's RSS target).
+//     The trade (docs/benchmarks.md): the store is 0.8 % larger than
+//     tar | zstd -1 of the same tree. SpeedDefault makes it 1.0002× (the
+//     rest is 1 MB of fan-out directories, counted), SpeedBetterCompression
+//     0.998×, but on 2 cores they cost 1.2 and 2.5 CPU-s more a GB than
+//     the 2.9 of a Create at SpeedFastest, and the speed target (0.8× of
+//     tar | zstd -1 -T0, which spends 1.6 CPU-s) falls to 0.6× and 0.45×.
+//     Speed was kept.
 //   - Packs: a file of at most 256 KiB would be a chunk of its own (FastCDC
 //     never cuts before that), so a world's 20,000 player, stats and
 //     config files made 20,136 chunks of a 200 MiB world, 10 KiB each:

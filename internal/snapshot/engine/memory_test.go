@@ -46,14 +46,15 @@ func peakHeap(t *testing.T, fn func()) uint64 {
 
 // TestMemoryBound: Create and Restore hold a bounded amount of memory,
 // whatever the tree's size: below fixed bounds (Create: its slabs, its
-// budget for compressed chunks and its encoders) for 50 and 200 MiB
+// budget for compressed chunks, the free buffers it keeps for them and
+// its encoders) for 50 and 200 MiB
 // alike, far below the data.
 func TestMemoryBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 250 MiB")
 	}
 	const (
-		createMax  = slabCount*slabSize + inFlightBytes + 24<<20 // the encoders, the queues
+		createMax  = slabCount*slabSize + inFlightBytes + outPoolLimit + 24<<20 // the encoders, the queues
 		restoreMax = 48 << 20
 	)
 	for _, mib := range []int{50, 200} {
