@@ -186,7 +186,7 @@ type creator struct {
 	slabs    *slabPool           // what bounds the chunk bytes in memory
 	budget   *semaphore.Weighted // inFlightBytes: what bounds the compressed ones
 	encoders chan *zstd.Encoder  // Workers of them for chunks: what bounds its CPU
-	packEnc  chan *zstd.Encoder  // one for packs (a small part of the bytes)
+	packEnc  chan *zstd.Encoder  // Workers of them for packs
 	outs     *outPool            // buffers for compressed chunks, reused
 
 	parent *parent // nil: every file is read
@@ -239,15 +239,19 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 		}
 	}
 	c := &creator{root: root, store: store, opts: opts, seen: make(map[[32]byte]struct{}),
-		slabs: newSlabPool(slabCount), budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers), packEnc: make(chan *zstd.Encoder, 1),
+		slabs: newSlabPool(slabCount), budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers), packEnc: make(chan *zstd.Encoder, opts.Workers),
 		outs: &outPool{limit: outPoolLimit}}
-	for i := range opts.Workers + 1 {
-		enc, err := newChunkEncoder(i == opts.Workers)
+	// Chunk and pack encoders alike, one of each per worker: a world's
+	// thousands of small files come first in its walk, and one pack
+	// encoder made that phase serial.
+	for i := range 2 * opts.Workers {
+		pack := i >= opts.Workers
+		enc, err := newChunkEncoder(pack)
 		if err != nil {
 			return Result{}, err
 		}
 		defer enc.Close()
-		if i == opts.Workers {
+		if pack {
 			c.packEnc <- enc
 		} else {
 			c.encoders <- enc

@@ -91,7 +91,7 @@
 //     first, names in byte order) opens files 16 ahead; one cutter reads
 //     and cuts them into slabs (and fills packs); 16 transfers hash, look
 //     up (Stat, cheaper than an upload) and upload the chunks, compressing
-//     on NumCPU encoders (and one for packs) into buffers within a budget
+//     on NumCPU encoders (and NumCPU for packs) into buffers within a budget
 //     of 16 MiB; one writer writes each entry once all its chunks are
 //     stored, in walk order, streaming the manifest into the store's Put
 //     (size unknown). Peak heap in use measured for 50 and 200 MiB trees
