@@ -244,6 +244,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	// Chunk and pack encoders alike, one of each per worker: a world's
 	// thousands of small files come first in its walk, and one pack
 	// encoder made that phase serial.
+	defer c.slabs.close() // after run: its goroutines have all returned
 	for i := range 2 * opts.Workers {
 		pack := i >= opts.Workers
 		enc, err := newChunkEncoder(pack)

@@ -41,7 +41,8 @@
 //     there, and each chunk is a slice of its slab handed to the
 //     transfers, which hold the slab until the chunk is stored; the bytes
 //     a slab ends with that do not make a chunk yet move to the next one.
-//     Four slabs (32 MiB) bound the chunk bytes in memory. Compressed
+//     Four slabs (32 MiB, mapped memory rather than Go heap: chunker.go)
+//     bound the chunk bytes in memory. Compressed
 //     chunks are written into buffers Create keeps for the next ones (up
 //     to 8 MiB free, outpool.go): made anew for each chunk, they were 500
 //     MB of garbage for a 1 GiB world, and the collector's goal, which
