@@ -55,6 +55,10 @@ func (s *fileStore) stageDirect(tmp string, br *bytes.Reader, size int64) (ok bo
 		s.noDirect.Store(true)
 		unix.Close(fd)
 		unix.Unlinkat(sfd, tmp, 0)
+		// WriteTo moved the reader to its end: the caller writes it again.
+		if _, err := br.Seek(0, io.SeekStart); err != nil {
+			return true, err
+		}
 		return false, nil
 	}
 	if cerr := unix.Close(fd); err == nil {
