@@ -10,7 +10,7 @@ import (
 var (
 	chunkLevel     = zstd.SpeedFastest
 	chunkNoEntropy = true
-	packLevel      = zstd.SpeedBetterCompression
+	packLevel      = zstd.SpeedDefault
 )
 
 // newChunkEncoder returns a zstd encoder for chunks (pack false) or packs of

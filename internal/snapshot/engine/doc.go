@@ -62,9 +62,11 @@
 //     step through incompressible input faster than C zstd -1 does, steps
 //     over them (replacing the zlib bytes with noise of the same length
 //     makes both equal). Packs of small files (text, mostly) at
-//     SpeedBetterCompression: 0.17 MB less than SpeedDefault for 16 MB of
-//     small files, a 5 MiB encoder; SpeedBestCompression would save 0.29
-//     MB more, but its tables are 35 MiB (kiln serve's RSS target).
+//     SpeedDefault, one encoder per worker (one made the small files'
+//     phase serial): SpeedBetterCompression would save 0.17 MB of 16 MB
+//     of small files for 0.2 CPU-s more (60 MB/s on them),
+//     SpeedBestCompression 0.29 MB more, but its tables are 35 MiB (kiln
+//     serve's RSS target).
 //     The trade (docs/benchmarks.md): the store is 0.8 % larger than
 //     tar | zstd -1 of the same tree. SpeedDefault makes it 1.0002× (the
 //     rest is 1 MB of fan-out directories, counted), SpeedBetterCompression
