@@ -46,7 +46,8 @@ type RestoreOptions struct {
 	// written into the staging tree so far and the snapshot's total, one
 	// call at a time (from any goroutine): it must not block.
 	Progress func(done, total int64)
-	// Workers fetch, check and write chunks; 0 means runtime.NumCPU().
+	// Workers fetch, check and write chunks, and hash the extents of a
+	// file of the tree being proven equal; 0 means runtime.NumCPU().
 	Workers int
 }
 
