@@ -256,7 +256,12 @@
 //     place are neither reserved nor removed); what the swap removed is
 //     recorded as a negative change, and so is the staged copy of each
 //     directory merged into the tree's (it goes with the staging
-//     directory). The check before staging still compares the whole
-//     snapshot's size with the free space: a tree almost all kept needs
-//     far less, but which files stay is known only once they are read.
+//     directory). The check before staging (the first pass) compares
+//     with the free space what the snapshot needs less the files the tree
+//     holds at the same paths with the same size (a stat each): those may
+//     stay, so a rollback of a small change fits near the limit. That is
+//     an estimate only; the limit itself is held by the reservation of
+//     each file staged (TestRestoreQuota: a kept file needs nothing, the
+//     same file changed is refused with files.ErrQuota, the tree as it
+//     was).
 package engine

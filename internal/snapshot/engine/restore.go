@@ -98,14 +98,28 @@ const (
 // ctx.Err(), file system errors; all wrapped.
 func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, store Store, manifestKey string, opts RestoreOptions) (RestoreResult, error) {
 	var out RestoreResult
-	// First pass: the whole manifest checked, nothing written.
+	rootDir, err := root.OpenDir(".")
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	defer rootDir.Close()
+	rootFD := int(rootDir.Fd())
+	// First pass: the whole manifest checked, nothing written. What the
+	// staged tree will need is estimated: a file of the tree of the
+	// entry's size may stay in place (the second pass proves it, or
+	// reserves it as it stages it: the limit holds either way).
 	var need int64
+	live := newLiveDirs(rootFD)
+	defer live.close()
 	info, err := scan(ctx, store, manifestKey, func(en *entry) error {
 		switch en.kind {
 		case kindFile:
-			need += quota.Cost(en.size)
+			if !live.maySkip(en) {
+				need += quota.Cost(en.size)
+			}
 			out.Files++
 		case kindDir:
+			live.enter(en.path)
 			need += quota.EntryCost
 			out.Dirs++
 		case kindLink:
@@ -114,6 +128,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 		}
 		return nil
 	})
+	live.close()
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
@@ -122,12 +137,6 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
 	}
 
-	rootDir, err := root.OpenDir(".")
-	if err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
-	}
-	defer rootDir.Close()
-	rootFD := int(rootDir.Fd())
 	if pending, err := journaled(rootDir); err != nil || pending {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, errors.Join(err, ErrRestorePending))
 	}

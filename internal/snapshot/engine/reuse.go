@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -405,4 +406,66 @@ func (p *prover) chunk(ctx context.Context, ref chunkRef) ([]byte, error) {
 	}
 	p.packs = append(p.packs, cachedChunk{sum: ref.sum, data: data})
 	return data, nil
+}
+
+// liveDirs follows the manifest's walk order in the tree, one directory
+// open per level (O_NOFOLLOW, -1 where the tree has no directory there),
+// to look at the file of the tree at an entry's path: the first pass's
+// estimate of what the staged tree needs.
+type liveDirs struct {
+	stack []stagedDir // path and live only; [0] is the root, not closed
+}
+
+func newLiveDirs(rootFD int) *liveDirs {
+	return &liveDirs{stack: []stagedDir{{path: ".", live: rootFD}}}
+}
+
+// parent pops to the directory of rel (listed before it: the manifest
+// was checked up to rel) and returns its descriptor, -1 if none.
+func (l *liveDirs) parent(rel string) int {
+	dir := path.Dir(rel)
+	for len(l.stack) > 1 && l.stack[len(l.stack)-1].path != dir {
+		if fd := l.stack[len(l.stack)-1].live; fd >= 0 {
+			unix.Close(fd)
+		}
+		l.stack = l.stack[:len(l.stack)-1]
+	}
+	if l.stack[len(l.stack)-1].path != dir {
+		return -1
+	}
+	return l.stack[len(l.stack)-1].live
+}
+
+// enter opens the tree's directory rel, if it is one.
+func (l *liveDirs) enter(rel string) {
+	fd := l.parent(rel)
+	if fd >= 0 {
+		if sub, err := openDirAt(fd, path.Base(rel)); err == nil {
+			fd = sub
+		} else {
+			fd = -1
+		}
+	}
+	l.stack = append(l.stack, stagedDir{path: rel, live: fd})
+}
+
+// maySkip reports whether the tree holds, at en's path, a regular file
+// with one link of en's size: one the second pass may keep in place.
+func (l *liveDirs) maySkip(en *entry) bool {
+	fd := l.parent(en.path)
+	if fd < 0 {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Fstatat(fd, path.Base(en.path), &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 && st.Size == en.size
+}
+
+func (l *liveDirs) close() {
+	for _, d := range l.stack[1:] {
+		if d.live >= 0 {
+			unix.Close(d.live)
+		}
+	}
+	l.stack = l.stack[:1]
 }
