@@ -191,8 +191,12 @@
 //     stat'ed before and after the read, and once more when the swap is
 //     planned: an inode, size, mtime or ctime that moved means a write
 //     came in between, and the restore is refused before its commit
-//     point (a concurrent writer, as for any path, can still write after
-//     the plan; the server is stopped while it restores). The kept files
+//     point. That check sees a write as far as the file system's
+//     timestamps do (since Linux 6.13, multigrain timestamps give any
+//     change after a stat a new ctime on ext4, xfs, btrfs and tmpfs;
+//     before, two changes within one clock tick may share one). A
+//     concurrent writer, as for any path, can still write after the
+//     plan; the server is stopped while it restores. The kept files
 //     are listed, in manifest order, in the staging directory
 //     (reuse.go); the planner meets them in the same order (both walk
 //     parents first, names in byte order) and a kept file it does not
