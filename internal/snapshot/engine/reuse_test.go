@@ -293,3 +293,45 @@ func TestKeptFileChangedBeforeSwap(t *testing.T) {
 		t.Errorf("the tree changed:\n%s", d)
 	}
 }
+
+// TestRecoverJournalV1: a journal an earlier Kiln wrote (version 1, no
+// keep steps) is still run by Recover.
+func TestRecoverJournalV1(t *testing.T) {
+	snap := snapshotSide(t)
+	store := newStore(t)
+	res := create(t, openRoot(t, snap.dir), store, CreateOptions{})
+	want := state(t, snap.dir)
+	live := newTree(t)
+	live.file("a.txt", []byte("live a"), 0o644)
+	live.file("gone/y", []byte("removed"), 0o644)
+	root := openRoot(t, live.dir)
+	dir, err := root.OpenDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, p, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, res.SizeBytes, RestoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.kept != 0 {
+		t.Fatalf("%d files kept; the fixture should keep none (a v1 journal has no keep step)", p.kept)
+	}
+	jpath := filepath.Join(live.dir, st.name, journalName)
+	st.close()
+	dir.Close()
+	j, err := os.ReadFile(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j = []byte(journalHeaderV1 + strings.TrimPrefix(string(j), journalHeader))
+	if err := os.WriteFile(jpath, j, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Recover(t.Context(), root)
+	if err != nil || got != (Recovered{Finished: 1}) {
+		t.Fatalf("Recover of a v1 journal = %+v, %v; want one finished", got, err)
+	}
+	if d := diffState(want, state(t, live.dir)); d != "" {
+		t.Errorf("the recovered tree differs:\n%s", d)
+	}
+}
