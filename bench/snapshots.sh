@@ -416,7 +416,7 @@ section_remut() {
       cp "$TMP/cmd.out" "$TMP/remut-$i.out"
       measure "run $i zstd -d | tar -x (over)" bash -o pipefail -c "$pipeline"; gnu+=("$M_WALL")
     fi
-    echo "    kiln replaced $(rfield "$TMP/remut-$i.out" replaced) entries; engine's own time $(rfield "$TMP/remut-$i.out" seconds) s"
+    echo "    kiln replaced $(rfield "$TMP/remut-$i.out" replaced) entries, kept $(rfield "$TMP/remut-$i.out" kept) files in place ($(mb "$(rfield "$TMP/remut-$i.out" kept_bytes)")); engine's own time $(rfield "$TMP/remut-$i.out" seconds) s"
     if [ "$i" = 1 ]; then
       diff -r --no-dereference "$TMP/m-gnu-$i" "$TMP/m-kiln-$i" >"$TMP/diff.out" 2>&1 || same=0
     fi

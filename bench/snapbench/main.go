@@ -130,8 +130,8 @@ func run(ctx context.Context, op, rootDir, storeDir, manifest, parent string, nu
 			return err
 		}
 		resv.Commit()
-		fmt.Printf("RESTORE_RESULT size=%d files=%d dirs=%d replaced=%d seconds=%.3f\n",
-			res.SizeBytes, res.Files, res.Dirs, res.Replaced, time.Since(start).Seconds())
+		fmt.Printf("RESTORE_RESULT size=%d files=%d dirs=%d replaced=%d kept=%d kept_bytes=%d seconds=%.3f\n",
+			res.SizeBytes, res.Files, res.Dirs, res.Replaced, res.Kept, res.KeptBytes, time.Since(start).Seconds())
 	}
 	return nil
 }

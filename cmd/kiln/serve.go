@@ -443,6 +443,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Snapshots: taken, restored and deleted in the background; the
 	// executor takes one before a replace or delete.
 	snaps := snapshot.New(db, blobs, serverSvc, cat, snapshot.Options{Owner: self.ID, Node: cfg.NodeName}, log)
+	// A deleted server's restore stops before its root goes.
+	serverSvc.OnDelete(snaps.CancelServer)
 	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs,
 		Snapshots: snaps, Log: log})
 

@@ -49,7 +49,13 @@
 //     ledger (staged inside the root, swapped in under a journal), and it
 //     is started again if it was running — also when the restore failed,
 //     which leaves the previous files. One restore per server at a time
-//     (ErrBusy). Its outcome is logged; RecoverRoots, at kiln serve's
+//     (ErrBusy, RestoreNow included). A server deleted while a restore
+//     writes into it (CancelServer, run by servers.OnDelete before the
+//     root goes) cancels the restore and waits for it: before its commit
+//     point the staging directory is removed and the restore fails with
+//     ErrServerDeleted, after it the swap is finished first; the server
+//     is not started again, and restores into it are refused from then
+//     on (servers.ErrNotFound). Its outcome is logged; RecoverRoots, at kiln serve's
 //     start before any server starts, finishes or undoes a restore a crash
 //     cut short.
 //   - The collector also deletes blobs the ledger does not know (chunks

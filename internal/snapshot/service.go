@@ -34,6 +34,9 @@ var (
 	ErrNotReady = errors.New("the snapshot is not ready; only a ready snapshot can be restored")
 	// ErrBusy: a restore of a server another restore is writing.
 	ErrBusy = errors.New("a restore into this server is already running")
+	// ErrServerDeleted: the server a restore was writing into was deleted;
+	// the restore stopped (before its commit point: nothing of it left).
+	ErrServerDeleted = errors.New("the server was deleted during the restore; the restore was cancelled")
 )
 
 // Statuses of a snapshot.
@@ -125,7 +128,8 @@ type Service struct {
 
 	mu        sync.Mutex
 	running   map[string]context.CancelFunc // snapshots being taken here, by id
-	restoring map[string]bool               // servers being restored, by id
+	restoring map[string]*restoreRun        // servers being restored, by id
+	deleted   map[string]bool               // servers deleted (or being deleted) since the start, by id
 	ctx       context.Context               // ends at Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -140,8 +144,9 @@ func New(db *store.DB, st blob.Store, srv Servers, cat Catalog, opts Options, lo
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{db: db, store: st, servers: srv, cat: cat, log: log, opts: opts,
-		slots: make(chan struct{}, opts.Parallel), running: map[string]context.CancelFunc{}, restoring: map[string]bool{},
-		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+		slots: make(chan struct{}, opts.Parallel), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
+		deleted: map[string]bool{},
+		ctx:     ctx, cancel: cancel, wake: make(chan struct{}, 1)}
 }
 
 // Snapshot is a snapshot record.
@@ -613,24 +618,77 @@ func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) erro
 	if _, err := s.servers.Access(ctx, teamID, targetID, false); err != nil {
 		return err // another node's server: servers.OtherNodeError
 	}
-	s.mu.Lock()
-	if s.restoring[sv.ID] {
-		s.mu.Unlock()
-		return ErrBusy
+	rctx, run, err := s.beginRestore(s.ctx, sv.ID)
+	if err != nil {
+		return err
 	}
-	s.restoring[sv.ID] = true
-	s.mu.Unlock()
 	s.wg.Go(func() {
-		defer func() {
-			s.mu.Lock()
-			delete(s.restoring, sv.ID)
-			s.mu.Unlock()
-		}()
-		if err := panics.Catch(func() error { return s.restore(s.ctx, snap, sv) }); err != nil {
+		defer s.endRestore(sv.ID, run)
+		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv) }); err != nil {
 			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
 		}
 	})
 	return nil
+}
+
+// restoreRun is a restore running here: CancelServer stops it and waits
+// for done.
+type restoreRun struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+// beginRestore registers a restore into server id: ErrBusy while another
+// runs, servers.ErrNotFound once the server was deleted (or is being
+// deleted: its files are about to go). The returned context ends with
+// the cause ErrServerDeleted when the server is deleted.
+func (s *Service) beginRestore(parent context.Context, id string) (context.Context, *restoreRun, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deleted[id] {
+		return nil, nil, servers.ErrNotFound
+	}
+	if s.restoring[id] != nil {
+		return nil, nil, ErrBusy
+	}
+	ctx, cancel := context.WithCancelCause(parent)
+	run := &restoreRun{cancel: cancel, done: make(chan struct{})}
+	s.restoring[id] = run
+	return ctx, run, nil
+}
+
+// endRestore ends what beginRestore registered.
+func (s *Service) endRestore(id string, run *restoreRun) {
+	s.mu.Lock()
+	delete(s.restoring, id)
+	s.mu.Unlock()
+	run.cancel(nil)
+	close(run.done)
+}
+
+// CancelServer stops the restore writing into server id, if any, and
+// waits for it to end; restores into it are refused from then on. The
+// servers service calls it before it deletes a server (servers.OnDelete),
+// so no restore writes into a root being removed: one before its commit
+// point removes its staging directory and fails with ErrServerDeleted;
+// one past it finishes its swap (a few renames) first. A delete that
+// fails after this leaves the server refusing restores until Kiln
+// restarts. Errors: ctx's, if it ends first.
+func (s *Service) CancelServer(ctx context.Context, id string) error {
+	s.mu.Lock()
+	s.deleted[id] = true
+	run := s.restoring[id]
+	s.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	run.cancel(ErrServerDeleted)
+	select {
+	case <-run.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // RestoreNow is Restore waiting for the end (the deployments executor).
@@ -646,12 +704,26 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 	if err != nil {
 		return err
 	}
-	return s.restore(ctx, snap, sv)
+	rctx, run, err := s.beginRestore(ctx, sv.ID)
+	if err != nil {
+		return err
+	}
+	defer s.endRestore(sv.ID, run)
+	return s.restore(rctx, snap, sv)
 }
 
+// restore runs a restore registered by beginRestore (ctx is its own).
 func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server) (err error) {
 	s.servers.Note(sv.ID, fmt.Sprintf("restoring snapshot %s (%s)", snap.ID, snap.Name))
 	defer func() {
+		if errors.Is(context.Cause(ctx), ErrServerDeleted) {
+			// Whatever failed, it failed because the server went: say
+			// so, and write nothing to the console of a server gone.
+			if err != nil {
+				err = fmt.Errorf("restore %s into %s: %w", snap.ID, sv.ID, ErrServerDeleted)
+			}
+			return
+		}
 		if err != nil {
 			s.servers.Note(sv.ID, fmt.Sprintf("the restore of snapshot %s failed; the files are as they were: %v", snap.ID, err))
 		} else {
@@ -682,7 +754,7 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server)
 	if a.Disk != nil {
 		a.Disk.Stale() // the restore replaced the tree: measure it again
 	}
-	if wasRunning {
+	if wasRunning && !errors.Is(context.Cause(ctx), ErrServerDeleted) {
 		if err := s.servers.Power(context.WithoutCancel(ctx), sv.TeamID, sv.ID, "start"); err != nil {
 			s.log.Warn("start the server again after a restore", "server_id", sv.ID, "err", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -587,4 +588,122 @@ func TestOrphanChunksCollected(t *testing.T) {
 		}
 		e.checkComplete(snap)
 	})
+}
+
+// gatedStore holds every chunk read, once armed, until its context ends:
+// a store slow enough for a test to act in the middle of a restore.
+type gatedStore struct {
+	blob.Store
+	armed chan struct{} // closed: chunk reads wait
+	hit   chan struct{} // closed at the first chunk read held
+	once  sync.Once
+}
+
+func (g *gatedStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	select {
+	case <-g.armed:
+		if strings.HasPrefix(key, chunkPrefix) {
+			g.once.Do(func() { close(g.hit) })
+			<-ctx.Done()
+			return nil, fmt.Errorf("read %s: %w", key, context.Cause(ctx))
+		}
+	default:
+	}
+	return g.Store.Get(ctx, key)
+}
+
+// TestRestoreIntoDeletedServer deletes a real server (kiln-test, running)
+// while a restore into it is fetching chunks: the restore stops with
+// ErrServerDeleted before the root goes, its staging directory removed and
+// the files as they were when the root is removed; the server is not
+// started again; the snapshot stays ready with all its chunks; a new
+// restore into the deleted server is refused.
+func TestRestoreIntoDeletedServer(t *testing.T) {
+	fs, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &gatedStore{Store: fs, armed: make(chan struct{}), hit: make(chan struct{})}
+	e := newSvcEnvOn(t, storetest.SQLite(t), gate)
+	ctx := t.Context()
+	e.srv.OnDelete(e.svc.CancelServer)
+	// What the root holds when the server's files are about to be removed
+	// (the hooks run in order: this one after CancelServer returned).
+	type seen struct {
+		staging []string
+		custom  string
+	}
+	var at seen
+	var root string
+	e.srv.OnDelete(func(ctx context.Context, id string) error {
+		at.staging, _ = filepath.Glob(filepath.Join(root, ".kiln-tmp-*"))
+		b, _ := os.ReadFile(filepath.Join(root, "world/custom.dat"))
+		at.custom = string(b)
+		return nil
+	})
+	sv := e.server("doomed", map[string]string{"world/custom.dat": "snapshot", "plugins/a.jar": "jar"})
+	root = e.node.Node.Root(sv.ID)
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "before", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = e.wait(snap.ID)
+	e.write(sv.ID, map[string]string{"world/custom.dat": "changed since"})
+	if err := e.srv.Power(ctx, e.team, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+
+	close(gate.armed)
+	restored := make(chan error, 1)
+	go func() { restored <- e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID) }()
+	select {
+	case <-gate.hit:
+	case err := <-restored:
+		t.Fatalf("RestoreNow ended before reading a chunk: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the restore read no chunk within 60 s")
+	}
+	// Mid-restore: staged, nothing swapped.
+	if st, _ := filepath.Glob(filepath.Join(root, ".kiln-tmp-restore-*")); len(st) != 1 {
+		t.Fatalf("staging directories mid-restore: %v, want one", st)
+	}
+	if err := e.srv.Delete(ctx, e.team, sv.ID); err != nil {
+		t.Fatalf("Delete during the restore: %v", err)
+	}
+	var rerr error
+	select {
+	case rerr = <-restored:
+	case <-time.After(60 * time.Second):
+		t.Fatal("RestoreNow did not return after the delete")
+	}
+	if !errors.Is(rerr, ErrServerDeleted) {
+		t.Errorf("RestoreNow = %v, want ErrServerDeleted", rerr)
+	}
+	if len(at.staging) != 0 || at.custom != "changed since" {
+		t.Errorf("when the root was about to be removed: staging %v, world/custom.dat %q; want no staging, the files as they were", at.staging, at.custom)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Errorf("the deleted server's root: %v, want it gone", err)
+	}
+	e.svc.mu.Lock()
+	left := len(e.svc.restoring)
+	e.svc.mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d restores still registered", left)
+	}
+	if _, err := e.srv.Get(ctx, e.team, sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("the server after the delete: %v, want servers.ErrNotFound (not started again)", err)
+	}
+	if err := e.svc.Restore(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("Restore into the deleted server = %v, want servers.ErrNotFound", err)
+	}
+	if err := e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("RestoreNow into the deleted server = %v, want servers.ErrNotFound", err)
+	}
+	got, err := e.svc.Get(ctx, e.team, snap.ID)
+	if err != nil || got.Status != StatusReady {
+		t.Fatalf("the snapshot after the delete: %+v, %v; want ready", got, err)
+	}
+	e.checkComplete(got)
 }

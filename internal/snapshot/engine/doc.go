@@ -183,6 +183,44 @@
 //     written. Each file's cost is reserved before it is created: its size
 //     is the sum of extents each checked to be exactly its length, so what
 //     is reserved is what is written.
+//   - Restore over a tree: a file of the tree whose content is proven
+//     equal to its entry stays in place (not fetched, not written, not
+//     swapped; its mode and mtime set by a journal step if they differ),
+//     so a rollback costs in proportion to what changed plus one read of
+//     the unchanged content (TestRestoreKeepsUnchanged). The proof never
+//     trusts a stat: a restore must make files byte-equal, and a file
+//     rewritten with its mtime put back (a backup tool, touch -r, a
+//     coarse clock, a copy with -p) has the size and mtime of the one it
+//     replaced. So the builder reads it (reading locally costs far less
+//     than fetching, decompressing and writing): an extent that is a
+//     whole chunk must hash (SHA-256) to the chunk's name, as the chunk
+//     itself must; a slice of a chunk (a small file in a pack) is compared
+//     byte for byte with the chunk, fetched and checked as a restore
+//     checks every chunk (a pack is fetched once for the files that follow
+//     each other in it, four are cached; the restore would have fetched it
+//     anyway for any of its files that changed). The stat only decides
+//     which files are worth reading: a regular file (opened O_NOFOLLOW
+//     below directories opened O_NOFOLLOW one level at a time, so never
+//     through a link), with one link (files.ErrHardLink's rule: another
+//     name may be outside the root), of the entry's size. The file is
+//     stat'ed before and after the read, and once more when the swap is
+//     planned: an inode, size, mtime or ctime that moved means a write
+//     came in between, and the restore is refused before its commit
+//     point. That check sees a write as far as the file system's
+//     timestamps do (since Linux 6.13, multigrain timestamps give any
+//     change after a stat a new ctime on ext4, xfs, btrfs and tmpfs;
+//     before, two changes within one clock tick may share one). A
+//     concurrent writer, as for any path, can still write after the
+//     plan; the server is stopped while it restores. The kept files
+//     are listed, in manifest order, in the staging directory
+//     (reuse.go); the planner meets them in the same order (both walk
+//     parents first, names in byte order) and a kept file it does not
+//     meet (its directory replaced meanwhile) refuses the restore too.
+//     Extents of one file are hashed on up to Workers goroutines.
+//     Symlinks and directories are not compared: replacing a link is one
+//     rename, and directories are merged already. Not done: a changed
+//     large file is fetched whole; its unchanged chunks could be copied
+//     from the old file.
 //   - Not files.Stager: a restore needs mtimes on directories and links,
 //     chunks of one file written in parallel (pwrite at their offsets), a
 //     commit that also removes what the snapshot lacks, and a journal a
@@ -204,9 +242,12 @@
 //     neither); an entry the snapshot lacks and the ignore rules do not
 //     protect goes to the staging directory's trash; a directory both
 //     sides have is merged and then given the snapshot's mode and mtime
-//     (after its content). Each step can be run again: a "put" is done
-//     when the root's entry is the staged inode, a "del" when the path is
-//     gone, an "attr" is the same each time. So Recover, finding a
+//     (after its content); a file kept in place gets the snapshot's mode
+//     and mtime ("keep", journal version 2; version 1 journals are still
+//     run). Each step can be run again: a "put" is done when the root's
+//     entry is the staged inode, a "del" when the path is gone, an "attr"
+//     or a "keep" is the same each time (a "keep" whose path is no longer
+//     that inode does nothing). So Recover, finding a
 //     journal, runs it again from the start: whatever instant a kill -9
 //     hit, every path ends as the snapshot's (TestRecoverAtEveryStep cuts
 //     before every step; TestKillDuringSwap kills a real restoring
@@ -229,7 +270,17 @@
 //     removed, but a directory holding ignored entries stays with them
 //     (its mtime is then the time of the removal). A tree holding another
 //     file system (a mount point) is refused before the commit point.
-//   - Disk limit: the staged tree is reserved whole while the old tree
-//     still exists, as archive extraction does; what the swap removed is
-//     recorded as a negative change.
+//   - Disk limit: the staged tree is reserved as it is written while the
+//     old tree still exists, as archive extraction does (files kept in
+//     place are neither reserved nor removed); what the swap removed is
+//     recorded as a negative change, and so is the staged copy of each
+//     directory merged into the tree's (it goes with the staging
+//     directory). The check before staging (the first pass) compares
+//     with the free space what the snapshot needs less the files the tree
+//     holds at the same paths with the same size (a stat each): those may
+//     stay, so a rollback of a small change fits near the limit. That is
+//     an estimate only; the limit itself is held by the reservation of
+//     each file staged (TestRestoreQuota: a kept file needs nothing, the
+//     same file changed is refused with files.ErrQuota, the tree as it
+//     was).
 package engine

@@ -46,6 +46,11 @@ func TestKillDuringSwap(t *testing.T) {
 	for i := range 3000 {
 		snap.file(fmt.Sprintf("f%04d", i), fmt.Appendf(nil, "snapshot %d", i), 0o644)
 	}
+	// Files the live tree holds with the same content and another mode:
+	// kept in place, a keep step each (after the kill, run by Recover).
+	for i := range 500 {
+		snap.file(fmt.Sprintf("same%04d", i), fmt.Appendf(nil, "same %d", i), 0o644)
+	}
 	snap.stampDirs()
 	want := state(t, snap.dir)
 	storeDir := t.TempDir()
@@ -60,6 +65,10 @@ func TestKillDuringSwap(t *testing.T) {
 		live.file(fmt.Sprintf("f%04d", i), fmt.Appendf(nil, "live %d", i), 0o600)
 		live.file(fmt.Sprintf("extra%04d", i), []byte("removed"), 0o644)
 	}
+	for i := range 500 {
+		live.file(fmt.Sprintf("same%04d", i), fmt.Appendf(nil, "same %d", i), 0o600)
+	}
+	sameIno := inodes(t, live.dir)
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRestoreChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "KILN_SNAPSHOT_CHILD_ROOT="+live.dir,
 		"KILN_SNAPSHOT_CHILD_STORE=file://"+storeDir, "KILN_SNAPSHOT_CHILD_KEY="+res.ManifestKey)
@@ -111,5 +120,10 @@ wait:
 	t.Logf("Recover = %+v", got)
 	if d := diffState(want, state(t, live.dir)); d != "" {
 		t.Errorf("after the kill and Recover, the tree differs:\n%.2000s", d)
+	}
+	for p, ino := range inodes(t, live.dir) {
+		if strings.HasPrefix(p, "same") && ino != sameIno[p] {
+			t.Errorf("%s was rewritten; its content is the snapshot's", p)
+		}
 	}
 }

@@ -20,6 +20,8 @@ func snapshotSide(t testing.TB) *tree {
 	tr.mkdir("world/empty", 0o755)
 	tr.symlink("../a.txt", "world/link")
 	tr.file("z/only-in-snapshot", []byte("new"), 0o600)
+	tr.file("same/mode", []byte("the same content, another mode"), 0o644)
+	tr.file("same/time", []byte("the same content, another mtime"), 0o644)
 	tr.stampDirs()
 	return tr
 }
@@ -43,6 +45,9 @@ func (tr *tree) tree0() {
 	tr.file("extra/deep/er", []byte("removed"), 0o644)
 	tr.file("extra/x.log", []byte("ignored: stays, and so does extra/"), 0o644)
 	tr.file("gone/y", []byte("removed with gone/"), 0o644)
+	// Kept in place (their content is the snapshot's): a keep step each.
+	tr.file("same/mode", []byte("the same content, another mode"), 0o600)
+	tr.file("same/time", []byte("the same content, another mtime"), 0o644)
 	tr.stampDirs()
 }
 
@@ -58,7 +63,9 @@ func TestRecoverAtEveryStep(t *testing.T) {
 
 	// What a finished restore leaves.
 	done := liveSide(t)
-	restore(t, openRoot(t, done.dir), store, res.ManifestKey, opts)
+	if out := restore(t, openRoot(t, done.dir), store, res.ManifestKey, opts); out.Kept != 2 {
+		t.Errorf("Restore kept %d files in place, want 2 (same/mode, same/time)", out.Kept)
+	}
 	want := keptDir(state(t, done.dir))
 	for _, p := range []string{"logs/latest.log", "extra/x.log"} {
 		if _, ok := want[p]; !ok {

@@ -46,7 +46,8 @@ type RestoreOptions struct {
 	// written into the staging tree so far and the snapshot's total, one
 	// call at a time (from any goroutine): it must not block.
 	Progress func(done, total int64)
-	// Workers fetch, check and write chunks; 0 means runtime.NumCPU().
+	// Workers fetch, check and write chunks, and hash the extents of a
+	// file of the tree being proven equal; 0 means runtime.NumCPU().
 	Workers int
 }
 
@@ -57,6 +58,11 @@ type RestoreResult struct {
 	// Replaced counts the entries of the tree that were replaced or
 	// removed (a directory with everything in it counts once).
 	Replaced int
+	// Kept counts the files of the tree proven equal to the snapshot's
+	// and left in place (their mode and mtime set if they differed), and
+	// KeptBytes their content: neither fetched nor written.
+	Kept      int
+	KeptBytes int64
 }
 
 // Names inside the root: the restore's directory (TempPrefix: invisible to
@@ -92,14 +98,28 @@ const (
 // ctx.Err(), file system errors; all wrapped.
 func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, store Store, manifestKey string, opts RestoreOptions) (RestoreResult, error) {
 	var out RestoreResult
-	// First pass: the whole manifest checked, nothing written.
+	rootDir, err := root.OpenDir(".")
+	if err != nil {
+		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+	}
+	defer rootDir.Close()
+	rootFD := int(rootDir.Fd())
+	// First pass: the whole manifest checked, nothing written. What the
+	// staged tree will need is estimated: a file of the tree of the
+	// entry's size may stay in place (the second pass proves it, or
+	// reserves it as it stages it: the limit holds either way).
 	var need int64
+	live := newLiveDirs(rootFD)
+	defer live.close()
 	info, err := scan(ctx, store, manifestKey, func(en *entry) error {
 		switch en.kind {
 		case kindFile:
-			need += quota.Cost(en.size)
+			if !live.maySkip(en) {
+				need += quota.Cost(en.size)
+			}
 			out.Files++
 		case kindDir:
+			live.enter(en.path)
 			need += quota.EntryCost
 			out.Dirs++
 		case kindLink:
@@ -108,6 +128,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 		}
 		return nil
 	})
+	live.close()
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
@@ -116,12 +137,6 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
 	}
 
-	rootDir, err := root.OpenDir(".")
-	if err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
-	}
-	defer rootDir.Close()
-	rootFD := int(rootDir.Fd())
 	if pending, err := journaled(rootDir); err != nil || pending {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, errors.Join(err, ErrRestorePending))
 	}
@@ -129,6 +144,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
+	out.Kept, out.KeptBytes = p.kept, p.keptBytes
 	defer st.close()
 	if err := finish(rootFD, st.name, st.fd, -1); err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: swap (Recover finishes it): %w", manifestKey, err)
@@ -153,7 +169,7 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Stor
 		}
 	}()
 	// Second pass: the tree built in the staging directory.
-	if err := st.build(ctx, store, key, total, opts); err != nil {
+	if err := st.build(ctx, rootFD, store, key, total, opts); err != nil {
 		return nil, swapPlan{}, err
 	}
 	if err := unix.Syncfs(st.fd); err != nil {
@@ -351,6 +367,8 @@ type builder struct {
 	total int64
 
 	stack []stagedDir // open directories of the path being built
+	prove *prover     // the tree's files proven equal, kept in place
+	keep  *keepList
 	jobs  chan fetch
 	cur   fetch               // the chunk being gathered: consecutive extents of one chunk share a fetch
 	files *semaphore.Weighted // maxStagedOpen: staged files open at once
@@ -361,10 +379,13 @@ type builder struct {
 	progress sync.Mutex
 }
 
-// stagedDir is an open directory of the staged tree.
+// stagedDir is an open directory of the staged tree, and the tree's
+// directory at the same path (live, -1 if there is none: only files
+// there can stay in place).
 type stagedDir struct {
 	path  string
 	fd    int
+	live  int
 	mtime int64
 }
 
@@ -400,17 +421,26 @@ const maxStagedOpen = 256
 const maxParts = packMaxFiles
 
 // build reads the manifest again (checking it again: the store might not
-// answer the same) and builds the tree.
-func (s *staging) build(ctx context.Context, store Store, key string, total int64, opts RestoreOptions) error {
+// answer the same) and builds the tree, leaving out the files of the tree
+// (rootFD) proven equal to their entries: those are listed in keepName.
+func (s *staging) build(ctx context.Context, rootFD int, store Store, key string, total int64, opts RestoreOptions) error {
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.NumCPU()
 	}
 	b := &builder{st: s, store: store, opts: opts, total: total,
-		stack: []stagedDir{{path: ".", fd: s.tree}},
+		stack: []stagedDir{{path: ".", fd: s.tree, live: rootFD}},
 		jobs:  make(chan fetch, 2*opts.Workers),
 		files: semaphore.NewWeighted(maxStagedOpen),
 		open:  make(map[*stagedFile]struct{})}
 	defer b.closeAll()
+	b.prove = newProver(b, opts.Workers)
+	defer b.prove.close()
+	keep, err := newKeepList(s.fd)
+	if err != nil {
+		return err
+	}
+	b.keep = keep
+	defer keep.close()
 	g, gctx := errgroup.WithContext(ctx)
 	for range opts.Workers {
 		g.Go(func() error { return panics.Catch(func() error { return b.work(gctx) }) })
@@ -424,7 +454,10 @@ func (s *staging) build(ctx context.Context, store Store, key string, total int6
 			if err := b.dispatch(gctx); err != nil {
 				return err
 			}
-			return b.popTo(".")
+			if err := b.popTo("."); err != nil {
+				return err
+			}
+			return b.keep.close()
 		})
 	})
 	return g.Wait()
@@ -435,6 +468,9 @@ func (s *staging) build(ctx context.Context, store Store, key string, total int6
 func (b *builder) closeAll() {
 	for _, d := range b.stack[1:] {
 		unix.Close(d.fd)
+		if d.live >= 0 {
+			unix.Close(d.live)
+		}
 	}
 	b.stack = b.stack[:1]
 	b.mu.Lock()
@@ -454,6 +490,9 @@ func (b *builder) popTo(parent string) error {
 		up := b.stack[len(b.stack)-1].fd
 		err := unix.UtimesNanoAt(up, path.Base(d.path), timespec(d.mtime), unix.AT_SYMLINK_NOFOLLOW)
 		unix.Close(d.fd)
+		if d.live >= 0 {
+			unix.Close(d.live)
+		}
 		if err != nil {
 			return fmt.Errorf("set the mtime of %s: %w", files.Display(d.path), err)
 		}
@@ -469,7 +508,7 @@ func (b *builder) add(ctx context.Context, en *entry) error {
 	if err := b.popTo(path.Dir(en.path)); err != nil {
 		return err
 	}
-	dir := b.stack[len(b.stack)-1].fd
+	dir, live := b.stack[len(b.stack)-1].fd, b.stack[len(b.stack)-1].live
 	name := path.Base(en.path)
 	switch en.kind {
 	case kindDir:
@@ -489,7 +528,15 @@ func (b *builder) add(ctx context.Context, en *entry) error {
 			unix.Close(fd)
 			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
 		}
-		b.stack = append(b.stack, stagedDir{path: en.path, fd: fd, mtime: en.mtime})
+		// The tree's directory of that path, if it is one (never through
+		// a symlink): the files in it may stay.
+		sub := -1
+		if live >= 0 {
+			if sub, err = openDirAt(live, name); err != nil {
+				sub = -1
+			}
+		}
+		b.stack = append(b.stack, stagedDir{path: en.path, fd: fd, live: sub, mtime: en.mtime})
 	case kindLink:
 		if err := b.st.grow(quota.EntryCost); err != nil {
 			return err
@@ -502,6 +549,16 @@ func (b *builder) add(ctx context.Context, en *entry) error {
 			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
 		}
 	case kindFile:
+		if live >= 0 {
+			k, err := b.prove.prove(ctx, live, name, en)
+			if err != nil {
+				return fmt.Errorf("check %s in place: %w", files.Display(en.path), err)
+			}
+			if k != nil {
+				b.report(en.size)
+				return b.keep.add(k)
+			}
+		}
 		return b.addFile(ctx, dir, name, en)
 	}
 	return nil
@@ -613,14 +670,19 @@ func (b *builder) work(ctx context.Context) error {
 			}
 			n += p.len
 		}
-		if b.opts.Progress != nil {
-			b.progress.Lock()
-			b.done += n
-			b.opts.Progress(b.done, b.total)
-			b.progress.Unlock()
-		}
+		b.report(n)
 	}
 	return nil
+}
+
+// report adds n bytes of content done (staged, or kept in place).
+func (b *builder) report(n int64) {
+	if b.opts.Progress != nil {
+		b.progress.Lock()
+		b.done += n
+		b.opts.Progress(b.done, b.total)
+		b.progress.Unlock()
+	}
 }
 
 // fetch reads chunk ref from the store into data (reused) and checks it:

@@ -23,22 +23,28 @@ import (
 // harm, so that a restore cut anywhere after the journal is finished by
 // running the journal again from its start:
 //
-//	kiln-restore-journal 1
-//	put <inode> <path>          the staged entry (that inode) replaces path
-//	del <path>                  path goes to the trash
-//	attr <mode> <mtime> <path>  a directory kept in place gets its mode and mtime
+//	kiln-restore-journal 2
+//	put <inode> <path>               the staged entry (that inode) replaces path
+//	del <path>                       path goes to the trash
+//	attr <mode> <mtime> <path>       a directory kept in place gets its mode and mtime
+//	keep <inode> <mode> <mtime> <path>  a file kept in place (that inode) gets its mode and mtime
 //	end <steps>
 //
 // Paths are quoted (strconv.Quote: a name in the tree may hold any byte
 // but "/" and NUL). Steps come parents' content first, a directory's attr
-// after everything in it.
-const journalHeader = "kiln-restore-journal 1"
+// after everything in it. Version 1 (no keep steps) is still run.
+const (
+	journalHeader   = "kiln-restore-journal 2"
+	journalHeaderV1 = "kiln-restore-journal 1"
+)
 
 // swapPlan is what plan found.
 type swapPlan struct {
 	removedCost int64 // what the replaced and removed entries cost
 	replaced    int
 	steps       int
+	kept        int   // files left in place
+	keptBytes   int64 // their content
 }
 
 // planner writes the journal's steps.
@@ -47,6 +53,7 @@ type planner struct {
 	ignore IgnoreFunc
 	dev    uint64 // the staging directory's file system
 	w      *bufio.Writer
+	keep   *keepReader // the files kept in place, in the order merge meets them
 	p      swapPlan
 }
 
@@ -63,9 +70,17 @@ func (s *staging) plan(ctx context.Context, rootFD int, ignore IgnoreFunc) (swap
 	}
 	f := os.NewFile(uintptr(fd), journalTemp)
 	defer f.Close()
-	pl := &planner{ctx: ctx, ignore: ignore, dev: st.Dev, w: bufio.NewWriterSize(f, 64<<10)}
+	keep, err := openKeepList(s.fd)
+	if err != nil {
+		return swapPlan{}, fmt.Errorf("plan the swap: %w", err)
+	}
+	defer keep.close()
+	pl := &planner{ctx: ctx, ignore: ignore, dev: st.Dev, w: bufio.NewWriterSize(f, 64<<10), keep: keep}
 	fmt.Fprintln(pl.w, journalHeader)
 	if err := pl.merge(s.tree, rootFD, "."); err != nil {
+		return swapPlan{}, fmt.Errorf("plan the swap: %w", err)
+	}
+	if err := keep.done(); err != nil {
 		return swapPlan{}, fmt.Errorf("plan the swap: %w", err)
 	}
 	fmt.Fprintf(pl.w, "end %d\n", pl.p.steps)
@@ -169,6 +184,12 @@ func (pl *planner) merge(newFD, curFD int, rel string) error {
 		}
 		child := join(rel, name)
 		if !inNew {
+			if k := pl.keep.next(child); k != nil {
+				if err := pl.kept(curFD, name, k); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := pl.removal(curFD, name, child); err != nil {
 				return err
 			}
@@ -197,6 +218,9 @@ func (pl *planner) merge(newFD, curFD int, rel string) error {
 			if err := pl.mergeDirs(newFD, curFD, name, child); err != nil {
 				return err
 			}
+			// The staged directory itself is not swapped in: it goes with
+			// the staging directory (it was reserved as it was made).
+			pl.p.removedCost += quota.EntryCost
 			pl.step("attr %o %d %s\n", nst.Mode&0o777, unix.TimespecToNsec(nst.Mtim), strconv.Quote(child))
 			continue
 		}
@@ -207,6 +231,29 @@ func (pl *planner) merge(newFD, curFD int, rel string) error {
 		pl.p.removedCost += cost
 		pl.p.replaced++
 		pl.step("put %d %s\n", nst.Ino, strconv.Quote(child))
+	}
+	return nil
+}
+
+// kept plans a file the builder proved equal to its entry (k): it stays,
+// and gets the snapshot's mode and mtime where they differ. It must still
+// be the file that was read (same inode, size, mtime and ctime): one
+// written since is refused, before the commit point.
+func (pl *planner) kept(curFD int, name string, k *kept) error {
+	st, ok, err := lstat(curFD, name)
+	if err != nil {
+		return err
+	}
+	if !ok || !k.sameStat(&st) {
+		return fmt.Errorf("%s changed while the restore checked it: try again", files.Display(k.path))
+	}
+	if err := pl.sameDevice(k.path, &st); err != nil {
+		return err
+	}
+	pl.p.kept++
+	pl.p.keptBytes += k.size
+	if st.Mode&0o7777 != k.mode || unix.TimespecToNsec(st.Mtim) != k.wantMtime {
+		pl.step("keep %d %o %d %s\n", k.ino, k.mode, k.wantMtime, strconv.Quote(k.path))
 	}
 	return nil
 }
@@ -410,7 +457,7 @@ func runJournal(rootFD, fd, limit int) error {
 
 	sc := bufio.NewScanner(jf)
 	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	if !sc.Scan() || sc.Text() != journalHeader {
+	if !sc.Scan() || sc.Text() != journalHeader && sc.Text() != journalHeaderV1 {
 		return errors.New("the journal has no header")
 	}
 	dirs := dirPair{cur: -1, tree: -1}
@@ -437,6 +484,8 @@ func runJournal(rootFD, fd, limit int) error {
 			err = stepDel(rootFD, treeFD, trashFD, &dirs, n, rest)
 		case "attr":
 			err = stepAttr(rootFD, treeFD, &dirs, rest)
+		case "keep":
+			err = stepKeep(rootFD, treeFD, &dirs, rest)
 		default:
 			err = errors.New("unknown step")
 		}
@@ -574,6 +623,49 @@ func stepAttr(rootFD, treeFD int, d *dirPair, rest string) error {
 		return err
 	}
 	return unix.UtimesNanoAt(d.cur, name, timespec(mtime), unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// stepKeep gives file rel, kept in place, the snapshot's mode and mtime
+// if it is still the file of inode ino; anything else there is left (it
+// replaced the file after the swap began, as a write after the restore
+// would have).
+func stepKeep(rootFD, treeFD int, d *dirPair, rest string) error {
+	f := strings.SplitN(rest, " ", 4)
+	if len(f) != 4 {
+		return errors.New("bad keep step")
+	}
+	ino, err0 := strconv.ParseUint(f[0], 10, 64)
+	mode, err1 := strconv.ParseUint(f[1], 8, 32)
+	mtime, err2 := strconv.ParseInt(f[2], 10, 64)
+	rel, err3 := unquote(f[3])
+	if err := errors.Join(err0, err1, err2, err3); err != nil || mode&^0o777 != 0 {
+		return errors.New("bad keep step")
+	}
+	if err := d.parent(rootFD, treeFD, rel); err != nil {
+		return err
+	}
+	// O_PATH: a file of mode 0 can be opened so by its owner, and chmod
+	// and utimensat reach it through /proc/self/fd.
+	fd, err := unix.Openat(d.cur, path.Base(rel), unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Ino != ino {
+		return nil
+	}
+	proc := "/proc/self/fd/" + strconv.Itoa(fd)
+	if err := unix.Fchmodat(unix.AT_FDCWD, proc, uint32(mode), 0); err != nil {
+		return err
+	}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, proc, timespec(mtime), 0)
 }
 
 // renameNoReplace renames without replacing anything (renameat2
