@@ -281,7 +281,7 @@ func TestRecoverAfterRestart(t *testing.T) {
 		env2 := serverstest.New(t, db, serverstest.Options{DataDir: dir})
 		_ = env2
 		got := waitStatus(t, env2.Service, teamID, sv.ID, servers.StatusRunning)
-		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		if _, err := slp.Ping(ctx, got.Address); err != nil {
 			t.Errorf("ping after recovery: %v", err)
