@@ -28,7 +28,7 @@ func TestPing(t *testing.T) {
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	var out, errOut string
 	var code int
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if out, errOut, code = kiln(t, "ping", addr); code == 0 {
 			break
 		}

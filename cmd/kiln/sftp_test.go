@@ -33,7 +33,7 @@ func TestSFTPLogin(t *testing.T) {
 	// log is flushed every 100 ms).
 	sftpRE := regexp.MustCompile(`msg="sftp serving" addr=127\.0\.0\.1:(\d+)`)
 	var m []string
-	for deadline := time.Now().Add(10 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); m == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		m = sftpRE.FindStringSubmatch(p.Stderr())
 	}
 	if m == nil {

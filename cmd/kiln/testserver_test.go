@@ -112,7 +112,7 @@ func (g *game) stop(t *testing.T, command string) {
 
 func pingStatus(t *testing.T, addr string) slp.Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	st, err := slp.Ping(ctx, addr)
 	if err != nil {

@@ -133,7 +133,7 @@ type harness struct {
 	auth   *auth.Service
 	token  string // bootstrap token of team "default"
 	client *http.Client
-	logs   *bytes.Buffer
+	logs   *syncBuffer // what the API and the services given its logger wrote
 	// dataDir holds the service's server roots (servers/<id>) and cache.
 	dataDir string
 }
@@ -216,7 +216,7 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, srv: srv, url: ts.URL, db: db, auth: a, token: string(tok), logs: &logs.buf, dataDir: env.DataDir}
+	h := &harness{t: t, srv: srv, url: ts.URL, db: db, auth: a, token: string(tok), logs: logs, dataDir: env.DataDir}
 	h.client = &http.Client{Transport: &validatingTransport{t: t, srv: srv, base: http.DefaultTransport}}
 	return h
 }
@@ -230,6 +230,14 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
+}
+
+// String is what was written so far, read under the lock: services log
+// from their own goroutines while a test reads.
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // validatingTransport validates every response of an API route against the

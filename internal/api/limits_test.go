@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,21 +21,27 @@ import (
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
-// finished is a slog.Handler that reports the route of every request whose
-// access log line is written, that is, whose handler has returned.
+// finished is a slog.Handler that counts, by route, the requests whose
+// access log line is written, that is, whose handler has returned. It
+// never drops one: the polls of a slow install must not crowd out the
+// request a test waits for.
 type finished struct {
 	slog.Handler
-	routes chan string
+	done *finishedRequests
+}
+
+// finishedRequests is what finished counted.
+type finishedRequests struct {
+	mu      sync.Mutex
+	n       map[string]int
+	changed chan struct{} // closed at the next finished request
 }
 
 func (h finished) Handle(ctx context.Context, r slog.Record) error {
 	if r.Message == "request" {
 		r.Attrs(func(a slog.Attr) bool {
 			if a.Key == "route" {
-				select {
-				case h.routes <- a.Value.String():
-				default:
-				}
+				h.done.add(a.Value.String())
 			}
 			return true
 		})
@@ -43,17 +50,29 @@ func (h finished) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h finished) WithAttrs(as []slog.Attr) slog.Handler {
-	return finished{h.Handler.WithAttrs(as), h.routes}
+	return finished{h.Handler.WithAttrs(as), h.done}
 }
 
 func (h finished) WithGroup(name string) slog.Handler {
-	return finished{h.Handler.WithGroup(name), h.routes}
+	return finished{h.Handler.WithGroup(name), h.done}
 }
 
-// watchRequests makes the harness report finished requests' routes.
-func watchRequests(routes chan string) harnessOpt {
-	return func(_ *Config, d *Deps) { d.Log = slog.New(finished{d.Log.Handler(), routes}) }
+func (f *finishedRequests) add(route string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n[route]++
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
 }
+
+// watchRequests makes the harness count finished requests' routes.
+func watchRequests(done *finishedRequests) harnessOpt {
+	return func(_ *Config, d *Deps) { d.Log = slog.New(finished{d.Log.Handler(), done}) }
+}
+
+func newFinishedRequests() *finishedRequests { return &finishedRequests{n: map[string]int{}} }
 
 // shortLimits shortens the transfer and stream limits so that tests see
 // them act (never timed: the tests wait for what happens).
@@ -63,18 +82,24 @@ func shortLimits(c *Config, _ *Deps) {
 	c.StreamHeartbeat = 20 * time.Millisecond
 }
 
-// waitFinished waits for n more requests of route to finish.
-func waitFinished(t *testing.T, routes <-chan string, route string, n int) {
+// waitFinished waits until n requests of route have finished since the
+// harness started.
+func waitFinished(t *testing.T, done *finishedRequests, route string, n int) {
 	t.Helper()
 	limit := time.After(time.Minute)
 	for {
+		done.mu.Lock()
+		if done.n[route] >= n {
+			done.mu.Unlock()
+			return
+		}
+		if done.changed == nil {
+			done.changed = make(chan struct{})
+		}
+		changed := done.changed
+		done.mu.Unlock()
 		select {
-		case got := <-routes:
-			if got == route {
-				if n--; n == 0 {
-					return
-				}
-			}
+		case <-changed:
 		case <-limit:
 			t.Fatalf("the handler of %s has not returned after a minute", route)
 		}
@@ -118,7 +143,7 @@ func (h *harness) rawRequest(head string) net.Conn {
 // TestDownloadReaderStops: a client that stops reading a download is cut
 // off by the write deadline; the handler returns and the file is closed.
 func TestDownloadReaderStops(t *testing.T) {
-	routes := make(chan string, 100)
+	routes := newFinishedRequests()
 	h := newHarness(t, sqliteDB(t), shortLimits, watchRequests(routes))
 	id, root := h.fileServer(1024)
 	f, err := os.Create(filepath.Join(root, "world.bin"))
@@ -142,7 +167,7 @@ func TestDownloadReaderStops(t *testing.T) {
 // the minimum rate gets 408 REQUEST_TIMEOUT; nothing is written and no
 // file stays open.
 func TestUploadTrickleIsCutOff(t *testing.T) {
-	routes := make(chan string, 100)
+	routes := newFinishedRequests()
 	h := newHarness(t, sqliteDB(t), shortLimits, watchRequests(routes))
 	id, root := h.fileServer(1024)
 	conn := h.rawRequest("POST " + Prefix + "/servers/" + id + "/files/write?file=/up.bin HTTP/1.1\r\n" +
@@ -278,7 +303,7 @@ func TestStreamMaxLife(t *testing.T) {
 // TestStreamCap: servers.MaxStreams streams per server; the next one is
 // 409 STREAM_LIMIT_REACHED until one ends.
 func TestStreamCap(t *testing.T) {
-	routes := make(chan string, 1000)
+	routes := newFinishedRequests()
 	h := newHarness(t, sqliteDB(t), watchRequests(routes))
 	id, _ := h.fileServer(1024)
 	other, _ := h.fileServer(1024)

@@ -170,8 +170,8 @@ func (e *env) start(t *testing.T, opts pull.Options) {
 	})
 	select {
 	case <-e.m.Recovered():
-	case <-time.After(10 * time.Second):
-		t.Fatal("Recovered not closed within 10s")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Recovered not closed within 30s")
 	}
 }
 
@@ -204,10 +204,10 @@ func seed(t *testing.T, db *store.DB) {
 	}
 }
 
-// waitFor polls the download until cond holds or 10 s pass.
+// waitFor polls the download until cond holds or 30 s pass.
 func (e *env) waitFor(t *testing.T, team, srv, id string, what string, cond func(pull.Download) bool) pull.Download {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		d, err := e.m.Get(t.Context(), team, srv, id)
 		if err != nil {
@@ -217,7 +217,7 @@ func (e *env) waitFor(t *testing.T, team, srv, id string, what string, cond func
 			return d
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("download %s: %s not reached within 10s; last: %+v", id, what, d)
+			t.Fatalf("download %s: %s not reached within 30s; last: %+v", id, what, d)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

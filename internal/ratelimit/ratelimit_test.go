@@ -280,29 +280,37 @@ func TestPostgresLimits(t *testing.T) {
 
 			// Fill the bucket on the database clock, as Limit requests at one
 			// instant would, then ask again elapsed later.
-			start := time.Now()
-			if _, err := db.Write().ExecContext(t.Context(),
-				`UPDATE rate_limits SET tat = `+nowSQL+` + $1 WHERE key = $2`, int64(burst), key); err != nil {
-				t.Fatal(err)
-			}
-			res = allow("after filling the bucket")
-			elapsed := time.Since(start)
-			if c.interval > elapsed {
-				// Less than one interval refilled: refused, and one request
-				// may pass within an interval.
-				if res.Allowed || res.Remaining != 0 || res.RetryAfter > c.interval || res.Reset < burst-elapsed {
-					t.Errorf("after filling the bucket (%v later): got %+v, want refused, RetryAfter <= %v, Reset >= %v",
-						elapsed, res, c.interval, burst-elapsed)
+			// A round held up for an interval or more on a loaded machine
+			// (100/min: 600 ms) has refilled what it means to look at: it
+			// proves nothing and is taken again.
+			for round := 1; ; round++ {
+				start := time.Now()
+				if _, err := db.Write().ExecContext(t.Context(),
+					`UPDATE rate_limits SET tat = `+nowSQL+` + $1 WHERE key = $2`, int64(burst), key); err != nil {
+					t.Fatal(err)
 				}
-			} else if c.limit >= 60_000_000 {
-				// At most elapsed/interval refilled (sub-µs intervals on a
-				// µs database clock).
-				if maxLeft := int(elapsed / c.interval); !res.Allowed || res.Remaining > maxLeft {
-					t.Errorf("after filling the bucket (%v later): got %+v, want allowed with at most %d remaining",
-						elapsed, res, maxLeft)
+				res = allow("after filling the bucket")
+				elapsed := time.Since(start)
+				if c.interval > elapsed {
+					// Less than one interval refilled: refused, and one request
+					// may pass within an interval.
+					if res.Allowed || res.Remaining != 0 || res.RetryAfter > c.interval || res.Reset < burst-elapsed {
+						t.Errorf("after filling the bucket (%v later): got %+v, want refused, RetryAfter <= %v, Reset >= %v",
+							elapsed, res, c.interval, burst-elapsed)
+					}
+				} else if c.limit >= 60_000_000 {
+					// At most elapsed/interval refilled (sub-µs intervals on a
+					// µs database clock).
+					if maxLeft := int(elapsed / c.interval); !res.Allowed || res.Remaining > maxLeft {
+						t.Errorf("after filling the bucket (%v later): got %+v, want allowed with at most %d remaining",
+							elapsed, res, maxLeft)
+					}
+				} else if round < 5 {
+					continue
+				} else {
+					t.Fatalf("filling the bucket and asking again took %v, more than the %v interval, 5 times", elapsed, c.interval)
 				}
-			} else {
-				t.Fatalf("filling the bucket and asking again took %v, more than the %v interval", elapsed, c.interval)
+				break
 			}
 		})
 	}

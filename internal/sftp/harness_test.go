@@ -179,7 +179,7 @@ func (e *env) dial(user, password string) (*sftp.Client, *ssh.Client, error) {
 		User:            user,
 		Auth:            []ssh.AuthMethod{ssh.Password(password)},
 		HostKeyCallback: ssh.FixedHostKey(e.srv.HostKey()),
-		Timeout:         10 * time.Second,
+		Timeout:         30 * time.Second,
 	}
 	c, err := ssh.Dial("tcp", e.addr, cfg)
 	if err != nil {
@@ -205,14 +205,14 @@ func (e *env) mustDial(c Credentials) *sftp.Client {
 }
 
 // waitEnded waits until the SFTP client's connection is closed by the
-// server (10 s at most).
+// server (30 s at most: a loaded machine under -race).
 func waitEnded(t *testing.T, sc *sftp.Client, what string) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- sc.Wait() }()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatalf("the session was not ended after %s", what)
 	}
 	if _, err := sc.Getwd(); err == nil {

@@ -26,7 +26,7 @@ import (
 // processEnv is what the game server process running in root really got.
 func processEnv(t *testing.T, root string) map[string]string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if env := serverstest.ProcessEnv(root); env != nil {
 			return env

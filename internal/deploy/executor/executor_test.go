@@ -340,7 +340,7 @@ proxies:
 		if err != nil || edge.Status != servers.StatusRunning || edge.Software != "kiln-test-proxy" {
 			t.Fatalf("edge = %+v, %v; want a running kiln-test-proxy", edge, err)
 		}
-		pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+		pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 		st, err := slp.Ping(pctx, edge.Address)
 		pcancel()
 		if err != nil || st.Description != "Lobby behind the proxy" {

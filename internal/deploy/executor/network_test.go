@@ -93,7 +93,7 @@ func testFullNetwork(t *testing.T, db *store.DB, dsn string) {
 	}
 	owned, _ := e.srv.OwnedBy(ctx, e.teamID, cfgID)
 	edge, lobby, creative := owned["proxy/edge"], owned["server/lobby"], owned["server/creative"]
-	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 	st, err := slp.Ping(pctx, edge.Address)
 	pcancel()
 	if err != nil || st.Description != "The lobby" {
