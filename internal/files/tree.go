@@ -114,14 +114,22 @@ func opener(fd int, name string, e Entry) func() (*os.File, error) {
 		if err != nil {
 			return nil, classify(&os.PathError{Op: "openat", Path: name, Err: err})
 		}
-		f := os.NewFile(uintptr(nfd), name)
-		fi, err := f.Stat()
-		if err != nil || !fi.Mode().IsRegular() {
-			f.Close()
+		// Checked on the descriptor, then O_NONBLOCK cleared before it
+		// becomes an *os.File: os then neither tries its poller (an
+		// epoll_ctl that fails for a regular file) nor clears the flag
+		// itself; 3 system calls fewer for each file a snapshot reads.
+		var st unix.Stat_t
+		if err := unix.Fstat(nfd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			unix.Close(nfd)
 			return nil, ErrNotFile
 		}
-		_ = unix.SetNonblock(nfd, false)
-		return f, nil
+		// F_SETFL changes only the status flags, and O_NONBLOCK is the one
+		// set: 0 clears it in one call (SetNonblock reads them first).
+		if _, err := unix.FcntlInt(uintptr(nfd), unix.F_SETFL, 0); err != nil {
+			unix.Close(nfd)
+			return nil, pathErr("fcntl", name, err)
+		}
+		return os.NewFile(uintptr(nfd), name), nil
 	}
 }
 

@@ -624,14 +624,17 @@ func (k *cutter) readFile(ctx context.Context, it *item) error {
 		return err
 	}
 	buf := k.pack.s.buf[k.pack.w : k.pack.w+packFileMax+1]
-	n, err := io.ReadFull(it.f, buf)
+	// One read: a regular file answers short only at its end, so a
+	// short read is the whole file (a file still growing is read as it
+	// was a moment earlier), without the second read io.ReadFull makes
+	// to see EOF, for each of a world's thousands of small files.
+	n, err := it.f.Read(buf)
 	switch {
-	case err == nil:
+	case err != nil && !errors.Is(err, io.EOF):
+		return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
+	case n == len(buf):
 		// Larger than the walk saw: cut it alone, from what was read on.
 		return k.cutFile(ctx, it, buf)
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-	default:
-		return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
 	}
 	if n == 0 {
 		return nil
