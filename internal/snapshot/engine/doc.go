@@ -70,9 +70,10 @@
 //     The trade (docs/benchmarks.md): the store is 0.8 % larger than
 //     tar | zstd -1 of the same tree. SpeedDefault makes it 1.0002× (the
 //     rest is 1 MB of fan-out directories, counted), SpeedBetterCompression
-//     0.998×, but on 2 cores they cost 1.2 and 2.5 CPU-s more a GB than
-//     the 2.9 of a Create at SpeedFastest, and the speed target (0.8× of
-//     tar | zstd -1 -T0, which spends 1.6 CPU-s) falls to 0.6× and 0.45×.
+//     0.998×, but they cost 1.2 and 2.5 CPU-s more a GB than the 2.2–2.5
+//     of a Create at SpeedFastest, which already misses the speed target
+//     (0.8× of tar | zstd -1 -T0, 1.5 CPU-s) on a 2-core machine whose
+//     page allocation is fast.
 //     Speed was kept.
 //   - Packs: a file of at most 256 KiB would be a chunk of its own (FastCDC
 //     never cuts before that), so a world's 20,000 player, stats and
