@@ -624,11 +624,22 @@ func (k *cutter) readFile(ctx context.Context, it *item) error {
 		return err
 	}
 	buf := k.pack.s.buf[k.pack.w : k.pack.w+packFileMax+1]
-	// One read: a regular file answers short only at its end, so a
-	// short read is the whole file (a file still growing is read as it
-	// was a moment earlier), without the second read io.ReadFull makes
-	// to see EOF, for each of a world's thousands of small files.
+	// One read where it can be: a local file system answers short only
+	// at a file's end, so a read of at least the size the walk saw is
+	// the whole file (one still growing is read as it was a moment
+	// earlier), without the second read io.ReadFull makes to see EOF,
+	// for each of a world's thousands of small files. Less than that: the
+	// file shrank, or its file system answers short reads (FUSE, NFS):
+	// read on to the end.
 	n, err := it.f.Read(buf)
+	if err == nil && int64(n) < walked {
+		var m int
+		m, err = io.ReadFull(it.f, buf[n:])
+		n += m
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = io.EOF
+		}
+	}
 	switch {
 	case err != nil && !errors.Is(err, io.EOF):
 		return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
