@@ -19,9 +19,8 @@ import (
 const directAlign = 4096
 
 // stageDirect writes br, exactly size bytes, to the new staging file tmp
-// (relative to the staging directory)
-// with O_DIRECT: the bytes go from the caller's buffer to the disk, not
-// through the page cache. ok is false when this store cannot (the file
+// (relative to the staging directory) with O_DIRECT: the bytes go from
+// the caller's buffer to the disk, not through the page cache. ok is false when this store cannot (the file
 // system refuses O_DIRECT, or the disk the alignment): the caller then
 // stages the blob as before, and the store does so from then on. The
 // file is left unsynced (Commit's syncfs flushes the disk's cache and
@@ -48,7 +47,7 @@ func (s *fileStore) stageDirect(tmp string, br *bytes.Reader, size int64) (ok bo
 	if err != nil {
 		return true, err
 	}
-	w := &directWriter{fd: fd}
+	w := &directWriter{fd: fd, pool: &s.bounce}
 	defer w.release()
 	_, err = br.WriteTo(w) // hands w the reader's own bytes, in one Write
 	if errors.Is(err, errNoDirect) {
@@ -82,7 +81,8 @@ var errNoDirect = errors.New("O_DIRECT refused")
 type directWriter struct {
 	fd     int
 	off    int64
-	bounce *[]byte // from bouncePool, taken when needed
+	pool   *sync.Pool // the store's bounce buffers (newBounce)
+	bounce *[]byte    // from pool, taken when needed
 }
 
 func (w *directWriter) Write(p []byte) (int, error) {
@@ -149,10 +149,11 @@ func (w *directWriter) pwrite(b []byte) error {
 // copy and a write every 64 KiB.
 const bounceSize = 64 << 10
 
-// bouncePool holds aligned bounce buffers: most blobs need one only for
-// their last partial block, and a new one per blob was most of the
-// garbage a snapshot made after its compressed chunks.
-var bouncePool = sync.Pool{New: func() any {
+// newBounce makes an aligned bounce buffer, for the store's pool of them
+// (fileStore.bounce): most blobs need one only for their last partial
+// block, and a new one per blob was most of the garbage a snapshot made
+// after its compressed chunks.
+func newBounce() any {
 	raw := make([]byte, bounceSize+directAlign)
 	skip := 0
 	if r := int(uintptr(unsafe.Pointer(unsafe.SliceData(raw))) % directAlign); r != 0 {
@@ -160,18 +161,18 @@ var bouncePool = sync.Pool{New: func() any {
 	}
 	b := raw[skip : skip+bounceSize]
 	return &b
-}}
+}
 
 func (w *directWriter) buffer() []byte {
 	if w.bounce == nil {
-		w.bounce = bouncePool.Get().(*[]byte)
+		w.bounce = w.pool.Get().(*[]byte)
 	}
 	return *w.bounce
 }
 
 func (w *directWriter) release() {
 	if w.bounce != nil {
-		bouncePool.Put(w.bounce)
+		w.pool.Put(w.bounce)
 		w.bounce = nil
 	}
 }

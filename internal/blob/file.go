@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -33,6 +34,7 @@ type fileStore struct {
 	// noDirect: this store's file system or disk refused O_DIRECT once;
 	// batches stage through the page cache (direct.go).
 	noDirect atomic.Bool
+	bounce   sync.Pool // aligned bounce buffers of direct writes (newBounce)
 }
 
 func openFile(ctx context.Context, u *url.URL, opts Options) (*fileStore, error) {
@@ -50,7 +52,7 @@ func openFile(ctx context.Context, u *url.URL, opts Options) (*fileStore, error)
 	if err != nil {
 		return nil, fmt.Errorf("open blob store: %w", err)
 	}
-	s := &fileStore{dir: dir, root: root}
+	s := &fileStore{dir: dir, root: root, bounce: sync.Pool{New: newBounce}}
 	if err := root.Mkdir(stageDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		root.Close()
 		return nil, fmt.Errorf("open blob store %s: %w", s, err)
