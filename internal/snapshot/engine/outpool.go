@@ -5,9 +5,9 @@ import "sync"
 // outPool keeps the buffers compressed chunks are written into for the
 // next chunks: without it, each chunk's buffer (about a megabyte) was
 // garbage, 500 MB of it for a 1 GiB world, and the collector's heap goal
-// grew with it (the peak RSS). Capacities are multiples of 256 KiB, so a buffer fits
-// most chunks of its size; it keeps at most limit bytes of free buffers
-// (what is in use is bounded by Create's budget).
+// grew with it (the peak RSS). Capacities are multiples of 256 KiB, so a
+// buffer fits most chunks of its size; it keeps at most limit bytes of
+// free buffers (what is in use is bounded by Create's budget).
 type outPool struct {
 	limit int
 
