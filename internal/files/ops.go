@@ -135,18 +135,11 @@ func (r *Root) Chmod(rel string, mode fs.FileMode) error {
 	if rel == "." {
 		return validate.Errorf("files", "the server's root directory keeps its mode")
 	}
-	// An O_PATH reference to the entry itself (never through a link):
-	// what is checked is what is changed, even if the name is swapped for
-	// a link meanwhile.
-	fd, err := r.openBeneath(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	fd, st, err := r.entryRef(rel)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return classify(pathErr("fstat", rel, err))
-	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		return ErrSymlink
@@ -226,4 +219,20 @@ func (r *Root) checkMove(from, to string) (same bool, err error) {
 	// A link's relative target changes meaning with its place: the moved
 	// link, or every link in a moved directory, must still lead inside.
 	return false, r.checkMovedLinks(from, to)
+}
+
+// entryRef opens an O_PATH reference to the entry rel itself (never
+// through a link) and describes it: what Chmod and Chtimes check is then
+// what they change, even if the name is swapped for a link meanwhile.
+// The caller closes fd.
+func (r *Root) entryRef(rel string) (fd int, st unix.Stat_t, err error) {
+	fd, err = r.openBeneath(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return -1, st, err
+	}
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, st, classify(pathErr("fstat", rel, err))
+	}
+	return fd, st, nil
 }

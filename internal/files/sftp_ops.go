@@ -202,15 +202,11 @@ func (r *Root) Chtimes(rel string, atime, mtime time.Time) error {
 	if err := checkClean(rel); err != nil {
 		return err
 	}
-	fd, err := r.openBeneath(rel, unix.O_PATH|unix.O_NOFOLLOW, 0)
+	fd, st, err := r.entryRef(rel)
 	if err != nil {
 		return err
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return pathErr("fstat", rel, err)
-	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
 		return ErrSymlink

@@ -219,8 +219,14 @@ func unlimited(t testing.TB) *quota.Reservation {
 // the engine's own encoder (hostile ones included: it checks nothing).
 func putManifest(t testing.TB, store blob.Store, id string, entries ...entry) string {
 	t.Helper()
+	return putManifestVersion(t, store, id, manifestVersion, entries...)
+}
+
+// putManifestVersion is putManifest in an older format version.
+func putManifestVersion(t testing.TB, store blob.Store, id string, version int, entries ...entry) string {
+	t.Helper()
 	var buf bytes.Buffer
-	enc, err := newEncoder(&buf, 0)
+	enc, err := newEncoderVersion(&buf, version, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -227,23 +227,7 @@ func TestParentVersion1(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	enc, err := newEncoderVersion(&buf, 1, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range entries {
-		if err := enc.add(&entries[i]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := enc.close(); err != nil {
-		t.Fatal(err)
-	}
-	v1 := ManifestKey(uuid.NewString())
-	if _, err := store.Put(t.Context(), v1, bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
-		t.Fatal(err)
-	}
+	v1 := putManifestVersion(t, store, uuid.NewString(), 1, entries...)
 	checkRestores(t, store, v1, want)
 
 	second := create(t, openRoot(t, tr.dir), store, CreateOptions{Parent: v1, Now: later})
