@@ -134,13 +134,26 @@ type Skipped struct {
 
 // Pipeline bounds (see doc.go): these, not the tree, bound Create's memory.
 const (
-	walkQueue        = 16       // entries walked ahead of the chunker (each may hold an open file)
-	orderQueue       = 64       // entries cut, waiting for their chunks to be stored
-	defaultTransfers = 16       // chunks looked up or uploaded at once
-	slabCount        = 4        // slabs of slabSize: the chunk bytes read and not stored yet
-	inFlightBytes    = 16 << 20 // room for compressed chunks not stored yet
-	outPoolLimit     = 8 << 20  // free buffers for compressed chunks kept (outPool)
+	walkQueue        = 16              // entries walked ahead of the chunker (each may hold an open file)
+	orderQueue       = 2 * packMaxHeld // entries cut, waiting for their chunks to be stored: two packs' worth, so the cutter goes on while a pack is stored
+	defaultTransfers = 16              // chunks looked up or uploaded at once
+	maxFileCutters   = 4               // large files read and cut at once (at most; Workers otherwise)
+	spareSlabs       = 2               // slabs beyond one per cursor (fileCutters + the cutter's 2)
+	inFlightBytes    = 16 << 20        // room for compressed chunks not stored yet
+	outPoolLimit     = 8 << 20         // free buffers for compressed chunks kept (outPool)
 )
+
+// fileCutters is how many large files Create cuts at once with workers
+// encoders: one per core, at most maxFileCutters.
+func fileCutters(workers int) int { return max(1, min(workers, maxFileCutters)) }
+
+// slabCount is how many slabs Create uses with n file cutters: one per
+// cursor that may wait for a slab while it holds one (each file cutter's,
+// the cutter's pack and its own for a small file that grew), and spares,
+// so that a slab held by chunks in flight only is always there to be
+// freed (a cursor waits while it holds its slab: with fewer, all could
+// wait on each other).
+func slabCount(n int) int { return n + 2 + spareSlabs }
 
 // item is one entry on its way through Create: the walker makes it, the
 // chunker cuts its content into jobs, the workers fill its chunks in, and
@@ -239,7 +252,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 		}
 	}
 	c := &creator{root: root, store: store, opts: opts, seen: make(map[[32]byte]struct{}),
-		slabs: newSlabPool(slabCount), budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers), packEnc: make(chan *zstd.Encoder, opts.Workers),
+		slabs: newSlabPool(slabCount(fileCutters(opts.Workers))), budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers), packEnc: make(chan *zstd.Encoder, opts.Workers),
 		outs: &outPool{limit: outPoolLimit}}
 	// Chunk and pack encoders alike, one of each per worker: a world's
 	// thousands of small files come first in its walk, and one pack
@@ -302,6 +315,9 @@ func (c *creator) run(ctx context.Context, total int64) error {
 	walked := make(chan *item, walkQueue)
 	ordered := make(chan *item, orderQueue)
 	jobs := make(chan job, c.opts.Transfers)
+	nc := fileCutters(c.opts.Workers)
+	large := make(chan *item, nc)
+	k := &cutter{c: c, jobs: jobs, ordered: ordered, large: large, total: total}
 	// A stage closes its output only when it succeeded: a failed walk
 	// must never look like the end of the tree to the manifest writer
 	// (the error cancels ctx, which every stage heeds).
@@ -312,14 +328,29 @@ func (c *creator) run(ctx context.Context, total int64) error {
 		}
 		return err
 	})
+	// The cutter and the file cutters send jobs: the last of them to end
+	// closes it (the workers end either way).
+	var producers sync.WaitGroup
+	producers.Add(1 + nc)
+	go func() {
+		producers.Wait()
+		close(jobs)
+	}()
 	g.Go(func() error {
-		defer close(jobs) // the workers end either way
-		err := panics.Catch(func() error { return c.cut(ctx, walked, ordered, jobs, total) })
+		defer producers.Done()
+		err := panics.Catch(func() error { return k.cut(ctx, walked) })
 		if err == nil {
 			close(ordered)
 		}
+		close(large) // the file cutters end either way
 		return err
 	})
+	for range nc {
+		g.Go(func() error {
+			defer producers.Done()
+			return panics.Catch(func() error { return k.cutLarge(ctx, large) })
+		})
+	}
 	var workers sync.WaitGroup
 	for range c.opts.Transfers {
 		workers.Add(1)
@@ -365,6 +396,9 @@ func (c *creator) run(ctx context.Context, total int64) error {
 		if it := <-walked; it.f != nil {
 			it.f.Close()
 		}
+	}
+	for it := range large { // closed by the cutter, which has returned
+		it.f.Close()
 	}
 	if err != nil {
 		return err
@@ -527,25 +561,35 @@ func packEnds(rel string, size int64) bool {
 
 // cutter is the cutting stage of Create. It reads files into slabs and
 // cuts them there: a large file's chunks, and the packs of small files,
-// are slices of a slab handed to the transfers without a copy.
+// are slices of a slab handed to the transfers without a copy. The
+// cutter itself (cut: one goroutine) takes the walked entries in order,
+// packs the small files and passes every entry on; large files go to
+// the file cutters (cutLarge: fileCutters goroutines, each with its own
+// cursor), so that reading and cutting, which one goroutine did for
+// every byte, keep more than one core busy.
 type cutter struct {
 	c       *creator
 	jobs    chan<- job
 	ordered chan<- *item
+	large   chan<- *item // files for the file cutters
 	total   int64
-	done    int64
 
-	file   cursor  // where large files are read and cut
+	mu   sync.Mutex // progress: the file cutters and the cutter count
+	done int64
+
+	file   cursor  // where the cutter cuts a small file that grew
 	pack   cursor  // the open pack: [start, w) of its slab
 	packed []*item // the files in it
 	held   []*item // entries from the pack's first file on, in walk order
 }
 
-// cut reads each file and hands its chunks to the transfers, and passes
-// every entry on, in order, to the manifest writer; an entry behind an
-// open pack waits for the pack to be handed over.
-func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item, jobs chan<- job, total int64) error {
-	k := &cutter{c: c, jobs: jobs, ordered: ordered, total: total}
+// cut reads each small file into the packs, hands each large one to the
+// file cutters, and passes every entry on, in order, to the manifest
+// writer; an entry behind an open pack waits for the pack to be handed
+// over. An entry's done closes once its file is cut (by whichever
+// goroutine cut it) and its chunks are stored.
+func (k *cutter) cut(ctx context.Context, in <-chan *item) error {
+	c := k.c
 	defer k.file.close()
 	defer k.pack.close()
 	for {
@@ -561,6 +605,19 @@ func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item
 		it.done = make(chan struct{})
 		it.left.Store(1) // the cutter's own hold, dropped once the file is cut
 		switch {
+		case it.f != nil && it.en.size > packFileMax:
+			if len(k.packed) == 0 {
+				// No pack is open: its slab goes back while large files
+				// are cut.
+				k.pack.close()
+			}
+			// The file cutter drops the hold.
+			select {
+			case k.large <- it:
+			case <-ctx.Done():
+				it.f.Close()
+				return ctx.Err()
+			}
 		case it.f != nil:
 			err := k.readFile(ctx, it)
 			it.f.Close()
@@ -568,10 +625,13 @@ func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item
 			if err != nil {
 				return err
 			}
+			it.finish()
 		case it.reused:
 			k.progress(it.en.size)
+			it.finish()
+		default:
+			it.finish()
 		}
-		it.finish()
 		if err := k.pass(ctx, it); err != nil {
 			return err
 		}
@@ -580,12 +640,37 @@ func (c *creator) cut(ctx context.Context, in <-chan *item, ordered chan<- *item
 		return err
 	}
 	if c.opts.Progress != nil {
+		k.mu.Lock()
 		c.opts.Progress(k.done, k.done)
+		k.mu.Unlock()
 	}
 	return nil
 }
 
+// cutLarge cuts the large files the cutter hands over, each into chunks
+// of its own, until in is closed. The file is closed and the cutter's
+// hold dropped whatever happens; one that fails fails the snapshot.
+func (k *cutter) cutLarge(ctx context.Context, in <-chan *item) error {
+	var cur cursor
+	defer cur.close()
+	for it := range in {
+		it.en.size = 0 // what is read, whatever the walk saw
+		err := k.cutFile(ctx, &cur, it, nil)
+		it.f.Close()
+		it.f = nil
+		if err != nil {
+			return err
+		}
+		it.finish()
+	}
+	return nil
+}
+
+// progress counts n more bytes read and cut, and tells the caller's
+// Progress (one call at a time).
 func (k *cutter) progress(n int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	k.done += n
 	if k.c.opts.Progress != nil {
 		k.c.opts.Progress(k.done, max(k.total, k.done))
@@ -610,14 +695,11 @@ func (k *cutter) pass(ctx context.Context, it *item) error {
 	}
 }
 
-// readFile reads a regular file: a small one into the open pack, a
-// larger one cut into chunks of its own.
+// readFile reads a small regular file (as walked) into the open pack; one
+// that grew past a small file's size is cut into chunks of its own.
 func (k *cutter) readFile(ctx context.Context, it *item) error {
 	walked := it.en.size
 	it.en.size = 0 // what is read, whatever the walk saw
-	if walked > packFileMax {
-		return k.cutFile(ctx, it, nil)
-	}
 	// Read it whole at the end of the open pack, one byte more than a
 	// small file holds to see one that grew.
 	if err := k.pack.room(ctx, k.c.slabs, packFileMax+1); err != nil {
@@ -645,7 +727,9 @@ func (k *cutter) readFile(ctx context.Context, it *item) error {
 		return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
 	case n == len(buf):
 		// Larger than the walk saw: cut it alone, from what was read on.
-		return k.cutFile(ctx, it, buf)
+		err := k.cutFile(ctx, &k.file, it, buf)
+		k.file.close() // rare: its slab is not kept
+		return err
 	}
 	if n == 0 {
 		return nil
@@ -727,14 +811,10 @@ func (k *cutter) send(ctx context.Context, items []*item, s *slab, data []byte, 
 	}
 }
 
-// cutFile cuts one file into chunks of its own: pre (what was read of it
-// already), then the rest of it.f.
-func (k *cutter) cutFile(ctx context.Context, it *item, pre []byte) error {
-	if len(k.packed) == 0 && pre == nil {
-		// No pack is open: its slab goes back while large files are cut.
-		k.pack.close()
-	}
-	cur := &k.file
+// cutFile cuts one file into chunks of its own in cur: pre (what was
+// read of it already), then the rest of it.f. The cutter and the file
+// cutters call it, each with its own cursor.
+func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte) error {
 	if err := cur.room(ctx, k.c.slabs, maxChunk); err != nil {
 		return err
 	}

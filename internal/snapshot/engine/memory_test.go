@@ -53,9 +53,9 @@ func TestMemoryBound(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes 250 MiB")
 	}
-	const (
-		createMax  = slabCount*slabSize + inFlightBytes + outPoolLimit + 24<<20 // the encoders, the queues
-		restoreMax = 48 << 20
+	var (
+		createMax  = uint64(slabCount(fileCutters(runtime.NumCPU())))*slabSize + inFlightBytes + outPoolLimit + 24<<20 // the encoders, the queues
+		restoreMax = uint64(48 << 20)
 	)
 	for _, mib := range []int{50, 200} {
 		tr := newTree(t)
