@@ -369,10 +369,10 @@ func TestWalkAndSymlink(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []string
-	err := r.Walk(context.Background(), ".", func(rel string, e Entry, open func() (*os.File, error)) error {
+	err := r.Walk(context.Background(), ".", func(rel string, e Entry, open Opener) error {
 		s := rel + " " + e.ModeString()[:1]
-		if open != nil {
-			f, err := open()
+		if open.Valid() {
+			f, err := open.Open()
 			if err != nil {
 				return err
 			}
@@ -493,5 +493,64 @@ func TestListOrder(t *testing.T) {
 	}
 	if want := append(dirs, others...); !slices.Equal(got, want) {
 		t.Fatalf("List order:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestOpenerOpenFD: the walk's Opener gives a regular file's descriptor
+// with its own stat; a FIFO swapped in after the walk's stat is refused
+// (ErrNotFile) without blocking the open, and so is a symlink; the zero
+// Opener (a directory's) opens nothing.
+func TestOpenerOpenFD(t *testing.T) {
+	r, dir := newRoot(t)
+	write(t, dir, "d/file", "12345")
+	write(t, dir, "d/fifo", "x")
+	write(t, dir, "d/link", "x")
+	type result struct {
+		size int64
+		data string
+		err  error
+	}
+	got := map[string]result{}
+	err := r.Walk(t.Context(), ".", func(rel string, e Entry, open Opener) error {
+		switch rel {
+		case "d/fifo": // a regular file when stat'ed, a FIFO when opened
+			if err := os.Remove(filepath.Join(dir, rel)); err != nil {
+				return err
+			}
+			if err := syscall.Mkfifo(filepath.Join(dir, rel), 0o644); err != nil {
+				return err
+			}
+		case "d/link":
+			if err := os.Remove(filepath.Join(dir, rel)); err != nil {
+				return err
+			}
+			if err := os.Symlink("file", filepath.Join(dir, rel)); err != nil {
+				return err
+			}
+		}
+		fd, st, err := open.OpenFD()
+		res := result{err: err}
+		if err == nil {
+			buf := make([]byte, 64)
+			n, rerr := syscall.Read(fd, buf)
+			syscall.Close(fd)
+			if rerr != nil {
+				return rerr
+			}
+			res.size, res.data = st.Size, string(buf[:n])
+		}
+		got[rel] = res
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := got["d/file"]; g.err != nil || g.size != 5 || g.data != "12345" {
+		t.Errorf("d/file: %+v, want size 5, 12345", g)
+	}
+	for _, rel := range []string{"d/fifo", "d/link", "d", "."} {
+		if g := got[rel]; !errors.Is(g.err, ErrNotFile) {
+			t.Errorf("%s: %+v, want ErrNotFile", rel, g)
+		}
 	}
 }

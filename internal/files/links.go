@@ -3,7 +3,6 @@ package files
 import (
 	"context"
 	"errors"
-	"os"
 	"path"
 	"strings"
 
@@ -181,7 +180,7 @@ func (r *Root) checkMovedLinks(from, to string) error {
 	n := 0
 	errStop := errors.New("stop")
 	var found error
-	werr := r.Walk(context.Background(), from, func(rel string, e Entry, _ func() (*os.File, error)) error {
+	werr := r.Walk(context.Background(), from, func(rel string, e Entry, _ Opener) error {
 		if !e.IsSymlink() {
 			return nil
 		}

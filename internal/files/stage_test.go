@@ -65,7 +65,7 @@ func TestStagerCreateCommitClose(t *testing.T) {
 		t.Errorf("Stat(plugins/cfg) before Commit = %v, want ErrNotFound", err)
 	}
 	// Walk does not see the staging directory.
-	if err := r.Walk(t.Context(), "plugins", func(rel string, _ Entry, _ func() (*os.File, error)) error {
+	if err := r.Walk(t.Context(), "plugins", func(rel string, _ Entry, _ Opener) error {
 		if rel != "plugins" {
 			t.Errorf("Walk saw %q before Commit", rel)
 		}

@@ -229,7 +229,7 @@ func encode(ctx context.Context, r *files.Root, dir string, roots []string, form
 		return err
 	}
 	for _, root := range roots {
-		err := r.Walk(ctx, root, func(rel string, e files.Entry, open func() (*os.File, error)) error {
+		err := r.Walk(ctx, root, func(rel string, e files.Entry, open files.Opener) error {
 			if rel == dir {
 				return nil // "everything in dir": dir itself has no name in the archive
 			}
@@ -252,8 +252,8 @@ func encode(ctx context.Context, r *files.Root, dir string, roots []string, form
 					return nil // leads outside the root, or could once extracted: left out
 				}
 				return aw.symlink(name, target, e)
-			case e.IsFile() && open != nil:
-				f, err := open()
+			case e.IsFile() && open.Valid():
+				f, err := open.Open()
 				if errors.Is(err, files.ErrNotFound) || errors.Is(err, files.ErrNotFile) {
 					return nil // removed or swapped meanwhile
 				}

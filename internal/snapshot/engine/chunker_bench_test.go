@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	chunkers "github.com/PlakarKorp/go-cdc-chunkers"
-	_ "github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc" // registers "fastcdc-v1.0.0"
+	"github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc" // registers "fastcdc-v1.0.0"
 	restic "github.com/restic/chunker"
 )
 
@@ -119,3 +119,83 @@ func TestCutPointMatchesLibrary(t *testing.T) {
 }
 
 func head(s []int) []int { return s[:min(len(s), 8)] }
+
+// cutPointOneChain is cutPoint as the library computes it: one
+// fingerprint, byte after byte.
+func cutPointOneChain(data []byte) int {
+	n := len(data)
+	normal := avgChunk
+	switch {
+	case n <= minChunk:
+		return n
+	case n >= maxChunk:
+		n = maxChunk
+	case n <= normal:
+		normal = n
+	}
+	data = data[:n]
+	var fp uint64
+	i := minChunk
+	for ; i < normal; i++ {
+		fp = fp<<1 + fastcdc.G[data[i]]
+		if fp&maskS == 0 {
+			return i
+		}
+	}
+	for ; i < n; i++ {
+		fp = fp<<1 + fastcdc.G[data[i]]
+		if fp&maskL == 0 {
+			return i
+		}
+	}
+	return i
+}
+
+// TestFirstCutTwoChains: the two chains of firstCut cut where one chain
+// does, over thousands of chunks of random streams of every length around
+// the sizes (a cut in either half, in both, at their border, none), and
+// for ranges of every short length, where the fingerprint's warm-up
+// starts at minChunk.
+func TestFirstCutTwoChains(t *testing.T) {
+	r := rand.NewChaCha8([32]byte{'t', 'w', 'o'})
+	data := make([]byte, 64<<20)
+	_, _ = r.Read(data)
+	cuts := 0
+	for rest := data; len(rest) > 0; cuts++ {
+		got, want := cutPoint(rest), cutPointOneChain(rest)
+		if got != want {
+			t.Fatalf("chunk %d: cut at %d, one chain at %d", cuts, got, want)
+		}
+		rest = rest[got:]
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 3000 {
+		n := minChunk + rng.IntN(maxChunk+1000-minChunk)
+		off := rng.IntN(len(data) - n)
+		if got, want := cutPoint(data[off:off+n]), cutPointOneChain(data[off:off+n]); got != want {
+			t.Fatalf("%d bytes at %d: cut at %d, one chain at %d", n, off, got, want)
+		}
+	}
+	// Every mask and range: firstCut against one chain, for every short
+	// length up to and past the two chains' threshold, and long ranges
+	// with masks that cut often (a cut in both halves, in the second
+	// only).
+	for _, mask := range []uint64{maskS, maskL, 0xff, 0x3, 0xfff, 0xffff} {
+		for n := 1; n < 1200 || n < 200000 && mask > 0xff; n += 7 + n/2 {
+			lo := minChunk + rng.IntN(200)
+			var fp uint64
+			want := lo + n
+			for i := minChunk; i < lo+n; i++ {
+				fp = fp<<1 + fastcdc.G[data[i]]
+				if i >= lo && fp&mask == 0 {
+					want = i
+					break
+				}
+			}
+			if got := firstCut(data, lo, lo+n, mask); got != want {
+				t.Fatalf("mask %#x, [%d, %d): cut at %d, one chain at %d", mask, lo, lo+n, got, want)
+			}
+		}
+	}
+	t.Logf("%d chunks compared", cuts)
+}

@@ -8,12 +8,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"os"
 	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -160,8 +158,9 @@ func slabCount(n int) int { return n + 2 + spareSlabs }
 // the manifest writer waits for it (done) and writes it.
 type item struct {
 	en     entry
-	reused bool     // a file whose extents (en.extents) came from the parent
-	f      *os.File // a regular file to cut; nil for others
+	reused bool   // a file whose extents (en.extents) came from the parent
+	f      *rfile // a regular file to cut (&file); nil for others
+	file   rfile
 	ext    []pendingExtent
 	left   atomic.Int32
 	done   chan struct{}
@@ -422,7 +421,7 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // measure is the first walk: the bytes of the files Create will read.
 func measure(ctx context.Context, root *files.Root, ignore IgnoreFunc) (int64, error) {
 	var total int64
-	err := root.Walk(ctx, ".", func(rel string, e files.Entry, _ func() (*os.File, error)) error {
+	err := root.Walk(ctx, ".", func(rel string, e files.Entry, _ files.Opener) error {
 		if rel == "." {
 			return nil
 		}
@@ -446,7 +445,7 @@ func measure(ctx context.Context, root *files.Root, ignore IgnoreFunc) (int64, e
 // walk visits the tree and sends what the manifest records, in walk order
 // (parents first, names in byte order), regular files opened.
 func (c *creator) walk(ctx context.Context, out chan<- *item) error {
-	err := c.root.Walk(ctx, ".", func(rel string, e files.Entry, open func() (*os.File, error)) error {
+	err := c.root.Walk(ctx, ".", func(rel string, e files.Entry, open files.Opener) error {
 		if rel == "." {
 			return nil
 		}
@@ -476,29 +475,29 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 			it.en.kind, it.en.target, it.en.mode = kindLink, target, 0
 			c.res.Symlinks++
 		case e.IsFile():
-			f, err := open()
+			fd, st, err := open.OpenFD()
 			if errors.Is(err, files.ErrNotFound) || errors.Is(err, files.ErrNotFile) {
 				return nil // gone or replaced meanwhile
 			}
 			if err != nil {
 				return err
 			}
-			st, ok := fileStat(f)
-			if !ok || st.Nlink > 1 {
-				// Other hard links (or a failed stat: left out, not read).
-				f.Close()
+			it.file.fd = fd
+			if st.Nlink > 1 {
+				// Other hard links: left out, not read.
+				it.file.Close()
 				c.res.Skipped.HardLinks++
 				return nil
 			}
 			// The open file's own stat: what is read, and what a later
 			// snapshot compares.
-			it.en.kind, it.f, it.en.size = kindFile, f, st.Size
+			it.en.kind, it.f, it.en.size = kindFile, &it.file, st.Size
 			it.en.mtime, it.en.stat = st.Mtim.Nano(), true
 			it.en.ctime, it.en.ino = st.Ctim.Nano(), st.Ino
 			c.res.Files++
 			if c.parent != nil {
 				if ext := c.parent.match(rel, &it.en); ext != nil {
-					f.Close()
+					it.file.Close()
 					it.f, it.reused, it.en.extents = nil, true, ext
 					c.mu.Lock()
 					for _, x := range ext {
@@ -527,16 +526,6 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 		return fmt.Errorf("walk: %w", err)
 	}
 	return nil
-}
-
-// fileStat is the stat of open file f.
-func fileStat(f *os.File) (*syscall.Stat_t, bool) {
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, false
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return st, ok
 }
 
 // Packs (doc.go): a file of at most packFileMax bytes would be one chunk
