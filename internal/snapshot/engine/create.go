@@ -136,8 +136,8 @@ const (
 	orderQueue       = 2 * packMaxHeld // entries cut, waiting for their chunks to be stored: two packs' worth, so the cutter goes on while a pack is stored
 	defaultTransfers = 16              // chunks looked up or uploaded at once
 	maxFileCutters   = 4               // large files read and cut at once (at most; Workers otherwise)
-	spareSlabs       = 2               // slabs beyond one per cursor (fileCutters + the cutter's 2)
-	inFlightBytes    = 16 << 20        // room for compressed chunks not stored yet
+	spareSlabs       = 3               // slabs beyond one per cursor (fileCutters + the cutter's 2)
+	inFlightBytes    = 32 << 20        // room for compressed chunks not stored yet
 	outPoolLimit     = 8 << 20         // free buffers for compressed chunks kept (outPool)
 )
 
@@ -845,8 +845,8 @@ func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte)
 // work hashes, compresses and stores chunks until jobs is closed.
 func (c *creator) work(ctx context.Context, jobs <-chan job) error {
 	for j := range jobs {
-		err := c.store1(ctx, j)
-		j.slab.release()
+		err := c.store1(ctx, &j)
+		j.free()
 		if err != nil {
 			return err
 		}
@@ -857,9 +857,20 @@ func (c *creator) work(ctx context.Context, jobs <-chan job) error {
 	return nil
 }
 
+// free drops the job's hold on its slab, once: as soon as its bytes are
+// compressed (store1), not after the upload, so that the cutters read on
+// into the slab while the compressed chunk is written.
+func (j *job) free() {
+	if j.slab != nil {
+		j.slab.release()
+		j.slab, j.data = nil, nil
+	}
+}
+
 // store1 names one chunk and stores it unless it is known, already
-// referenced by this snapshot, or in the store.
-func (c *creator) store1(ctx context.Context, j job) error {
+// referenced by this snapshot, or in the store. It frees the job's slab
+// once it needs its bytes no more.
+func (c *creator) store1(ctx context.Context, j *job) error {
 	j.ref.sum = sha256.Sum256(j.data)
 	c.mu.Lock()
 	_, seen := c.seen[j.ref.sum]
@@ -913,6 +924,7 @@ func (c *creator) store1(ctx context.Context, j job) error {
 	}
 	out := enc.EncodeAll(j.data, buf[:0])
 	encoders <- enc
+	j.free()
 	defer func() { c.outs.put(out) }()
 	created, err := c.batch.Put(ctx, key, bytes.NewReader(out), int64(len(out)))
 	if err != nil {

@@ -41,8 +41,11 @@
 //     there, and each chunk is a slice of its slab handed to the
 //     transfers, which hold the slab until the chunk is stored; the bytes
 //     a slab ends with that do not make a chunk yet move to the next one.
-//     Four slabs (32 MiB, mapped memory rather than Go heap: chunker.go)
-//     bound the chunk bytes in memory. Compressed
+//     A transfer lets go of a chunk's slab as soon as the chunk is
+//     compressed (not once it is written). Six slabs on two cores (one
+//     per cursor that can wait while holding one, plus three: 48 MiB,
+//     mapped memory rather than Go heap: chunker.go) bound the chunk
+//     bytes in memory. Compressed
 //     chunks are written into buffers Create keeps for the next ones (up
 //     to 8 MiB free, outpool.go): made anew for each chunk, they were 500
 //     MB of garbage for a 1 GiB world, and the collector's goal, which
@@ -92,15 +95,20 @@
 //     locally.
 //   - Create is a pipeline whose queues, not the tree, bound its memory:
 //     one walker (files.Root.Walk: by descriptor, O_NOFOLLOW, parents
-//     first, names in byte order) opens files 16 ahead; one cutter reads
-//     and cuts them into slabs (and fills packs); 16 transfers hash, look
-//     up (Stat, cheaper than an upload) and upload the chunks, compressing
-//     on NumCPU encoders (and NumCPU for packs) into buffers within a budget
-//     of 16 MiB; one writer writes each entry once all its chunks are
-//     stored, in walk order, streaming the manifest into the store's Put
-//     (size unknown). Peak heap in use measured for 50 and 200 MiB trees
-//     alike (TestMemoryBound). Two cores are kept busy by the cutter and
-//     the encoders; the transfers hide the store's latency.
+//     first, names in byte order) opens files 16 ahead, by descriptor
+//     (files.Opener.OpenFD: no *os.File, one fstat); one cutter reads the
+//     small files into packs and hands each large file to one of NumCPU
+//     (at most 4) file cutters, which read and cut it in their own
+//     cursor (one cutter for every byte kept Create at 1.45 cores on
+//     two); 16 transfers hash, look up (Stat, cheaper than an upload) and
+//     upload the chunks, compressing on NumCPU encoders (and NumCPU for
+//     packs) into buffers within a budget of 32 MiB; one writer writes
+//     each entry once all its chunks are stored, in walk order, streaming
+//     the manifest into the store's Put (size unknown); entries wait for
+//     it in a queue of two packs' worth (8,192), so that the cutter reads
+//     on while a pack is stored. Peak heap in use measured for 50 and 200
+//     MiB trees alike (TestMemoryBound). Two cores are kept busy by the
+//     cutters and the encoders; the transfers hide the store's latency.
 //   - Chunks before the manifest: chunks are put through a blob.Batch,
 //     which the file store writes without a sync each (one sync per chunk
 //     and per chunk directory made the file store cost more than the
