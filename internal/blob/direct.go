@@ -75,9 +75,11 @@ var errNoDirect = errors.New("O_DIRECT refused")
 
 // directWriter writes to a file opened with O_DIRECT. The bytes up to the
 // last whole directAlign block go straight from p when p is aligned (a
-// large Go allocation is: the compressed chunks the engine hands over);
-// the rest, and an unaligned p whole, pass through an aligned bounce
-// buffer, zero-padded to a block, and the file is cut back to its size.
+// large Go allocation is: the compressed chunks the engine hands over),
+// and the last partial block too when p's capacity holds it zero-padded
+// (zeroTail); otherwise it, and an unaligned p whole, pass through an
+// aligned bounce buffer, zero-padded to a block. The file is cut back to
+// its size.
 type directWriter struct {
 	fd     int
 	off    int64
@@ -96,11 +98,17 @@ func (w *directWriter) Write(p []byte) (int, error) {
 	}
 	start := w.off
 	body := n &^ (directAlign - 1)
+	if padded := (n + directAlign - 1) &^ (directAlign - 1); padded > body && zeroTail(p, padded) {
+		// p's capacity holds its last block's padding, and it is zeros:
+		// one write for the whole blob, no bounce (a blocking write less
+		// per blob: each costs the runtime a core for a while).
+		body = padded
+	}
 	if body > 0 && aligned(p) {
 		if err := w.pwrite(p[:body]); err != nil {
 			return 0, err
 		}
-		p = p[body:]
+		p = p[min(body, len(p)):]
 	}
 	for len(p) > 0 {
 		b := w.buffer()
@@ -175,6 +183,23 @@ func (w *directWriter) release() {
 		w.pool.Put(w.bounce)
 		w.bounce = nil
 	}
+}
+
+// zeroTail reports whether p is aligned and its capacity holds padded
+// bytes, those past its length all zero: then p[:padded] is the blob and
+// its padding to a whole block, as the bounce buffer would make it (the
+// snapshot engine zeroes its compressed chunks' padding for this). p's
+// bytes are only read.
+func zeroTail(p []byte, padded int) bool {
+	if cap(p) < padded || !aligned(p) {
+		return false
+	}
+	for _, b := range p[len(p):padded] {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // aligned reports whether p starts on a directAlign boundary.

@@ -319,6 +319,89 @@ func TestFileBatchDirect(t *testing.T) {
 	}
 }
 
+// TestFileBatchDirectPadded: a blob whose buffer's capacity holds its last
+// block zero-padded (as the snapshot engine hands its chunks over) is
+// written whole, padding included, then cut to its size; one whose
+// padding is not zero, or whose capacity stops short, goes through the
+// bounce buffer. Either way the store holds exactly the blob, and the
+// caller's buffer is left as it was.
+func TestFileBatchDirectPadded(t *testing.T) {
+	raw := make([]byte, 3<<20)
+	skip := 0
+	for !aligned(raw[skip:]) {
+		skip++
+	}
+	dir := t.TempDir()
+	s := openFileStore(t, dir, Options{})
+	b := NewBatch(s)
+	want := map[string][]byte{}
+	for _, size := range []int{1, 4095, 4096, 4097, 8191, 1<<20 + 3} {
+		padded := (size + directAlign - 1) &^ (directAlign - 1)
+		for _, tc := range []struct {
+			name  string
+			cap   int
+			dirty bool // a non-zero byte in the padding
+		}{{"zero padding", padded, false}, {"more room", padded + directAlign, false}, {"dirty padding", padded, true}, {"short capacity", size, false}} {
+			buf := raw[skip : skip+size : skip+tc.cap]
+			clear(buf[:tc.cap])
+			rand.Read(buf)
+			buf[0] = byte(len(want)) // distinct blobs
+			if tc.dirty && tc.cap > size {
+				buf[:tc.cap][tc.cap-1] = 7
+			}
+			before := append([]byte(nil), buf[:tc.cap]...)
+			key := chunkKey(buf)
+			if created, err := b.Put(t.Context(), key, bytes.NewReader(buf), int64(size)); err != nil || !created {
+				t.Fatalf("%s, %d bytes: Put = %v, %v", tc.name, size, created, err)
+			}
+			if !bytes.Equal(buf[:tc.cap], before) {
+				t.Errorf("%s, %d bytes: the caller's buffer changed", tc.name, size)
+			}
+			want[key] = append([]byte(nil), buf...)
+		}
+	}
+	if err := b.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// The writer itself: the zero-padded blob takes no bounce buffer, the
+	// dirty one does.
+	fd, err := unix.Open(filepath.Join(dir, "w"), unix.O_WRONLY|unix.O_CREAT|unix.O_DIRECT, 0o600)
+	if errors.Is(err, unix.EINVAL) {
+		t.Log("NOTE: the file system of the temp dir has no O_DIRECT: the writer's paths not told apart")
+	} else if err != nil {
+		t.Fatal(err)
+	} else {
+		defer unix.Close(fd)
+		buf := raw[skip : skip+100 : skip+directAlign]
+		clear(buf[:directAlign])
+		for _, dirty := range []bool{false, true} {
+			buf[:directAlign][directAlign-1] = map[bool]byte{false: 0, true: 1}[dirty]
+			w := &directWriter{fd: fd, pool: &s.(*fileStore).bounce}
+			if _, err := w.Write(buf); err != nil {
+				t.Fatal(err)
+			}
+			if (w.bounce != nil) != dirty {
+				t.Errorf("dirty padding %v: bounce buffer taken %v", dirty, w.bounce != nil)
+			}
+			w.release()
+			if fi, err := os.Stat(filepath.Join(dir, "w")); err != nil || fi.Size() != 100 {
+				t.Errorf("dirty padding %v: %v, %v; want 100 bytes", dirty, fi, err)
+			}
+			if _, err := unix.Seek(fd, 0, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for key, data := range want {
+		if got := get(t, s, key); !bytes.Equal(got, data) {
+			t.Errorf("%s: got %d bytes, want %d", key, len(got), len(data))
+		}
+		if fi, err := os.Stat(filepath.Join(dir, filepath.FromSlash(key))); err != nil || fi.Size() != int64(len(data)) {
+			t.Errorf("%s on disk: %v, %v; want %d bytes", key, fi, err, len(data))
+		}
+	}
+}
+
 // A disk that refuses a direct write (EINVAL at the first block: here
 // provoked with a buffer off the alignment) is told apart as errNoDirect,
 // which makes the store stage through the page cache instead.

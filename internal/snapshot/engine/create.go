@@ -925,6 +925,10 @@ func (c *creator) store1(ctx context.Context, j *job) error {
 	out := enc.EncodeAll(j.data, buf[:0])
 	encoders <- enc
 	j.free()
+	// Zeros up to the next 4 KiB in the buffer (outPool's capacities are
+	// multiples of 256 KiB): the file store writes the chunk in one
+	// direct write, padding and all (blob's zeroTail).
+	clear(out[len(out):min(cap(out), (len(out)+4095)&^4095)])
 	defer func() { c.outs.put(out) }()
 	created, err := c.batch.Put(ctx, key, bytes.NewReader(out), int64(len(out)))
 	if err != nil {
