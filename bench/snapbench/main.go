@@ -31,6 +31,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
 )
@@ -46,6 +47,9 @@ func main() {
 	traceOut := flag.String("trace", "", "write a runtime execution trace to this file (go tool trace)")
 	null := flag.Bool("null", false, "create: a store that holds nothing and discards what is put (the engine's own cost, for analysis)")
 	flag.Parse()
+	// As kiln serve runs (internal/node/procs.go): what is measured is
+	// what the service does.
+	node.TuneProcs(os.Getenv)
 	if *root == "" || *storeDir == "" || (*op != "create" && *op != "restore") || (*op == "restore" && *manifest == "") {
 		flag.Usage()
 		os.Exit(2)
