@@ -285,7 +285,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer logBuf.Close() // after everything else has logged its last line
+	defer logBuf.Close()                      // after everything else has logged its last line
 	cores, procs := node.TuneProcs(os.Getenv) // node/procs.go: Ps blocked on the disk leave cores idle
 	log.Info("go scheduler", "cores", cores, "gomaxprocs", procs)
 	lock, err := instance.LockDir(cfg.DataDir, os.Getpid())
