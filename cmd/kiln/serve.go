@@ -285,8 +285,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer logBuf.Close()                      // after everything else has logged its last line
-	cores, procs := node.TuneProcs(os.Getenv) // node/procs.go: Ps blocked on the disk leave cores idle
+	defer logBuf.Close() // after everything else has logged its last line
+	// Twice as many Ps as cores (node/procs.go): Ps blocked on the disk
+	// in a system call leave cores idle.
+	cores, procs := node.TuneProcs(os.Getenv)
 	log.Info("go scheduler", "cores", cores, "gomaxprocs", procs)
 	lock, err := instance.LockDir(cfg.DataDir, os.Getpid())
 	if err != nil {
