@@ -221,38 +221,98 @@ func (b *fileBatch) Commit(ctx context.Context) error {
 	if len(staged) == 0 {
 		return nil // the sync made what was visible durable; nothing to rename
 	}
-	dirs := map[string]*os.File{}
-	defer func() {
-		for _, d := range dirs {
-			d.Close()
-		}
-	}()
-	for i, st := range staged {
-		dir, name := splitKey(st.key)
-		d := dirs[dir]
-		if d == nil {
-			var err error
-			if d, err = b.s.mkdirs(dir, false); err != nil {
-				drop(i)
-				return fmt.Errorf("commit %s: %w", st.key, err)
-			}
-			dirs[dir] = d
-		}
-		created, err := b.s.publish(st.tmp, d, name)
-		if err != nil {
-			drop(i)
-			return fmt.Errorf("commit %s: %w", st.key, err)
-		}
-		if !created {
-			// Stored meanwhile by another Put: the same bytes (keys are
-			// content-addressed or unique), kept as they are.
-			unix.Unlinkat(sfd, st.tmp, 0)
-		}
+	if err := b.publishAll(staged); err != nil {
+		return err
 	}
 	if err := unix.Syncfs(sfd); err != nil {
 		return fmt.Errorf("commit: sync the store: %w", err)
 	}
 	return nil
+}
+
+// publishWorkers rename staged blobs into place at once: a snapshot
+// commits hundreds of chunks in about as many directories, one after the
+// other at the end of its run (60 ms of a 1.2 s snapshot before).
+const publishWorkers = 4
+
+// publishAll renames each staged blob to its key (put-if-absent),
+// directory by directory on publishWorkers goroutines. On the first error
+// it stops, removes the staged files not published, and returns it.
+func (b *fileBatch) publishAll(staged []stagedBlob) error {
+	byDir := map[string][]int{}
+	var order []string
+	for i, st := range staged {
+		dir, _ := splitKey(st.key)
+		if _, ok := byDir[dir]; !ok {
+			order = append(order, dir)
+		}
+		byDir[dir] = append(byDir[dir], i)
+	}
+	sfd := int(b.s.stage.Fd())
+	published := make([]bool, len(staged)) // each index written by one worker
+	dirs := make(chan string)
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	for range min(publishWorkers, len(order)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for dir := range dirs {
+				if failed() {
+					continue // drained: the files are removed below
+				}
+				d, err := b.s.mkdirs(dir, false)
+				if err != nil {
+					fail(fmt.Errorf("commit %s: %w", staged[byDir[dir][0]].key, err))
+					continue
+				}
+				for _, i := range byDir[dir] {
+					_, name := splitKey(staged[i].key)
+					created, err := b.s.publish(staged[i].tmp, d, name)
+					if err != nil {
+						fail(fmt.Errorf("commit %s: %w", staged[i].key, err))
+						break
+					}
+					if !created {
+						// Stored meanwhile by another Put: the same bytes
+						// (keys are content-addressed or unique), kept as
+						// they are.
+						unix.Unlinkat(sfd, staged[i].tmp, 0)
+					}
+					published[i] = true
+				}
+				d.Close()
+			}
+		}()
+	}
+	for _, dir := range order {
+		dirs <- dir
+	}
+	close(dirs)
+	wg.Wait()
+	if firstErr != nil {
+		for i, st := range staged {
+			if !published[i] {
+				unix.Unlinkat(sfd, st.tmp, 0)
+			}
+		}
+	}
+	return firstErr
 }
 
 func (b *fileBatch) Close() error {

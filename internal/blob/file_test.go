@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/url"
@@ -423,5 +424,51 @@ func TestDirectWriteRefused(t *testing.T) {
 	w := &directWriter{fd: fd}
 	if err := w.pwrite(raw[off : off+directAlign]); !errors.Is(err, errNoDirect) {
 		t.Errorf("pwrite from an unaligned buffer = %v, want errNoDirect", err)
+	}
+}
+
+// TestFileBatchCommitMany: Commit publishes blobs in hundreds of
+// directories at once (publishWorkers); when one cannot be published (its
+// key names a directory of other keys) Commit fails, every blob is whole
+// or absent, and nothing stays staged.
+func TestFileBatchCommitMany(t *testing.T) {
+	dir := t.TempDir()
+	s := openFileStore(t, dir, Options{})
+	put(t, s, "bad/x", []byte("x")) // "bad" is a directory now
+	for round, withBad := range []bool{true, false} {
+		b := NewBatch(s)
+		want := map[string]string{}
+		for i := range 300 {
+			key := fmt.Sprintf("r%d/%03d/v%d", round, i, i%3)
+			want[key] = fmt.Sprintf("blob %d of round %d", i, round)
+			if _, err := b.Put(t.Context(), key, strings.NewReader(want[key]), int64(len(want[key]))); err != nil {
+				t.Fatal(err)
+			}
+			if withBad && i == 150 {
+				if _, err := b.Put(t.Context(), "bad", strings.NewReader("y"), 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		err := b.Commit(t.Context())
+		if withBad != (err != nil) {
+			t.Fatalf("round %d: Commit = %v, want an error: %v", round, err, withBad)
+		}
+		for key, data := range want {
+			rc, err := s.Get(t.Context(), key)
+			switch {
+			case err == nil:
+				got, _ := io.ReadAll(rc)
+				rc.Close()
+				if string(got) != data {
+					t.Errorf("round %d: %s = %q, want %q", round, key, got, data)
+				}
+			case !withBad || !errors.Is(err, ErrNotFound):
+				t.Errorf("round %d: Get(%s) = %v", round, key, err)
+			}
+		}
+		if names := stagedNames(t, dir); len(names) != 0 {
+			t.Errorf("round %d: staged after Commit = %q", round, names)
+		}
 	}
 }
