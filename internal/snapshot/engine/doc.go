@@ -42,8 +42,8 @@
 //     transfers, which hold the slab until the chunk is stored; the bytes
 //     a slab ends with that do not make a chunk yet move to the next one.
 //     A transfer lets go of a chunk's slab as soon as the chunk is
-//     compressed (not once it is written). Six slabs on two cores (one
-//     per cursor that can wait while holding one, plus three: 48 MiB,
+//     compressed (not once it is written). Seven slabs on two cores (one
+//     per cursor that can wait while holding one, plus three: 56 MiB,
 //     mapped memory rather than Go heap: chunker.go) bound the chunk
 //     bytes in memory. Compressed
 //     chunks are written into buffers Create keeps for the next ones (up
@@ -73,11 +73,12 @@
 //     The trade (docs/benchmarks.md): the store is 0.8 % larger than
 //     tar | zstd -1 of the same tree. SpeedDefault makes it 1.0002× (the
 //     rest is 1 MB of fan-out directories, counted), SpeedBetterCompression
-//     0.998×, but they cost 1.2 and 2.5 CPU-s more a GB than the 2.2–2.5
-//     of a Create at SpeedFastest, which already misses the speed target
-//     (0.8× of tar | zstd -1 -T0, 1.5 CPU-s) on a 2-core machine whose
-//     page allocation is fast.
-//     Speed was kept.
+//     0.998×, but they cost 1.2 and 2.5 CPU-s more a GB than the ~2 of a
+//     Create at SpeedFastest, which meets the speed target (0.8× of tar |
+//     zstd -1 -T0, 1.5 CPU-s) on a 2-core machine with 10 % to spare at
+//     most: either would miss it by far. Speed was kept; the size target
+//     is not met. Smaller windows (and so blocks) do not help: 4 KiB to
+//     128 KiB make the chunks 1.4–9.2 MB larger.
 //   - Packs: a file of at most 256 KiB would be a chunk of its own (FastCDC
 //     never cuts before that), so a world's 20,000 player, stats and
 //     config files made 20,136 chunks of a 200 MiB world, 10 KiB each:
