@@ -111,6 +111,8 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusNotFound, errorBody{Error: "server not found", Code: codeServerNotFound}
 	case errors.Is(err, servers.ErrInstalling):
 		return http.StatusConflict, errorBody{Error: "the server is being installed; try again when it is offline", Code: codeServerInstalling}
+	case errors.Is(err, servers.ErrRestoring):
+		return http.StatusConflict, errorBody{Error: "a snapshot is being restored into the server; try again when the restore is done (its console says when)", Code: codeConflict}
 	case errors.Is(err, servers.ErrTooManyStreams):
 		return http.StatusConflict, errorBody{Error: fmt.Sprintf("the server already has %d console streams, the most it allows; close one and try again", servers.MaxStreams), Code: codeStreamLimit}
 	case errors.Is(err, servers.ErrOffline):

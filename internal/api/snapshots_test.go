@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -135,4 +136,37 @@ func TestSnapshotsAPI(t *testing.T) {
 		st, _, body = h.do("DELETE", Prefix+"/snapshots/"+snapID, h.token, nil)
 		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
 	})
+}
+
+// TestRestoreHoldAPI: while a restore holds a server (servers.Hold, taken
+// by POST /snapshots/{id}/restore before it answers), writes to its files
+// and its start answer 409 CONFLICT with a sentence saying why; reads go
+// on; once the hold ends, the same write goes through.
+func TestRestoreHoldAPI(t *testing.T) {
+	h := newHarness(t, storetest.SQLite(t))
+	id, _ := h.fileServer(1024)
+	me, err := h.auth.TeamByName(t.Context(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := h.srv.deps.Servers.Hold(t.Context(), me.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"error": "a snapshot is being restored into the server; try again when the restore is done (its console says when)", "code": "CONFLICT"}
+	st, body := h.files("POST", id, "write?file=/a.txt", "x", "Content-Type", "text/plain")
+	if got := mustJSON(body); st != 409 || !reflect.DeepEqual(got, want) {
+		t.Errorf("write during a restore = %d %s, want 409 %v", st, body, want)
+	}
+	st, body = h.postJSON("/servers/"+id+"/power", map[string]string{"action": "start"})
+	if got := mustJSON(body); st != 409 || !reflect.DeepEqual(got, want) {
+		t.Errorf("start during a restore = %d %s, want 409 %v", st, body, want)
+	}
+	if st, body = h.files("GET", id, "list?directory=/", nil); st != 200 {
+		t.Errorf("list during a restore = %d %s, want 200", st, body)
+	}
+	held.Release()
+	if st, body = h.files("POST", id, "write?file=/a.txt", "x", "Content-Type", "text/plain"); st != 204 && st != 200 {
+		t.Errorf("write after the restore = %d %s", st, body)
+	}
 }

@@ -360,6 +360,8 @@ func (m *Manager) outcome(ctx context.Context, t *transfer, err error, log *slog
 		return StatusFailed, "the server was deleted"
 	case errors.Is(err, servers.ErrInstalling):
 		return StatusFailed, "the server is being installed"
+	case errors.Is(err, servers.ErrRestoring):
+		return StatusFailed, "a snapshot is being restored into the server"
 	case errors.Is(err, files.ErrNotDirectory):
 		return StatusFailed, fmt.Sprintf("%s cannot be created: part of it is not a directory", t.d.Directory)
 	case errors.Is(err, files.ErrNotFile):

@@ -392,6 +392,9 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 	if sv.Status == StatusInstalling {
 		return ErrInstalling
 	}
+	if s.liveOf(id).isHeld() {
+		return ErrRestoring
+	}
 	if software == "" {
 		software = sv.Software
 	}

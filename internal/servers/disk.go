@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/quota"
@@ -38,8 +39,9 @@ type Access struct {
 
 // Access checks that one of the team's servers exists and returns its
 // root; with write, also its disk ledger (limit set from disk_mb), and
-// ErrInstalling while the installer writes into the root. Errors:
-// ErrNotFound, ErrInstalling.
+// ErrInstalling while the installer writes into the root, ErrRestoring
+// while a snapshot restore holds it (Hold). Errors: ErrNotFound,
+// ErrInstalling, ErrRestoring.
 //
 // The ledger's figure is the last walk of the root plus Kiln's own
 // commits since. A figure older than Options.DiskFresh is walked again in
@@ -50,6 +52,12 @@ type Access struct {
 // operation of unknown effect made stale (DiskChanged), is walked before
 // the write.
 func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Access, error) {
+	return s.access(ctx, teamID, id, write, false)
+}
+
+// access is Access; holder is a Hold's own access, which its hold lets
+// through.
+func (s *Service) access(ctx context.Context, teamID, id string, write, holder bool) (Access, error) {
 	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
 		return Access{}, err
@@ -60,6 +68,9 @@ func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Ac
 	}
 	if sv.Status == StatusInstalling {
 		return Access{}, ErrInstalling
+	}
+	if !holder && s.liveOf(id).isHeld() {
+		return Access{}, ErrRestoring
 	}
 	disk := s.liveOf(id).disk
 	disk.SetLimit(int64(sv.DiskMB) << 20)
@@ -76,6 +87,55 @@ func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Ac
 	}
 	a.Disk = disk
 	return a, nil
+}
+
+// Held is a server's root held for one writer (Hold).
+type Held struct {
+	s           *Service
+	teamID, id  string
+	releaseOnce sync.Once
+}
+
+// Hold reserves a server's root for one writer, a snapshot restore: until
+// Release, Access for writing answers ErrRestoring to every other caller
+// (the files API, SFTP, downloads, installs of mods, the deployments
+// executor), and Power's start and restart and Reinstall refuse with it
+// too; a stop or a kill goes on (the restore stops the server itself).
+// It is held in this process's memory: a restart of Kiln ends it, as it
+// ends the restore (whose journal is finished or undone at the next
+// start, before any server starts). Errors: ErrNotFound, ErrInstalling,
+// ErrRestoring (held already).
+func (s *Service) Hold(ctx context.Context, teamID, id string) (*Held, error) {
+	sv, err := s.getLocal(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	if sv.Status == StatusInstalling {
+		return nil, ErrInstalling
+	}
+	l := s.liveOf(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held {
+		return nil, ErrRestoring
+	}
+	l.held = true
+	return &Held{s: s, teamID: teamID, id: id}, nil
+}
+
+// Access is Access for writing, for the holder.
+func (h *Held) Access(ctx context.Context) (Access, error) {
+	return h.s.access(ctx, h.teamID, h.id, true, true)
+}
+
+// Release ends the hold; later calls do nothing.
+func (h *Held) Release() {
+	h.releaseOnce.Do(func() {
+		l := h.s.liveOf(h.id)
+		l.mu.Lock()
+		l.held = false
+		l.mu.Unlock()
+	})
 }
 
 // DiskChanged makes the next write measure the root again (after an

@@ -40,6 +40,14 @@ type live struct {
 	res           Resources          // DiskBytes unused: disk has the figure
 	disk          *quota.Account     // the root's disk ledger
 	cancelInstall context.CancelFunc // of the install in flight, if any
+	held          bool               // a snapshot restore writes into the root (Hold)
+}
+
+// isHeld tells whether a Hold is in force.
+func (l *live) isHeld() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
 }
 
 func (l *live) setStatus(st string) {
@@ -95,9 +103,9 @@ func (l *live) resources() Resources {
 
 // Power performs start, stop, restart or kill. It returns once the action is
 // recorded; the action itself proceeds in the background. Errors:
-// ErrNotFound, ErrInstalling, ErrInstallFailed, *EULAError (start and
-// restart of software whose EULA its user has not accepted),
-// *validate.Error.
+// ErrNotFound, ErrInstalling, ErrRestoring (start and restart during a
+// restore), ErrInstallFailed, *EULAError (start and restart of software
+// whose EULA its user has not accepted), *validate.Error.
 func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
@@ -105,6 +113,9 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 	}
 	if sv.Status == StatusInstalling {
 		return ErrInstalling
+	}
+	if (action == "start" || action == "restart") && s.liveOf(id).isHeld() {
+		return ErrRestoring // a stop or a kill goes on: the restore stops it itself
 	}
 	switch action {
 	case "start":

@@ -23,6 +23,10 @@ var (
 	ErrNotFound = errors.New("server not found")
 	// ErrInstalling: the operation must wait until the install ends.
 	ErrInstalling = errors.New("the server is being installed")
+	// ErrRestoring: a snapshot is being restored into the server (Hold):
+	// writing to its files, starting it and reinstalling it wait until
+	// the restore ends.
+	ErrRestoring = errors.New("a snapshot is being restored into the server")
 	// ErrOffline: a console command was sent to a server that is not running.
 	ErrOffline = errors.New("the server is not running")
 	// ErrOwned: a deployment owns the server; change it through the deployment.

@@ -507,6 +507,8 @@ func (f *fsys) status(err error) error {
 		return fmt.Errorf("%w: hard links are not supported", sftp.ErrSSHFxPermissionDenied)
 	case errors.Is(err, servers.ErrInstalling):
 		return fmt.Errorf("%w: the server is being installed; try again when it is done", sftp.ErrSSHFxFailure)
+	case errors.Is(err, servers.ErrRestoring):
+		return fmt.Errorf("%w: a snapshot is being restored into the server; try again when it is done", sftp.ErrSSHFxFailure)
 	case errors.Is(err, syscall.ENOTEMPTY):
 		return fmt.Errorf("%w: directory not empty", sftp.ErrSSHFxFailure)
 	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):

@@ -49,7 +49,15 @@
 //     ledger (staged inside the root, swapped in under a journal), and it
 //     is started again if it was running — also when the restore failed,
 //     which leaves the previous files. One restore per server at a time
-//     (ErrBusy, RestoreNow included). A server deleted while a restore
+//     (ErrBusy, RestoreNow included). From the call until the files are
+//     restored the server is held (servers.Hold, taken before Restore
+//     answers): every other writer (files API, SFTP, downloads, mod
+//     installs, the executor), a start and a reinstall get
+//     servers.ErrRestoring, so nothing but the restore writes into the
+//     root while it is staged and swapped, and no start races the stop.
+//     A write handle opened before (an SFTP upload in progress) writes on
+//     into a file the swap then replaces: that write is lost, as a
+//     restore means. A server deleted while a restore
 //     writes into it (CancelServer, run by servers.OnDelete before the
 //     root goes) cancels the restore and waits for it: before its commit
 //     point the staging directory is removed and the restore fails with

@@ -67,6 +67,7 @@ type Servers interface {
 	Command(ctx context.Context, teamID, id, line string) error
 	Stream(ctx context.Context, teamID, id string) (<-chan servers.Event, func(), error)
 	Power(ctx context.Context, teamID, id, action string) error
+	Hold(ctx context.Context, teamID, id string) (*servers.Held, error)
 	Note(id, line string)
 }
 
@@ -594,9 +595,11 @@ func (s *Service) unavailable(d Deletion, id string, err error) Deletion {
 // Restore makes the server targetID (the snapshot's source when "") of
 // the team equal to the snapshot, in the background: a running server is
 // stopped first and started again after; a failure leaves its files as
-// they were. The outcome is written to the server's console. Errors:
+// they were. The outcome is written to the server's console. From the
+// call on, the server is held (servers.Hold): its files written by
+// nothing else, its start refused, until the files are restored. Errors:
 // ErrNotFound, ErrNotReady, ErrBusy, servers.ErrNotFound,
-// servers.ErrInstalling.
+// servers.ErrInstalling, servers.ErrRestoring.
 func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) error {
 	snap, err := s.Get(ctx, teamID, id)
 	if err != nil {
@@ -622,9 +625,16 @@ func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) erro
 	if err != nil {
 		return err
 	}
+	// Held from now (not from when the goroutine runs): a start or a
+	// write sent right after the 202 is refused, not raced.
+	held, err := s.servers.Hold(ctx, teamID, sv.ID)
+	if err != nil {
+		s.endRestore(sv.ID, run)
+		return err
+	}
 	s.wg.Go(func() {
 		defer s.endRestore(sv.ID, run)
-		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv) }); err != nil {
+		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held) }); err != nil {
 			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
 		}
 	})
@@ -709,11 +719,18 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 		return err
 	}
 	defer s.endRestore(sv.ID, run)
-	return s.restore(rctx, snap, sv)
+	held, err := s.servers.Hold(ctx, teamID, sv.ID)
+	if err != nil {
+		return err
+	}
+	return s.restore(rctx, snap, sv, held)
 }
 
-// restore runs a restore registered by beginRestore (ctx is its own).
-func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server) (err error) {
+// restore runs a restore registered by beginRestore (ctx is its own),
+// with the server held (servers.Hold: no write but the restore's, no
+// start): it releases the hold before it starts the server again.
+func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held) (err error) {
+	defer held.Release()
 	s.servers.Note(sv.ID, fmt.Sprintf("restoring snapshot %s (%s)", snap.ID, snap.Name))
 	defer func() {
 		if errors.Is(context.Cause(ctx), ErrServerDeleted) {
@@ -743,7 +760,7 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server)
 	if err != nil {
 		return err
 	}
-	a, err := s.servers.Access(ctx, sv.TeamID, sv.ID, true)
+	a, err := held.Access(ctx)
 	if err != nil {
 		return err
 	}
@@ -754,6 +771,7 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server)
 	if a.Disk != nil {
 		a.Disk.Stale() // the restore replaced the tree: measure it again
 	}
+	held.Release()
 	if wasRunning && !errors.Is(context.Cause(ctx), ErrServerDeleted) {
 		if err := s.servers.Power(context.WithoutCancel(ctx), sv.TeamID, sv.ID, "start"); err != nil {
 			s.log.Warn("start the server again after a restore", "server_id", sv.ID, "err", err)

@@ -301,6 +301,17 @@ func TestRestoreRunningServer(t *testing.T) {
 	if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
 		t.Fatal(err)
 	}
+	// Held from the call on (the stop alone takes longer than these
+	// checks): no write but the restore's, no start, no second restore.
+	if _, err := e.srv.Access(ctx, e.team, sv.ID, true); !errors.Is(err, servers.ErrRestoring) {
+		t.Errorf("a write during the restore = %v, want servers.ErrRestoring", err)
+	}
+	if err := e.srv.Power(ctx, e.team, sv.ID, "start"); !errors.Is(err, servers.ErrRestoring) {
+		t.Errorf("a start during the restore = %v, want servers.ErrRestoring", err)
+	}
+	if err := e.svc.Restore(ctx, e.team, snap.ID, ""); !errors.Is(err, ErrBusy) {
+		t.Errorf("a second restore during the restore = %v, want ErrBusy", err)
+	}
 	// Stopped, restored, running again. The restore runs in the
 	// background and says it is done in the console once it has started
 	// the server again (the start itself is not awaited: the server may
@@ -321,6 +332,9 @@ func TestRestoreRunningServer(t *testing.T) {
 		t.Errorf("the console does not show the server stopped before the restore:\n%s", joined)
 	}
 	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+	if _, err := e.srv.Access(ctx, e.team, sv.ID, true); err != nil {
+		t.Errorf("a write after the restore = %v, want it let through", err)
+	}
 	root := e.node.Node.Root(sv.ID)
 	if b, _ := os.ReadFile(filepath.Join(root, "world/custom.dat")); string(b) != "v1" {
 		t.Errorf("world/custom.dat = %q after the restore, want v1", b)

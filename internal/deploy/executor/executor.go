@@ -705,6 +705,8 @@ func classify(err error) *stepError {
 		return fail(runs.FailCapacity, "%v", err)
 	case errors.Is(err, servers.ErrInstalling):
 		return &stepError{class: runs.FailInternal, msg: "the server is still installing", transient: true}
+	case errors.Is(err, servers.ErrRestoring):
+		return &stepError{class: runs.FailInternal, msg: "a snapshot is being restored into the server", transient: true}
 	case errors.Is(err, errHealth):
 		return fail(runs.FailHealthTimeout, "%v", err)
 	case errors.Is(err, errCrashed):

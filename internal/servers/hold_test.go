@@ -1,0 +1,67 @@
+package servers_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// TestHold: while a restore holds a server, every writer but the holder
+// is refused (ErrRestoring), and so are start, restart, reinstall and a
+// second hold; reads, stop and kill go on. Release lets them all through
+// again, once, and another team's server cannot be held (ErrNotFound).
+func TestHold(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	otherTeam := "team_0000000000000000" // no such team: another team's view
+	env := serverstest.New(t, db, serverstest.Options{})
+	svc := env.Service
+	ctx := t.Context()
+	sv := newTestServer(t, svc, teamID)
+	if _, err := svc.Hold(ctx, otherTeam, sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Fatalf("Hold of another team's server = %v, want ErrNotFound", err)
+	}
+	held, err := svc.Hold(ctx, teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]error{}
+	_, refused["Access for writing"] = svc.Access(ctx, teamID, sv.ID, true)
+	refused["start"] = svc.Power(ctx, teamID, sv.ID, "start")
+	refused["restart"] = svc.Power(ctx, teamID, sv.ID, "restart")
+	refused["Reinstall"] = svc.Reinstall(ctx, teamID, sv.ID, "", "")
+	_, refused["a second Hold"] = svc.Hold(ctx, teamID, sv.ID)
+	for what, err := range refused {
+		if !errors.Is(err, servers.ErrRestoring) {
+			t.Errorf("%s while held = %v, want ErrRestoring", what, err)
+		}
+	}
+	if a, err := svc.Access(ctx, teamID, sv.ID, false); err != nil || a.Root == "" {
+		t.Errorf("Access for reading while held = %+v, %v, want the root", a, err)
+	}
+	if a, err := held.Access(ctx); err != nil || a.Root == "" || a.Disk == nil {
+		t.Errorf("the holder's Access = %+v, %v, want the root and its ledger", a, err)
+	}
+	for _, action := range []string{"stop", "kill"} {
+		if err := svc.Power(ctx, teamID, sv.ID, action); err != nil {
+			t.Errorf("%s while held = %v, want nil", action, err)
+		}
+	}
+	held.Release()
+	held.Release() // once is enough; twice changes nothing
+	if _, err := svc.Access(ctx, teamID, sv.ID, true); err != nil {
+		t.Errorf("Access for writing after Release = %v", err)
+	}
+	again, err := svc.Hold(ctx, teamID, sv.ID)
+	if err != nil {
+		t.Fatalf("Hold after Release = %v", err)
+	}
+	again.Release()
+	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
+		t.Errorf("start after Release = %v", err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+}
