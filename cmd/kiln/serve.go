@@ -449,6 +449,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	snaps := snapshot.New(db, blobs, serverSvc, cat, snapshot.Options{Owner: self.ID, Node: cfg.NodeName}, log)
 	// A deleted server's restore stops before its root goes.
 	serverSvc.OnDelete(snaps.CancelServer)
+	serverSvc.OnDeleteAborted(snaps.DeleteAborted)
 	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs,
 		Snapshots: snaps, Log: log})
 

@@ -510,7 +510,16 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 
 // remove stops a server, forgets it and removes its files (Delete's work
 // once the server may go).
-func (s *Service) remove(ctx context.Context, teamID, id string) error {
+func (s *Service) remove(ctx context.Context, teamID, id string) (err error) {
+	gone := false
+	defer func() {
+		if err != nil && !gone {
+			// The server stays: what the hooks ended for good may go on.
+			for _, fn := range s.onAborted {
+				fn(id)
+			}
+		}
+	}()
 	for _, fn := range s.onDelete {
 		if err := fn(ctx, id); err != nil {
 			return fmt.Errorf("delete server %s: %w", id, err)
@@ -533,6 +542,7 @@ func (s *Service) remove(ctx context.Context, teamID, id string) error {
 	if err != nil {
 		return fmt.Errorf("delete server %s: %w", id, err)
 	}
+	gone = true // deleted now, or by another request meanwhile
 	if n, _ := res.RowsAffected(); n == 0 {
 		return ErrNotFound
 	}
@@ -551,4 +561,12 @@ func (s *Service) remove(ctx context.Context, teamID, id string) error {
 // their work on the server: remote downloads). Call it before Run.
 func (s *Service) OnDelete(fn func(ctx context.Context, id string) error) {
 	s.onDelete = append(s.onDelete, fn)
+}
+
+// OnDeleteAborted registers fn to run when a delete that ran the OnDelete
+// hooks (some or all of them) fails while the server still exists: what a
+// hook ended for good on the server (a snapshot service refusing restores
+// into it) may start again. Call it before Run.
+func (s *Service) OnDeleteAborted(fn func(id string)) {
+	s.onAborted = append(s.onAborted, fn)
 }

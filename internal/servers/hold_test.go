@@ -60,8 +60,10 @@ func TestHold(t *testing.T) {
 		t.Fatalf("Hold after Release = %v", err)
 	}
 	again.Release()
+	// Accepted (the stop and kill sent above run in the background too,
+	// in any order with it: what the server ends up doing is not this
+	// test's business).
 	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
 		t.Errorf("start after Release = %v", err)
 	}
-	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
 }

@@ -682,8 +682,8 @@ func (s *Service) endRestore(id string, run *restoreRun) {
 // so no restore writes into a root being removed: one before its commit
 // point removes its staging directory and fails with ErrServerDeleted;
 // one past it finishes its swap (a few renames) first. A delete that
-// fails after this leaves the server refusing restores until Kiln
-// restarts. Errors: ctx's, if it ends first.
+// fails after this and leaves the server undoes the refusal
+// (DeleteAborted). Errors: ctx's, if it ends first.
 func (s *Service) CancelServer(ctx context.Context, id string) error {
 	s.mu.Lock()
 	s.deleted[id] = true
@@ -699,6 +699,15 @@ func (s *Service) CancelServer(ctx context.Context, id string) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// DeleteAborted undoes CancelServer's refusal when the server's delete
+// failed and the server stays (servers.OnDeleteAborted): restores into it
+// are accepted again.
+func (s *Service) DeleteAborted(id string) {
+	s.mu.Lock()
+	delete(s.deleted, id)
+	s.mu.Unlock()
 }
 
 // RestoreNow is Restore waiting for the end (the deployments executor).

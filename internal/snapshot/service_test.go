@@ -726,3 +726,48 @@ func TestRestoreIntoDeletedServer(t *testing.T) {
 	}
 	e.checkComplete(got)
 }
+
+// TestDeleteAbortedRestoresAgain: a server delete that fails after the
+// hooks ran (here a hook after CancelServer fails it) leaves the server,
+// and restores into it are accepted again (DeleteAborted, through
+// servers.OnDeleteAborted), where they were refused until a restart.
+func TestDeleteAbortedRestoresAgain(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	e.srv.OnDelete(e.svc.CancelServer)
+	failing := true
+	e.srv.OnDelete(func(ctx context.Context, id string) error {
+		if failing {
+			return errors.New("the disk is read-only")
+		}
+		return nil
+	})
+	e.srv.OnDeleteAborted(e.svc.DeleteAborted)
+	sv := e.server("kept", map[string]string{"world/custom.dat": "v1"})
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "before", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = e.wait(snap.ID)
+	if err := e.srv.Delete(ctx, e.team, sv.ID); err == nil {
+		t.Fatal("Delete succeeded with a failing hook")
+	}
+	if _, err := e.srv.Get(ctx, e.team, sv.ID); err != nil {
+		t.Fatalf("the server after the failed delete: %v, want it kept", err)
+	}
+	e.write(sv.ID, map[string]string{"world/custom.dat": "v2"})
+	if err := e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID); err != nil {
+		t.Fatalf("RestoreNow after the failed delete = %v, want it accepted", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.node.Node.Root(sv.ID), "world/custom.dat")); string(b) != "v1" {
+		t.Errorf("world/custom.dat = %q after the restore, want v1", b)
+	}
+	// A delete that goes through still refuses restores for good.
+	failing = false
+	if err := e.srv.Delete(ctx, e.team, sv.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("RestoreNow after the delete = %v, want servers.ErrNotFound", err)
+	}
+}
