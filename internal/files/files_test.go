@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -552,5 +553,78 @@ func TestOpenerOpenFD(t *testing.T) {
 		if g := got[rel]; !errors.Is(g.err, ErrNotFile) {
 			t.Errorf("%s: %+v, want ErrNotFile", rel, g)
 		}
+	}
+}
+
+// TestWalkTypes: WalkTypes visits what Walk visits, in the same order;
+// a regular file's Entry holds its name only (its kind: Mode 0) with a
+// valid Opener whose OpenFD stat is the file's; every other entry is
+// Walk's. A directory of 3,000 long names takes several getdents calls.
+func TestWalkTypes(t *testing.T) {
+	r, dir := newRoot(t)
+	write(t, dir, "a/1.txt", "1")
+	write(t, dir, "a/sub/3.txt", "333")
+	if err := os.Chmod(filepath.Join(dir, "a/1.txt"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Symlink("1.txt", "a/link"); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "a/fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		write(t, dir, fmt.Sprintf("big/%s-%04d", strings.Repeat("n", 60), i), "x")
+	}
+	type visit struct {
+		rel  string
+		e    Entry
+		file bool
+	}
+	collect := func(walk func(context.Context, string, WalkFunc) error) []visit {
+		var out []visit
+		err := walk(t.Context(), ".", func(rel string, e Entry, open Opener) error {
+			out = append(out, visit{rel, e, open.Valid()})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	full, lazy := collect(r.Walk), collect(r.WalkTypes)
+	if len(full) != len(lazy) || len(full) != 3000+8 { // ".", a, its 4 entries, a/sub/3.txt, big
+		t.Fatalf("Walk visited %d entries, WalkTypes %d; want %d both", len(full), len(lazy), 3000+8)
+	}
+	for i := range full {
+		f, l := full[i], lazy[i]
+		switch {
+		case f.rel != l.rel:
+			t.Fatalf("entry %d: Walk %s, WalkTypes %s", i, f.rel, l.rel)
+		case f.file != l.file:
+			t.Errorf("%s: Opener valid %v under Walk, %v under WalkTypes", f.rel, f.file, l.file)
+		case f.e.IsFile() && (l.e.Mode != 0 || l.e.Size != 0 || !l.e.ModTime.IsZero() || l.e.Name != f.e.Name):
+			t.Errorf("%s: WalkTypes entry %+v, want its name only", f.rel, l.e)
+		case !f.e.IsFile() && !reflect.DeepEqual(f.e, l.e):
+			t.Errorf("%s: WalkTypes entry %+v, Walk's %+v", f.rel, l.e, f.e)
+		}
+	}
+	// The Opener's stat is the file's.
+	err := r.WalkTypes(t.Context(), "a", func(rel string, e Entry, open Opener) error {
+		if rel != "a/1.txt" {
+			return nil
+		}
+		fd, st, err := open.OpenFD()
+		if err != nil {
+			return err
+		}
+		syscall.Close(fd)
+		if st.Size != 1 || st.Mode&0o777 != 0o640 {
+			t.Errorf("a/1.txt: OpenFD stat size %d mode %o, want 1, 640", st.Size, st.Mode&0o777)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

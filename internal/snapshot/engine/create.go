@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"io/fs"
 	"runtime"
 	"slices"
 	"sync"
@@ -445,7 +446,9 @@ func measure(ctx context.Context, root *files.Root, ignore IgnoreFunc) (int64, e
 // walk visits the tree and sends what the manifest records, in walk order
 // (parents first, names in byte order), regular files opened.
 func (c *creator) walk(ctx context.Context, out chan<- *item) error {
-	err := c.root.Walk(ctx, ".", func(rel string, e files.Entry, open files.Opener) error {
+	// WalkTypes: a regular file's mode, size and times come from the
+	// descriptor's own stat (OpenFD), not from a statx of its name.
+	err := c.root.WalkTypes(ctx, ".", func(rel string, e files.Entry, open files.Opener) error {
 		if rel == "." {
 			return nil
 		}
@@ -492,6 +495,7 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 			// The open file's own stat: what is read, and what a later
 			// snapshot compares.
 			it.en.kind, it.f, it.en.size = kindFile, &it.file, st.Size
+			it.en.mode = fs.FileMode(st.Mode).Perm()
 			it.en.mtime, it.en.stat = st.Mtim.Nano(), true
 			it.en.ctime, it.en.ino = st.Ctim.Nano(), st.Ino
 			c.res.Files++
