@@ -97,7 +97,9 @@
 //   - Create is a pipeline whose queues, not the tree, bound its memory:
 //     one walker (files.Root.Walk: by descriptor, O_NOFOLLOW, parents
 //     first, names in byte order) opens files 16 ahead, by descriptor
-//     (files.Opener.OpenFD: no *os.File, one fstat); one cutter reads the
+//     (files.Root.WalkTypes and Opener.OpenFD: a file's kind from the
+//     directory listing, its stat from the descriptor, no *os.File: 5
+//     system calls a small file, as tar); one cutter reads the
 //     small files into packs and hands each large file to one of NumCPU
 //     (at most 4) file cutters, which read and cut it in their own
 //     cursor (one cutter for every byte kept Create at 1.45 cores on
