@@ -95,7 +95,7 @@
 //     entries wait behind it; these bound memory, and only shift ends
 //     locally.
 //   - Create is a pipeline whose queues, not the tree, bound its memory:
-//     one walker (files.Root.Walk: by descriptor, O_NOFOLLOW, parents
+//     one walker (files.Root.WalkTypes: by descriptor, O_NOFOLLOW, parents
 //     first, names in byte order) opens files 16 ahead, by descriptor
 //     (files.Root.WalkTypes and Opener.OpenFD: a file's kind from the
 //     directory listing, its stat from the descriptor, no *os.File: 5
