@@ -13,7 +13,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,7 +283,7 @@ func newArchiveWriter(format Format, w io.Writer) (archiveWriter, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := gz.SetConcurrency(gzipBlockSize, 2*runtime.GOMAXPROCS(0)); err != nil {
+		if err := gz.SetConcurrency(gzipBlockSize, 2*cores()); err != nil {
 			return nil, err
 		}
 		return &tarWriter{tw: tar.NewWriter(gz), inner: gz, buf: buf}, nil
