@@ -20,6 +20,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/quota"
 )
 
@@ -34,6 +35,9 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	traceFile := flag.String("trace", "", "write an execution trace to this file")
 	flag.Parse()
+	// As kiln serve runs (internal/node/procs.go): what is measured is
+	// what the service does.
+	node.TuneProcs(os.Getenv)
 	if *root == "" || (*op != "compress" && *op != "decompress") {
 		flag.Usage()
 		os.Exit(2)
