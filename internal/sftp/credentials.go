@@ -218,17 +218,20 @@ func (s *Service) rotate(ctx context.Context, c credRow) (credRow, error) {
 	return s.find(ctx, c.tokenID, c.serverID)
 }
 
-// RevokeServer ends every SFTP session on serverID at once and forgets
-// its credentials (a login with them fails from now on). It has the shape
-// of servers.Service.OnDelete's hook: Kiln calls it before a server is
-// deleted.
-func (s *Service) RevokeServer(ctx context.Context, serverID string) error {
-	if _, err := s.db.Write().ExecContext(ctx, `DELETE FROM sftp_credentials WHERE server_id = $1`, serverID); err != nil {
-		return fmt.Errorf("forget the sftp credentials of %s: %w", serverID, err)
-	}
-	s.sessions.cut(func(se *session) bool { return se.cred.serverID == serverID }, "server deleted")
+// RevokeServer ends every SFTP session on serverID at once and refuses
+// new ones (a login with its credentials fails from now on). It has the
+// shape of servers.Service.OnDelete's hook: Kiln calls it before a server
+// is deleted. The credentials' rows go with the server's row (ON DELETE
+// CASCADE), not here: a delete that fails after this leaves the server
+// with its credentials, and DeleteAborted lets them log in again.
+func (s *Service) RevokeServer(_ context.Context, serverID string) error {
+	s.sessions.closeServer(serverID, "server deleted")
 	return nil
 }
+
+// DeleteAborted undoes RevokeServer when the server's delete failed and
+// the server stays (servers.OnDeleteAborted).
+func (s *Service) DeleteAborted(serverID string) { s.sessions.reopenServer(serverID) }
 
 // RevokeToken ends at once every SFTP session opened with credentials of
 // token tokenID (a revocation in this process; one made by another

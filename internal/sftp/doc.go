@@ -33,6 +33,12 @@
 //     moved. A login reads the database each time, so it sees all three
 //     at once. A re-check that fails (database down) keeps the sessions
 //     and logs: the next one decides.
+//   - A server's delete closes it to SFTP from its first hook
+//     (RevokeServer: its sessions cut, its logins refused with a banner
+//     and not counted as failures) but leaves its credentials' rows to
+//     go with the server's row (ON DELETE CASCADE). A delete that fails
+//     and leaves the server reopens it (DeleteAborted,
+//     servers.OnDeleteAborted): the same credentials log in again.
 //   - Limits: 10 failed logins from one address (an IPv6 client's /64) in
 //     5 minutes lock it out for 15 (every login refused meanwhile, with a
 //     banner); 8 sessions per credential, 4 channels per connection, 256

@@ -258,6 +258,11 @@ func (s *Server) authenticate(ctx context.Context, meta ssh.ConnMetadata, passwo
 		return nil, &ssh.BannerError{Err: errLocked, Message: "Too many failed logins from your address; try again later.\n"}
 	}
 	c, err := s.svc.login(ctx, meta.User(), password)
+	if err == nil && s.svc.sessions.isClosed(c.serverID) {
+		// The password was right: no failure counts towards a lockout.
+		log.WarnContext(ctx, "sftp login refused: the server is being deleted", "server_id", c.serverID)
+		return nil, &ssh.BannerError{Err: errServerClosed, Message: "This server is being deleted.\n"}
+	}
 	if err != nil {
 		s.failures.Add(1)
 		if !errors.Is(err, errBadLogin) {
@@ -309,10 +314,14 @@ func (s *Server) handle(ctx context.Context, c net.Conn) {
 		s.cut.Add(1)
 		sconn.Close()
 	}
-	if !s.svc.sessions.add(se, s.cfg.MaxSessions) {
-		log.WarnContext(ctx, "sftp session refused: too many sessions", "max", s.cfg.MaxSessions)
+	if err := s.svc.sessions.add(se, s.cfg.MaxSessions); err != nil {
+		msg := "the server is being deleted"
+		if errors.Is(err, errTooManySessions) {
+			msg = fmt.Sprintf("too many SFTP sessions for this login (at most %d)", s.cfg.MaxSessions)
+		}
+		log.WarnContext(ctx, "sftp session refused", "reason", msg)
 		for nc := range chans {
-			_ = nc.Reject(ssh.ResourceShortage, fmt.Sprintf("too many SFTP sessions for this login (at most %d)", s.cfg.MaxSessions))
+			_ = nc.Reject(ssh.ResourceShortage, msg)
 			break
 		}
 		return

@@ -1,6 +1,7 @@
 package sftp
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,17 +31,33 @@ type registry struct {
 	mu     sync.Mutex
 	byCred map[string]map[*session]struct{}
 	total  int
+	// closed holds the servers being deleted: no session opens on them
+	// (closeServer, reopenServer).
+	closed map[string]bool
 }
 
-func newRegistry() *registry { return &registry{byCred: map[string]map[*session]struct{}{}} }
+func newRegistry() *registry {
+	return &registry{byCred: map[string]map[*session]struct{}{}, closed: map[string]bool{}}
+}
 
-// add registers se unless its credential already has max sessions.
-func (g *registry) add(se *session, max int) bool {
+// errServerClosed refuses a session on a server being deleted;
+// errTooManySessions one over a credential's limit.
+var (
+	errServerClosed    = errors.New("sftp: the server is being deleted")
+	errTooManySessions = errors.New("sftp: too many sessions for this login")
+)
+
+// add registers se unless its server is being deleted (errServerClosed)
+// or its credential already has max sessions (errTooManySessions).
+func (g *registry) add(se *session, max int) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.closed[se.cred.serverID] {
+		return errServerClosed
+	}
 	set := g.byCred[se.cred.id]
 	if len(set) >= max {
-		return false
+		return errTooManySessions
 	}
 	if set == nil {
 		set = map[*session]struct{}{}
@@ -48,7 +65,42 @@ func (g *registry) add(se *session, max int) bool {
 	}
 	set[se] = struct{}{}
 	g.total++
-	return true
+	return nil
+}
+
+// isClosed says whether serverID is being deleted.
+func (g *registry) isClosed(serverID string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed[serverID]
+}
+
+// closeServer refuses every new session on serverID and ends its open
+// ones. The mark and the sessions it ends are taken under one lock, so a
+// session registered concurrently is either refused or ended.
+func (g *registry) closeServer(serverID, reason string) int {
+	g.mu.Lock()
+	g.closed[serverID] = true
+	var found []*session
+	for _, set := range g.byCred {
+		for se := range set {
+			if se.cred.serverID == serverID {
+				found = append(found, se)
+			}
+		}
+	}
+	g.mu.Unlock()
+	for _, se := range found {
+		se.end(reason)
+	}
+	return len(found)
+}
+
+// reopenServer undoes closeServer.
+func (g *registry) reopenServer(serverID string) {
+	g.mu.Lock()
+	delete(g.closed, serverID)
+	g.mu.Unlock()
 }
 
 // remove forgets se.

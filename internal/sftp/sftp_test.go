@@ -2,6 +2,7 @@ package sftp
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -119,6 +120,62 @@ func TestSessionsCut(t *testing.T) {
 		}
 		if st := e.srv.Stats(); st.Cut < 3 || st.Sessions != 0 {
 			t.Errorf("Stats = %+v, want 3 cut and none live", st)
+		}
+	})
+}
+
+// TestDeleteAborted: a delete cuts the server's sessions and refuses
+// logins from its first hook on; when it fails and the server stays, the
+// same credentials log in again (they were not forgotten); when it goes
+// through, they are gone with the server's row.
+func TestDeleteAborted(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, Config{})
+		failing := true
+		e.servers.OnDelete(func(context.Context, string) error {
+			if failing {
+				return errors.New("the disk is read-only")
+			}
+			return nil
+		})
+		sv, _ := e.newServer("kept")
+		c := e.creds(sv.ID, false)
+		sc := e.mustDial(c)
+		if err := e.servers.Delete(t.Context(), e.teamID, sv.ID); err == nil {
+			t.Fatal("Delete succeeded with a failing hook")
+		}
+		waitEnded(t, sc, "the delete's hooks")
+		sc = e.mustDial(c) // the same password: the credentials stayed
+		sc.Close()
+
+		// While a delete runs (between its hooks and the row's removal),
+		// a login with the right password is refused and not counted as
+		// a failure.
+		if err := e.svc.RevokeServer(t.Context(), sv.ID); err != nil {
+			t.Fatal(err)
+		}
+		failures := e.srv.Stats().Failures
+		for range 12 {
+			if _, _, err := e.dial(c.ComputedUsername, c.Password); err == nil {
+				t.Fatal("a login into a server being deleted succeeded")
+			}
+		}
+		if st := e.srv.Stats(); st.Failures != failures || st.Lockouts != 0 {
+			t.Errorf("Stats = %+v after logins into a server being deleted, want no failure counted (had %d)", st, failures)
+		}
+		e.svc.DeleteAborted(sv.ID)
+		e.mustDial(c).Close()
+
+		failing = false
+		if err := e.servers.Delete(t.Context(), e.teamID, sv.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := e.dial(c.ComputedUsername, c.Password); err == nil {
+			t.Error("a deleted server's credentials still log in")
+		}
+		var n int
+		if err := db.Read().QueryRowContext(t.Context(), `SELECT count(*) FROM sftp_credentials WHERE server_id = $1`, sv.ID).Scan(&n); err != nil || n != 0 {
+			t.Errorf("credential rows of the deleted server: %d (%v), want 0", n, err)
 		}
 	})
 }
