@@ -69,6 +69,9 @@
 #   REF_SYNC=1 (for analysis, not the targets: the reference's output made
 #            durable too: `sync FILE` after tar | zstd, `sync -f DIR` (one
 #            syncfs) after an extraction, inside its timing)
+#   COMPRESSION=fastest (fastest, default or better: Kiln's level, passed
+#            to every create and second run and to kiln serve in rss as
+#            --snapshot-compression)
 #   PROFILE=1 (also write a CPU profile of the first create run, kept in
 #            the temp dir, and print its top functions)
 #   TARGET_CREATE_SPEED=0.8 TARGET_CREATE_SIZE=1.0 TARGET_SECOND_BYTES=0.05
@@ -89,6 +92,7 @@ CHUNKER_COUNT=${CHUNKER_COUNT:-3}
 REF_SYNC=${REF_SYNC:-0}
 REV=${REV:-}
 PROFILE=${PROFILE:-0}
+COMPRESSION=${COMPRESSION:-fastest}
 TARGET_CREATE_SPEED=${TARGET_CREATE_SPEED:-0.8}
 TARGET_CREATE_SIZE=${TARGET_CREATE_SIZE:-1.0}
 TARGET_SECOND_BYTES=${TARGET_SECOND_BYTES:-0.05}
@@ -239,11 +243,11 @@ MANIFEST=
 kiln_create() { # RUN [ARGS]: the first snapshot of run RUN into store-RUN
   local i=$1
   shift
-  measure "run $i kiln create" "$TMP/snapbench" -op create -root "$SRV" -store "$OUT/store-$i" "$@"
+  measure "run $i kiln create" "$TMP/snapbench" -op create -root "$SRV" -store "$OUT/store-$i" -compression "$COMPRESSION" "$@"
   cp "$TMP/cmd.out" "$TMP/create-$i.out"
 }
 section_create() {
-  echo "== create: first snapshot (engine.Create, empty file store) vs tar -cf - | zstd -1 -T0, $RUNS runs"
+  echo "== create: first snapshot (engine.Create, empty file store) vs tar -cf - | zstd -1 -T0, $RUNS runs, Kiln at --snapshot-compression $COMPRESSION"
   local i gnu=() kiln=() pipeline prof=()
   pipeline="tar -cf - -C '$SRV' . | zstd -1 -T0 -q -f -o '$OUT/ref.tar.zst'"
   if [ "$REF_SYNC" = 1 ]; then pipeline+=" && sync '$OUT/ref.tar.zst'"; fi
@@ -314,7 +318,7 @@ if has restore; then section_restore; fi
 section_rss() {
   echo "== rss: kiln serve --dev, POST /snapshots of a kiln-test server holding the tree"
   local data=$TMP/data port token api sid status snap t0 t1 hwm0 rss0 maxrss=0 r body st
-  "$TMP/kiln" serve --dev --data-dir "$data" --addr 127.0.0.1:0 --sftp-addr "" --rate-limit 1000000 \
+  "$TMP/kiln" serve --dev --data-dir "$data" --addr 127.0.0.1:0 --sftp-addr "" --rate-limit 1000000 --snapshot-compression "$COMPRESSION" \
     --log-level warn >"$TMP/serve.log" 2>&1 &
   KILN_PID=$!
   port=$(wait_port "$KILN_PID" "$TMP/serve.log")
@@ -381,7 +385,7 @@ section_second() {
   local i t=() b=() sb grow
   for i in $(seq "$RUNS"); do
     sb=$(dir_bytes "$OUT/store-$i")
-    measure "run $i kiln second snapshot" "$TMP/snapbench" -op create -root "$SRV" -store "$OUT/store-$i" \
+    measure "run $i kiln second snapshot" "$TMP/snapbench" -op create -root "$SRV" -store "$OUT/store-$i" -compression "$COMPRESSION" \
       -parent "$(rfield "$TMP/create-$i.out" manifest)"; t+=("$M_WALL")
     cp "$TMP/cmd.out" "$TMP/second-$i.out"
     b+=("$(ratio "$(rfield "$TMP/second-$i.out" stored)" "${FIRST_STORED[$((i - 1))]}")")

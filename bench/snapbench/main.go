@@ -45,6 +45,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
 	memprofile := flag.String("memprofile", "", "write an allocation profile (every allocation sampled) to this file at the end")
 	traceOut := flag.String("trace", "", "write a runtime execution trace to this file (go tool trace)")
+	compression := flag.String("compression", "fastest", "create: fastest, default or better (kiln serve --snapshot-compression)")
 	null := flag.Bool("null", false, "create: a store that holds nothing and discards what is put (the engine's own cost, for analysis)")
 	flag.Parse()
 	// As kiln serve runs (internal/node/procs.go): what is measured is
@@ -85,7 +86,12 @@ func main() {
 		_ = trace.Start(f)
 		defer trace.Stop()
 	}
-	if err := run(ctx, *op, *root, *storeDir, *manifest, *parent, *null); err != nil {
+	level, err := engine.ParseCompression(*compression)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "snapbench:", err)
+		os.Exit(2)
+	}
+	if err := run(ctx, *op, *root, *storeDir, *manifest, *parent, level, *null); err != nil {
 		fmt.Fprintln(os.Stderr, "snapbench:", err)
 		stop()
 		pprof.StopCPUProfile()
@@ -94,7 +100,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, op, rootDir, storeDir, manifest, parent string, null bool) error {
+func run(ctx context.Context, op, rootDir, storeDir, manifest, parent string, level engine.Compression, null bool) error {
 	abs, err := filepath.Abs(storeDir)
 	if err != nil {
 		return err
@@ -113,7 +119,7 @@ func run(ctx context.Context, op, rootDir, storeDir, manifest, parent string, nu
 	start := time.Now()
 	switch op {
 	case "create":
-		res, err := engine.Create(ctx, r, store, engine.CreateOptions{Parent: parent})
+		res, err := engine.Create(ctx, r, store, engine.CreateOptions{Parent: parent, Compression: level})
 		if err != nil {
 			return err
 		}

@@ -95,6 +95,9 @@ type Options struct {
 	// snapshot of the server compares file changes with); nil is
 	// time.Now. Tests move it.
 	Now func() time.Time
+	// Compression is how hard snapshots compress (engine.Compression;
+	// "" is engine.CompressionFastest).
+	Compression engine.Compression
 }
 
 func (o *Options) defaults() {
@@ -366,12 +369,13 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 
 	var lastProgress time.Time
 	r, err := engine.Create(ctx, root, s.store, engine.CreateOptions{
-		ID:     snap.UUID,
-		Ignore: m.Match,
-		Parent: parent,
-		Now:    s.opts.Now,
-		Pin:    func(ctx context.Context, key string) error { return s.pin(ctx, snap.UUID, key) },
-		Stored: func(key string, size int64) { s.recordSize(s.ctx, key, size) },
+		ID:          snap.UUID,
+		Ignore:      m.Match,
+		Parent:      parent,
+		Now:         s.opts.Now,
+		Compression: s.opts.Compression,
+		Pin:         func(ctx context.Context, key string) error { return s.pin(ctx, snap.UUID, key) },
+		Stored:      func(key string, size int64) { s.recordSize(s.ctx, key, size) },
 		Progress: func(done, total int64) {
 			if time.Since(lastProgress) < 250*time.Millisecond && done != total {
 				return

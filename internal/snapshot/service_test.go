@@ -771,3 +771,40 @@ func TestDeleteAbortedRestoresAgain(t *testing.T) {
 		t.Errorf("RestoreNow after the delete = %v, want servers.ErrNotFound", err)
 	}
 }
+
+// TestCompressionOption: the service passes its level to the engine (an
+// unknown one fails the snapshot with the engine's words; kiln serve
+// refuses it at start already).
+func TestCompressionOption(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	e.svc.opts.Compression = "zip" // before any snapshot starts
+	sv := e.server("level", map[string]string{"server.properties": "motd=x\n"})
+	snap, err := e.svc.Create(t.Context(), e.team, sv.ID, "zip", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got, err := e.svc.Get(t.Context(), e.team, snap.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status == StatusFailed {
+			if got.Error == nil || !strings.Contains(*got.Error, `compression "zip": want one of fastest, default, better`) {
+				t.Errorf("error = %q, want the levels named", deref(got.Error))
+			}
+			return
+		}
+		if got.Status == StatusReady || time.Now().After(deadline) {
+			t.Fatalf("snapshot at level zip: %s, want failed", got.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "<nil>"
+	}
+	return *s
+}

@@ -2,25 +2,75 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 )
 
-// chunkLevel, chunkNoEntropy and packLevel are measured choices (doc.go).
-var (
-	chunkLevel     = zstd.SpeedFastest
-	chunkNoEntropy = true
-	packLevel      = zstd.SpeedDefault
+// Compression is how hard Create compresses what it stores: the
+// operator's trade of CPU for space (kiln serve --snapshot-compression).
+// The zero value is CompressionFastest. Every level restores alike: a
+// chunk is one zstd frame whatever level made it, and a chunk's name is
+// the SHA-256 of its uncompressed bytes, so chunks made at one level
+// dedupe with those made at another.
+type Compression string
+
+// The levels, measured on a 1 GiB worldgen world (doc.go,
+// docs/benchmarks.md): fastest is the speed target's level, default
+// the size target's.
+const (
+	// CompressionFastest: large files' chunks at klauspost's fastest
+	// level without entropy coding of literals, small files' packs at
+	// its default level.
+	CompressionFastest Compression = "fastest"
+	// CompressionDefault: everything at klauspost's default level (about
+	// 0.8 % smaller on a world, 1.2–1.4 CPU-s more a GB).
+	CompressionDefault Compression = "default"
+	// CompressionBetter: everything at klauspost's better level (about
+	// 1 % smaller, 2.5 CPU-s more a GB).
+	CompressionBetter Compression = "better"
 )
 
-// newChunkEncoder returns a zstd encoder for chunks (pack false) or packs of
-// small files: one frame per call of EncodeAll, no frame checksum (a
-// restore checks each chunk's SHA-256, which says more than zstd's 32-bit
-// xxhash). A chunk's window is maxChunk (a chunk is never larger); a
-// pack's is 1 MiB, which halves its encoder's memory and costs nothing
-// measurable (its files are small: what repeats is near).
-func newChunkEncoder(pack bool) (*zstd.Encoder, error) {
-	level, noEntropy, window := chunkLevel, chunkNoEntropy, maxChunk
+// Compressions lists the levels, fastest first.
+var Compressions = []Compression{CompressionFastest, CompressionDefault, CompressionBetter}
+
+// ParseCompression returns the level named s (case-insensitive; "" is
+// CompressionFastest).
+func ParseCompression(s string) (Compression, error) {
+	if s == "" {
+		return CompressionFastest, nil
+	}
+	for _, c := range Compressions {
+		if strings.EqualFold(s, string(c)) {
+			return c, nil
+		}
+	}
+	return "", fmt.Errorf("snapshot compression %q: want one of fastest, default, better", s)
+}
+
+// levels returns the zstd levels of chunks and of packs, and whether
+// chunks skip entropy coding of literals (fastest: it saved 0.2 s a GB
+// and cost nothing measurable on a world).
+func (c Compression) levels() (chunk, pack zstd.EncoderLevel, noEntropy bool) {
+	switch c {
+	case CompressionDefault:
+		return zstd.SpeedDefault, zstd.SpeedDefault, false
+	case CompressionBetter:
+		return zstd.SpeedBetterCompression, zstd.SpeedBetterCompression, false
+	default:
+		return zstd.SpeedFastest, zstd.SpeedDefault, true
+	}
+}
+
+// newChunkEncoder returns a zstd encoder at level c for chunks (pack
+// false) or packs of small files: one frame per call of EncodeAll, no
+// frame checksum (a restore checks each chunk's SHA-256, which says more
+// than zstd's 32-bit xxhash). A chunk's window is maxChunk (a chunk is
+// never larger); a pack's is 1 MiB, which halves its encoder's memory and
+// costs nothing measurable (its files are small: what repeats is near).
+func newChunkEncoder(c Compression, pack bool) (*zstd.Encoder, error) {
+	chunk, packLevel, noEntropy := c.levels()
+	level, window := chunk, maxChunk
 	if pack {
 		level, noEntropy, window = packLevel, false, 1<<20
 	}

@@ -88,6 +88,9 @@ type CreateOptions struct {
 	// Now is the clock whose reading is recorded as the snapshot's start
 	// (what a later snapshot compares changes with); nil is time.Now.
 	Now func() time.Time
+	// Compression is how hard chunks and packs are compressed; "" is
+	// CompressionFastest. An unknown level is an error.
+	Compression Compression
 }
 
 // Result describes a snapshot made.
@@ -231,6 +234,11 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	if u, err := uuid.Parse(opts.ID); err != nil || u.String() != opts.ID {
 		return Result{}, fmt.Errorf("snapshot id %q is not a canonical lower-case UUID", opts.ID)
 	}
+	level, err := ParseCompression(string(opts.Compression))
+	if err != nil {
+		return Result{}, err
+	}
+	opts.Compression = level
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.NumCPU()
 	}
@@ -260,7 +268,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	defer c.slabs.close() // after run: its goroutines have all returned
 	for i := range 2 * opts.Workers {
 		pack := i >= opts.Workers
-		enc, err := newChunkEncoder(pack)
+		enc, err := newChunkEncoder(opts.Compression, pack)
 		if err != nil {
 			return Result{}, err
 		}

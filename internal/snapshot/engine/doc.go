@@ -76,9 +76,19 @@
 //     0.998×, but they cost 1.2 and 2.5 CPU-s more a GB than the ~2 of a
 //     Create at SpeedFastest, which meets the speed target (0.8× of tar |
 //     zstd -1 -T0, 1.5 CPU-s) on a 2-core machine with 10 % to spare at
-//     most: either would miss it by far. Speed was kept; the size target
-//     is not met. Smaller windows (and so blocks) do not help: 4 KiB to
-//     128 KiB make the chunks 1.4–9.2 MB larger.
+//     most: either would miss it by far. Speed is the default; the size
+//     is the operator's to buy (CreateOptions.Compression, kiln serve
+//     --snapshot-compression: fastest, default, better; compress.go), as
+//     Wings' backups.compression_level lets them. Smaller windows (and
+//     so blocks) do not help: 4 KiB to 128 KiB make the chunks 1.4–9.2 MB
+//     larger. What would do both: klauspost's fast encoder widens its
+//     step by 1/32 of the literals since the last match (kSearchStrength
+//     6), C zstd's by 1/128 (8); the same encoder with 8 (a patched copy,
+//     measured 2026-11-27 on 1 MiB slices of the world: 728.98 MB against
+//     735.34, for 45 % more of its time, 0.9 → 1.3 s a GB where
+//     SpeedDefault takes 2.3) would meet the size for about a third of
+//     SpeedDefault's cost. It is not an option klauspost exposes, and a
+//     fork of the module for one constant is not worth carrying.
 //   - Packs: a file of at most 256 KiB would be a chunk of its own (FastCDC
 //     never cuts before that), so a world's 20,000 player, stats and
 //     config files made 20,136 chunks of a 200 MiB world, 10 KiB each:
