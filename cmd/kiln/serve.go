@@ -157,7 +157,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot and artifact-cache storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
-	s.fs.StringVar(&c.SnapshotCompress, "snapshot-compression", "fastest", "how hard snapshots compress: fastest (the quickest; about 0.8 % larger than zstd -1 on a world), default (as small as zstd -1, about 1.2 CPU-seconds more a GB) or better (about 1 % smaller still, 2.5 CPU-seconds more a GB)")
+	s.fs.StringVar(&c.SnapshotCompress, "snapshot-compression", "fastest", "how hard snapshots compress: fastest (the quickest; about 0.8 % larger than zstd -1 on a world), default (as small as zstd -1, about 1.2 CPU-seconds more a GB) or better (0.25 % smaller than default, 1 % than fastest; 2.5 CPU-seconds more a GB than fastest)")
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
