@@ -430,6 +430,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	sftpSvc := sftp.NewService(db, box, serverSvc, sftp.ServiceOptions{PublicHost: cfg.PublicHost, Port: sftpPort}, log)
 	serverSvc.OnDelete(sftpSvc.RevokeServer)
 	serverSvc.OnDeleteAborted(sftpSvc.DeleteAborted)
+	serverSvc.OnHold(sftpSvc.ServerHeld)
 	// Mod catalogs: their requests obey the remote downloads' SSRF rules.
 	catalogs, err := modcatalog.New(netguard.NewPolicy(cfg.pullAllow, nil), modcatalog.Options{
 		CurseForgeKey: cfg.CurseForgeAPIKey, CurseForgeURL: cfg.CurseForgeAPIURL, ModrinthURL: cfg.ModrinthAPIURL,

@@ -103,8 +103,10 @@ type Held struct {
 // too; a stop or a kill goes on (the restore stops the server itself).
 // It is held in this process's memory: a restart of Kiln ends it, as it
 // ends the restore (whose journal is finished or undone at the next
-// start, before any server starts). Errors: ErrNotFound, ErrInstalling,
-// ErrRestoring (held already).
+// start, before any server starts). Writers that got their Access before
+// the hold and keep it open (an SFTP session's open files) are ended by
+// the OnHold hooks, run once the hold is taken. Errors: ErrNotFound,
+// ErrInstalling, ErrRestoring (held already).
 func (s *Service) Hold(ctx context.Context, teamID, id string) (*Held, error) {
 	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
@@ -115,12 +117,24 @@ func (s *Service) Hold(ctx context.Context, teamID, id string) (*Held, error) {
 	}
 	l := s.liveOf(id)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.held {
+		l.mu.Unlock()
 		return nil, ErrRestoring
 	}
 	l.held = true
+	l.mu.Unlock()
+	for _, fn := range s.onHold {
+		fn(id)
+	}
 	return &Held{s: s, teamID: teamID, id: id}, nil
+}
+
+// OnHold registers fn to run when a server's root is held (Hold), after
+// the hold is taken: other packages end the writers they keep open on it
+// (SFTP sessions), which would write into files the restore replaces.
+// Call it before Run.
+func (s *Service) OnHold(fn func(id string)) {
+	s.onHold = append(s.onHold, fn)
 }
 
 // Access is Access for writing, for the holder.

@@ -20,6 +20,8 @@ func TestHold(t *testing.T) {
 	env := serverstest.New(t, db, serverstest.Options{})
 	svc := env.Service
 	ctx := t.Context()
+	var hooked []string // OnHold's calls
+	svc.OnHold(func(id string) { hooked = append(hooked, id) })
 	sv := newTestServer(t, svc, teamID)
 	if _, err := svc.Hold(ctx, otherTeam, sv.ID); !errors.Is(err, servers.ErrNotFound) {
 		t.Fatalf("Hold of another team's server = %v, want ErrNotFound", err)
@@ -49,6 +51,9 @@ func TestHold(t *testing.T) {
 		if err := svc.Power(ctx, teamID, sv.ID, action); err != nil {
 			t.Errorf("%s while held = %v, want nil", action, err)
 		}
+	}
+	if len(hooked) != 1 || hooked[0] != sv.ID {
+		t.Errorf("OnHold ran for %q, want once for the held server (not for the refused holds)", hooked)
 	}
 	held.Release()
 	held.Release() // once is enough; twice changes nothing

@@ -229,6 +229,15 @@ func (s *Service) RevokeServer(_ context.Context, serverID string) error {
 	return nil
 }
 
+// ServerHeld ends every SFTP session on serverID at once: a snapshot is
+// being restored into it (servers.Service.OnHold), and a file a session
+// holds open for writing would take writes the restore's swap discards.
+// New sessions open meanwhile; their writes are refused until the restore
+// is done.
+func (s *Service) ServerHeld(serverID string) {
+	s.sessions.cut(func(se *session) bool { return se.cred.serverID == serverID }, "a snapshot is being restored into the server")
+}
+
 // DeleteAborted undoes RevokeServer when the server's delete failed and
 // the server stays (servers.OnDeleteAborted).
 func (s *Service) DeleteAborted(serverID string) { s.sessions.reopenServer(serverID) }

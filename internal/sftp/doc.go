@@ -39,6 +39,10 @@
 //     go with the server's row (ON DELETE CASCADE). A delete that fails
 //     and leaves the server reopens it (DeleteAborted,
 //     servers.OnDeleteAborted): the same credentials log in again.
+//   - A snapshot restore's hold on a server (servers.OnHold, ServerHeld)
+//     ends its sessions at once: a file a session holds open for writing
+//     would take writes the restore's swap discards. Sessions opened
+//     during the hold read; their writes are refused with the reason.
 //   - Limits: 10 failed logins from one address (an IPv6 client's /64) in
 //     5 minutes lock it out for 15 (every login refused meanwhile, with a
 //     banner); 8 sessions per credential, 4 channels per connection, 256

@@ -180,6 +180,55 @@ func TestDeleteAborted(t *testing.T) {
 	})
 }
 
+// TestHoldCutsSessions: a restore's hold on the server ends its open
+// sessions at once (a file open for writing would take writes the
+// restore's swap discards); a session opened during the hold reads, its
+// writes are refused with the reason, and after the hold they go through.
+func TestHoldCutsSessions(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, Config{})
+		sv, root := e.newServer("held")
+		c := e.creds(sv.ID, false)
+		sc := e.mustDial(c)
+		f, err := sc.Create("/world.dat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte("before")); err != nil {
+			t.Fatal(err)
+		}
+		held, err := e.servers.Hold(t.Context(), e.teamID, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		waitEnded(t, sc, "the restore's hold")
+
+		sc = e.mustDial(c)
+		defer sc.Close()
+		if _, err := sc.ReadDir("/"); err != nil {
+			t.Fatalf("ReadDir during the hold: %v", err)
+		}
+		if _, err := sc.Create("/during.txt"); err == nil || !strings.Contains(err.Error(), "a snapshot is being restored into the server") {
+			t.Fatalf("Create during the hold = %v, want it refused with the reason", err)
+		}
+		held.Release()
+		g, err := sc.Create("/after.txt")
+		if err != nil {
+			t.Fatalf("Create after the hold: %v", fmtErr(err))
+		}
+		if _, err := g.Write([]byte("after")); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if b := mustRead(t, root, "after.txt"); string(b) != "after" {
+			t.Errorf("after.txt = %q", b)
+		}
+	})
+}
+
 // TestLockout: 10 failed logins from one address in 5 minutes lock it out
 // for 15, the right password included; afterwards it logs in again.
 func TestLockout(t *testing.T) {

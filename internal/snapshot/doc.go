@@ -55,9 +55,10 @@
 //     installs, the executor), a start and a reinstall get
 //     servers.ErrRestoring, so nothing but the restore writes into the
 //     root while it is staged and swapped, and no start races the stop.
-//     A write handle opened before (an SFTP upload in progress) writes on
-//     into a file the swap then replaces: that write is lost, as a
-//     restore means. A server deleted while a restore
+//     The hold ends the server's SFTP sessions at once (servers.OnHold,
+//     sftp.Service.ServerHeld): a file an upload holds open would take
+//     writes the swap then discards, silently; a cut session is an error
+//     the client sees. A server deleted while a restore
 //     writes into it (CancelServer, run by servers.OnDelete before the
 //     root goes) cancels the restore and waits for it: before its commit
 //     point the staging directory is removed and the restore fails with
