@@ -564,7 +564,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return nil
 		}
 		log.Info("kiln serving", "addr", ln.Addr().String(), "instance_id", self.ID, "version", ver, "dev", cfg.Dev,
-			"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String())
+			"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String(), "snapshot_compression", string(cfg.snapshotCompress))
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
 		}
