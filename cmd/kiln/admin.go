@@ -32,7 +32,7 @@ type adminCommand struct {
 
 var adminCommands = []adminCommand{
 	{"team", "create", []string{"NAME"}, "", "create a team, print its id"},
-	{"team", "limits", []string{"NAME"}, "[--servers N] [--memory SIZE] [--disk SIZE]", "show or set a team's limits (0 or none: no limit)"},
+	{"team", "limits", []string{"NAME"}, "[--servers N] [--memory SIZE] [--disk SIZE] [--snapshots N]", "show or set a team's limits (0 or none: no limit)"},
 	{"token", "create", nil, "--team NAME --kind user|agent --name LABEL", "issue a token, print only the token (shown once)"},
 	{"token", "list", nil, "--team NAME", "list a team's tokens (never the tokens themselves)"},
 	{"token", "revoke", []string{"ID"}, "", "revoke a token (it fails from its next request)"},
@@ -104,7 +104,7 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}, stdout, stderr)
 	sc.register(s)
 	var team, kind, name string
-	var maxServers, maxMemory, maxDisk optionalFlag
+	var maxServers, maxMemory, maxDisk, maxSnapshots optionalFlag
 	var engine, dsn, address, secretKey string
 	switch subject + " " + verb {
 	case "dbhost add":
@@ -116,6 +116,7 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		s.fs.Var(&maxServers, "servers", "how many servers the team may have (0 or none: no limit)")
 		s.fs.Var(&maxMemory, "memory", "total memory of the team's servers, e.g. 32G or 8192M (0 or none: no limit)")
 		s.fs.Var(&maxDisk, "disk", "total disk of the team's servers, e.g. 500G (0 or none: no limit)")
+		s.fs.Var(&maxSnapshots, "snapshots", "how many snapshots the team may keep, its deployments' automatic ones included; failed ones do not count (0 or none: no limit)")
 	case "token create":
 		s.fs.StringVar(&team, "team", "", "team name (required)")
 		s.fs.StringVar(&kind, "kind", "user", "user or agent")
@@ -159,7 +160,7 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout, t.ID)
 	case "team limits":
-		return teamLimits(ctx, db, a, pos[0], maxServers, maxMemory, maxDisk, stdout)
+		return teamLimits(ctx, db, a, pos[0], maxServers, maxMemory, maxDisk, maxSnapshots, stdout)
 	case "token create":
 		k, err := auth.ParseKind(kind)
 		if err != nil {
@@ -273,6 +274,20 @@ type optionalFlag struct {
 func (f *optionalFlag) String() string     { return f.val }
 func (f *optionalFlag) Set(v string) error { f.set, f.val = true, v; return nil }
 
+// limitCount reads a count flag of team limits: "none" or "0" is no
+// limit (0), else a whole number.
+func limitCount(name string, f optionalFlag) (int, error) {
+	v := strings.TrimSpace(f.val)
+	if strings.EqualFold(v, "none") {
+		v = "0"
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, usageError{fmt.Sprintf("--%s %q: want a whole number (0 or none: no limit)", name, f.val)}
+	}
+	return n, nil
+}
+
 // limitMB reads a size flag of team limits in MB: "none" or "0" is no
 // limit (0), else a size with a unit (spec.ParseSize: 512M, 32G, 1T).
 func limitMB(name string, f optionalFlag) (int, error) {
@@ -288,7 +303,7 @@ func limitMB(name string, f optionalFlag) (int, error) {
 }
 
 // teamLimits shows a team's limits, after setting those given.
-func teamLimits(ctx context.Context, db *store.DB, a *auth.Service, name string, maxServers, maxMemory, maxDisk optionalFlag, stdout io.Writer) error {
+func teamLimits(ctx context.Context, db *store.DB, a *auth.Service, name string, maxServers, maxMemory, maxDisk, maxSnapshots optionalFlag, stdout io.Writer) error {
 	t, err := a.TeamByName(ctx, name)
 	if errors.Is(err, auth.ErrTeamNotFound) {
 		return fmt.Errorf("team %q not found", name)
@@ -300,17 +315,16 @@ func teamLimits(ctx context.Context, db *store.DB, a *auth.Service, name string,
 	if err != nil {
 		return err
 	}
-	if maxServers.set || maxMemory.set || maxDisk.set {
+	if maxServers.set || maxMemory.set || maxDisk.set || maxSnapshots.set {
 		if maxServers.set {
-			v := strings.TrimSpace(maxServers.val)
-			if strings.EqualFold(v, "none") {
-				v = "0"
+			if l.Servers, err = limitCount("servers", maxServers); err != nil {
+				return err
 			}
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
-				return usageError{fmt.Sprintf("--servers %q: want a whole number (0 or none: no limit)", maxServers.val)}
+		}
+		if maxSnapshots.set {
+			if l.Snapshots, err = limitCount("snapshots", maxSnapshots); err != nil {
+				return err
 			}
-			l.Servers = n
 		}
 		if maxMemory.set {
 			if l.MemoryMB, err = limitMB("memory", maxMemory); err != nil {
@@ -335,7 +349,8 @@ func teamLimits(ctx context.Context, db *store.DB, a *auth.Service, name string,
 		}
 		return spec.FormatSize(int64(n) << 20)
 	}
-	fmt.Fprintf(stdout, "team %s: servers %s, memory %s, disk %s\n", name, show(l.Servers, ""), show(l.MemoryMB, "M"), show(l.DiskMB, "M"))
+	fmt.Fprintf(stdout, "team %s: servers %s, memory %s, disk %s, snapshots %s\n", name, show(l.Servers, ""), show(l.MemoryMB, "M"),
+		show(l.DiskMB, "M"), show(l.Snapshots, ""))
 	return nil
 }
 

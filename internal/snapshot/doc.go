@@ -72,6 +72,14 @@
 //     what a database restored from an older backup, or a crash between a
 //     manifest's upload and its record's update, leaves.
 //   - Snapshots are kept when their server is deleted (source_server_id
-//     stays; a restore needs a target then). No per-team quota of storage
-//     yet.
+//     stays; a restore needs a target then).
+//   - A team keeps at most its operator-set count of snapshots
+//     (servers.TeamLimits.Snapshots, kiln admin team limits --snapshots):
+//     pending, creating and ready ones count, failed ones (no storage) do
+//     not; Create counts and inserts in one transaction, under the team's
+//     lock on PostgreSQL, so replicas cannot pass it together. The
+//     deployments executor's snapshots count too: a run whose replace
+//     needs one past the limit fails with nothing destroyed. No quota of
+//     bytes: chunks are shared by every snapshot that holds them, so a
+//     team's share of the store is not its own.
 package snapshot

@@ -185,7 +185,8 @@ func scan(row interface{ Scan(...any) error }) (Snapshot, error) {
 // Create records a snapshot of the team's server and takes it in the
 // background (pending, then creating, then ready or failed). Errors:
 // *validate.Error (name, ignore), servers.ErrNotFound,
-// servers.ErrInstalling.
+// servers.ErrInstalling, *servers.TeamLimitError (the team keeps as many
+// snapshots as its limit allows: failed ones do not count).
 func (s *Service) Create(ctx context.Context, teamID, serverID, name, ignoreText string) (Snapshot, error) {
 	var c validate.Collector
 	if n := utf8.RuneCountInString(name); !utf8.ValidString(name) || n < 1 || n > MaxName || strings.ContainsFunc(name, isControl) {
@@ -220,11 +221,33 @@ func (s *Service) Create(ctx context.Context, teamID, serverID, name, ignoreText
 	s.mu.Lock()
 	s.running[snap.ID] = cancel
 	s.mu.Unlock()
-	if _, err := s.db.Write().ExecContext(ctx, `INSERT INTO snapshots (id, uuid, team_id, source_server_id, name, ignore, status,
-		owner, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
-		snap.ID, snap.UUID, teamID, sv.ID, name, ignoreText, StatusPending, s.opts.Owner, now); err != nil {
+	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
+		// The team's snapshot limit, checked and the row inserted in one
+		// transaction (under the team's lock on PostgreSQL).
+		l, err := servers.LockTeamLimits(ctx, s.db, tx, teamID)
+		if err != nil {
+			return err
+		}
+		if l.Snapshots > 0 {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM snapshots WHERE team_id = $1 AND status <> $2`,
+				teamID, StatusFailed).Scan(&n); err != nil {
+				return fmt.Errorf("count the team's snapshots: %w", err)
+			}
+			if n+1 > l.Snapshots {
+				return &servers.TeamLimitError{Limit: "snapshots", Max: l.Snapshots, Used: n, Asked: 1}
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO snapshots (id, uuid, team_id, source_server_id, name, ignore, status,
+			owner, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)`,
+			snap.ID, snap.UUID, teamID, sv.ID, name, ignoreText, StatusPending, s.opts.Owner, now); err != nil {
+			return fmt.Errorf("record snapshot: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
 		s.forget(snap.ID, cancel)
-		return Snapshot{}, fmt.Errorf("record snapshot: %w", err)
+		return Snapshot{}, err
 	}
 	s.goTake(tctx, cancel, snap)
 	return snap, nil

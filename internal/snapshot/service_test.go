@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/blob/blobtest"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -807,4 +809,48 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// TestSnapshotLimit: a team keeps at most its limit of snapshots (pending,
+// creating and ready ones; failed ones do not count), on both stores; the
+// one past it is refused with *servers.TeamLimitError before anything is
+// recorded, and deleting one makes room.
+func TestSnapshotLimit(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newSvcEnv(t, db)
+		ctx := t.Context()
+		if err := servers.SetTeamLimits(ctx, db, e.team, servers.TeamLimits{Snapshots: 2}); err != nil {
+			t.Fatal(err)
+		}
+		sv := e.server("limited", map[string]string{"server.properties": "motd=x\n"})
+		first, err := e.svc.Create(ctx, e.team, sv.ID, "one", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.wait(first.ID)
+		if _, err := e.svc.Create(ctx, e.team, sv.ID, "two", ""); err != nil {
+			t.Fatal(err)
+		}
+		// A failed snapshot holds no storage and does not count.
+		if _, err := db.Write().ExecContext(ctx, `INSERT INTO snapshots (id, uuid, team_id, source_server_id, name, ignore,
+			status, owner, created_at, updated_at) VALUES ('snap_failed', $1, $2, $3, 'failed', '', $4, 'inst_test', 1, 1)`,
+			uuid.NewString(), e.team, sv.ID, StatusFailed); err != nil {
+			t.Fatal(err)
+		}
+		before := e.count(`SELECT count(*) FROM snapshots`)
+		_, err = e.svc.Create(ctx, e.team, sv.ID, "three", "")
+		var le *servers.TeamLimitError
+		if !errors.As(err, &le) || le.Limit != "snapshots" || le.Max != 2 || le.Used != 2 {
+			t.Fatalf("the third snapshot = %v, want a TeamLimitError of snapshots 2 used 2", err)
+		}
+		if n := e.count(`SELECT count(*) FROM snapshots`); n != before {
+			t.Errorf("%d snapshot records after the refusal, want %d", n, before)
+		}
+		if _, err := e.svc.Delete(ctx, e.team, first.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.svc.Create(ctx, e.team, sv.ID, "three", ""); err != nil {
+			t.Errorf("a snapshot after a delete made room = %v", err)
+		}
+	})
 }

@@ -668,6 +668,9 @@ func (x *exec) destroy(ctx context.Context, st plan.Step, res *runs.Resource) *s
 		if ctx.Err() != nil {
 			return classify(context.Cause(ctx))
 		}
+		if le, ok := errors.AsType[*servers.TeamLimitError](err); ok {
+			return fail(runs.FailCapacity, "the snapshot before the %s is refused: %v; nothing was destroyed", st.Action, le)
+		}
 		return fail(runs.FailInternal, "the snapshot before the %s failed (%v); nothing was destroyed", st.Action, err)
 	}
 	res.Log = append(res.Log, fmt.Sprintf("snapshot %s taken of server %s", id, sv.ID))

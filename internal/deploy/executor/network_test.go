@@ -161,6 +161,24 @@ func testFullNetwork(t *testing.T, db *store.DB, dsn string) {
 		"  survival:\n    software: paper\n    version: 1.21.4\n    memory: 1G\n    disk: 2G\n    state: stopped\n", 1)
 	replaced = strings.Replace(replaced, "servers: [lobby, survival]", "servers: [lobby]", 1)
 	replaced = strings.Replace(replaced, "attach: [lobby, survival]", "attach: [lobby]", 1)
+	// The team's snapshot limit reached (creative's is its one): the
+	// snapshot before the replace is refused, and survival is not
+	// destroyed.
+	if err := servers.SetTeamLimits(ctx, db, e.teamID, servers.TeamLimits{Snapshots: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, r = e.apply(cfgID, replaced)
+	if got = e.wait(r.ID); got.Status != runs.Failed || got.FailureClass != runs.FailCapacity ||
+		!strings.Contains(got.Error, "the snapshot before the replace is refused: the team may keep at most 1 snapshots and has 1") ||
+		!strings.Contains(got.Error, "nothing was destroyed") {
+		t.Fatalf("replace past the snapshot limit = %s %s %q; want failed, capacity, naming the limit", got.Status, got.FailureClass, got.Error)
+	}
+	if sv, err := e.srv.Get(ctx, e.teamID, survival.ID); err != nil || sv.Software != "kiln-test" {
+		t.Fatalf("survival after the refused replace = %+v, %v; want it as it was", sv, err)
+	}
+	if err := servers.SetTeamLimits(ctx, db, e.teamID, servers.TeamLimits{}); err != nil {
+		t.Fatal(err)
+	}
 	_, r = e.apply(cfgID, replaced)
 	if got = e.wait(r.ID); got.Status != runs.Succeeded || got.Summary.Replace != 1 {
 		t.Fatalf("software change = %s %s %q, %+v; want succeeded with 1 replace", got.Status, got.FailureClass, got.Error, got.Summary)
