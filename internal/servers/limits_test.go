@@ -24,8 +24,12 @@ func TestTeamLimits(t *testing.T) {
 		if l, err := servers.GetTeamLimits(ctx, db, teamID); err != nil || l != (servers.TeamLimits{}) {
 			t.Fatalf("GetTeamLimits before any = %+v, %v; want none", l, err)
 		}
-		if err := servers.SetTeamLimits(ctx, db, teamID, servers.TeamLimits{Servers: 3, MemoryMB: 2048, DiskMB: 4096}); err != nil {
+		set := servers.TeamLimits{Servers: 3, MemoryMB: 2048, DiskMB: 4096, Snapshots: 7}
+		if err := servers.SetTeamLimits(ctx, db, teamID, set); err != nil {
 			t.Fatal(err)
+		}
+		if l, err := servers.GetTeamLimits(ctx, db, teamID); err != nil || l != set {
+			t.Fatalf("GetTeamLimits = %+v, %v; want %+v", l, err, set)
 		}
 		create := func(mem, disk int) error {
 			_, err := svc.Create(ctx, teamID, servers.NewServer{Name: "s", Software: "kiln-test", MemoryMB: mem, DiskMB: disk})
