@@ -82,4 +82,12 @@
 //     needs one past the limit fails with nothing destroyed. No quota of
 //     bytes: chunks are shared by every snapshot that holds them, so a
 //     team's share of the store is not its own.
+//   - Chunks are shared across teams (one store, names by content): two
+//     teams running the same server jar or plugin store it once. The
+//     price is that a snapshot's stored_bytes (and a delete's
+//     shared_bytes) tell its team whether content it holds was already
+//     in the store, anyone's: a team can learn that some other team has
+//     a file it also has, byte for byte (never a file it does not have,
+//     nor whose). Per-team chunk names (a keyed hash) would close that
+//     and end cross-team sharing; not done, an operator's choice to make.
 package snapshot
