@@ -69,7 +69,7 @@ func teamLimitsCommand(t *testing.T, store ...string) {
 	}
 	code, out = call(t, p.addr, token, "POST", "/snapshots", snap)
 	if code != 409 || out["code"] != "TEAM_LIMIT_REACHED" ||
-		out["error"] != "the team may keep at most 1 snapshots and has 1; delete one first (team limit: snapshots)" {
+		out["error"] != "the team may keep at most 1 snapshot and has 1; delete one first (team limit: snapshots)" {
 		t.Errorf("second snapshot past --snapshots 1 = %d %v, want 409 TEAM_LIMIT_REACHED naming snapshots", code, out)
 	}
 }

@@ -31,14 +31,22 @@ type TeamLimitError struct {
 func (e *TeamLimitError) Error() string {
 	switch e.Limit {
 	case "servers":
-		return fmt.Sprintf("the team may have at most %d servers and has %d (team limit: servers)", e.Max, e.Used)
+		return fmt.Sprintf("the team may have at most %s and has %d (team limit: servers)", count(e.Max, "server"), e.Used)
 	case "snapshots":
-		return fmt.Sprintf("the team may keep at most %d snapshots and has %d; delete one first (team limit: snapshots)", e.Max, e.Used)
+		return fmt.Sprintf("the team may keep at most %s and has %d; delete one first (team limit: snapshots)", count(e.Max, "snapshot"), e.Used)
 	case "memory":
 		return fmt.Sprintf("the team's servers may use at most %d MB of memory in all; they use %d MB and this one asks %d MB (team limit: memory)", e.Max, e.Used, e.Asked)
 	default:
 		return fmt.Sprintf("the team's servers may use at most %d MB of disk in all; they use %d MB and this one asks %d MB (team limit: disk)", e.Max, e.Used, e.Asked)
 	}
+}
+
+// count is n things, singular for one.
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }
 
 // SetTeamLimits records a team's limits (replacing the previous ones).

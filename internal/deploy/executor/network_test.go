@@ -169,7 +169,7 @@ func testFullNetwork(t *testing.T, db *store.DB, dsn string) {
 	}
 	_, r = e.apply(cfgID, replaced)
 	if got = e.wait(r.ID); got.Status != runs.Failed || got.FailureClass != runs.FailCapacity ||
-		!strings.Contains(got.Error, "the snapshot before the replace is refused: the team may keep at most 1 snapshots and has 1") ||
+		!strings.Contains(got.Error, "the snapshot before the replace is refused: the team may keep at most 1 snapshot and has 1") ||
 		!strings.Contains(got.Error, "nothing was destroyed") {
 		t.Fatalf("replace past the snapshot limit = %s %s %q; want failed, capacity, naming the limit", got.Status, got.FailureClass, got.Error)
 	}
