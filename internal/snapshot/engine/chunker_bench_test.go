@@ -169,7 +169,10 @@ func TestFirstCutTwoChains(t *testing.T) {
 		rest = rest[got:]
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for range 3000 {
+	// 400 slices at random offsets and lengths (each cut twice): 3,000
+	// took two minutes of the suite under -race, for cuts the 64 MiB pass
+	// above and the ranges below already compare.
+	for range 400 {
 		n := minChunk + rng.IntN(maxChunk+1000-minChunk)
 		off := rng.IntN(len(data) - n)
 		if got, want := cutPoint(data[off:off+n]), cutPointOneChain(data[off:off+n]); got != want {
