@@ -42,6 +42,10 @@
 //     through ".." when it climbs back, checking that it is the directory
 //     it left (device and inode): a tree moved meanwhile fails the walk
 //     rather than being counted elsewhere.
+//   - The account counts its reservations in flight (Figures.Writers): a
+//     snapshot restore waits for them to end before it replaces a root,
+//     so every writer must end its reservation (Commit or Release), also
+//     when its client goes away.
 //   - A full host disk (ENOSPC, EDQUOT) is reported as ErrDiskFull, which
 //     the API answers 507 like the limit.
 package quota

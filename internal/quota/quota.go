@@ -48,6 +48,7 @@ type Account struct {
 	limit    int64
 	used     int64 // charged bytes in the root: the last walk plus commits since
 	reserved int64 // bytes held by writers in flight
+	writers  int   // reservations not yet ended (Reserve, then Commit or Release)
 	walking  bool
 	walkAdd  int64          // commits during the walk in progress
 	staled   bool           // Stale was called during the walk in progress
@@ -74,6 +75,7 @@ type Figures struct {
 	Limit    int64
 	Used     int64 // committed bytes
 	Reserved int64 // bytes held by writers in flight
+	Writers  int   // writers in flight: reservations made and not yet ended
 	WalkedAt time.Time
 }
 
@@ -84,7 +86,7 @@ func (f Figures) Free() int64 { return max(0, f.Limit-f.Used-f.Reserved) }
 func (a *Account) Figures() Figures {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return Figures{Limit: a.limit, Used: a.used, Reserved: a.reserved, WalkedAt: a.walkedAt}
+	return Figures{Limit: a.limit, Used: a.used, Reserved: a.reserved, Writers: a.writers, WalkedAt: a.walkedAt}
 }
 
 // Stale makes the next Walked report a zero time: the figure should be
@@ -121,6 +123,9 @@ func (a *Account) Reserve(n int64) (*Reservation, error) {
 	if err := r.Grow(n); err != nil {
 		return nil, err
 	}
+	a.mu.Lock()
+	a.writers++
+	a.mu.Unlock()
 	return r, nil
 }
 
@@ -293,6 +298,7 @@ func (r *Reservation) end(commit bool) {
 	a := r.a
 	a.mu.Lock()
 	a.reserved -= r.held
+	a.writers--
 	if commit {
 		a.commitLocked(r.change)
 	}

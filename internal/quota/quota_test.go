@@ -253,3 +253,33 @@ func TestIsDiskFull(t *testing.T) {
 		t.Error("IsDiskFull is wrong")
 	}
 }
+
+// TestWriters: Figures.Writers counts the reservations made and not yet
+// ended — one of 0 bytes included (a writer that grows as it writes), a
+// refused one not, a second Commit or Release not twice.
+func TestWriters(t *testing.T) {
+	a := NewAccount(10 * BlockSize)
+	r0, err := a.Reserve(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := a.Reserve(BlockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Reserve(100 * BlockSize); !errors.Is(err, ErrQuota) {
+		t.Fatalf("Reserve past the limit = %v, want ErrQuota", err)
+	}
+	if f := a.Figures(); f.Writers != 2 || f.Reserved != BlockSize {
+		t.Fatalf("Figures = %+v, want 2 writers holding one block", f)
+	}
+	r0.Commit()
+	r0.Release()
+	if f := a.Figures(); f.Writers != 1 {
+		t.Fatalf("Writers = %d after one ended (twice), want 1", f.Writers)
+	}
+	r1.Release()
+	if f := a.Figures(); f.Writers != 0 || f.Reserved != 0 {
+		t.Fatalf("Figures = %+v after both ended, want none", f)
+	}
+}

@@ -203,6 +203,17 @@ func TestHoldCutsSessions(t *testing.T) {
 		}
 		defer held.Release()
 		waitEnded(t, sc, "the restore's hold")
+		// The cut session's open file gave back its reservation: a
+		// restore waits for none (snapshot's drainWriters).
+		a, err := held.Access(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); a.Disk.Figures().Writers != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the disk ledger still counts %d writers after the cut", a.Disk.Figures().Writers)
+			}
+		}
 
 		sc = e.mustDial(c)
 		defer sc.Close()

@@ -58,7 +58,13 @@
 //     The hold ends the server's SFTP sessions at once (servers.OnHold,
 //     sftp.Service.ServerHeld): a file an upload holds open would take
 //     writes the swap then discards, silently; a cut session is an error
-//     the client sees. A server deleted while a restore
+//     the client sees. Then, the server stopped, the restore waits up to
+//     Options.WriterWait (60 s) for the writes that got their access
+//     before the hold (an API upload, a download, a mod install: every
+//     one holds a reservation on the server's disk ledger until it ends,
+//     quota.Figures.Writers) to end, so none is acknowledged and then
+//     lost in the swap; writes still going after that fail the restore
+//     (ErrWritersBusy) with nothing restored. A server deleted while a restore
 //     writes into it (CancelServer, run by servers.OnDelete before the
 //     root goes) cancels the restore and waits for it: before its commit
 //     point the staging directory is removed and the restore fails with

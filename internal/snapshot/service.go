@@ -37,6 +37,10 @@ var (
 	// ErrServerDeleted: the server a restore was writing into was deleted;
 	// the restore stopped (before its commit point: nothing of it left).
 	ErrServerDeleted = errors.New("the server was deleted during the restore; the restore was cancelled")
+	// ErrWritersBusy: writes into the server that began before the
+	// restore did not end within Options.WriterWait; nothing was
+	// restored.
+	ErrWritersBusy = errors.New("writes into the server did not end")
 )
 
 // Statuses of a snapshot.
@@ -98,6 +102,10 @@ type Options struct {
 	// Compression is how hard snapshots compress (engine.Compression;
 	// "" is engine.CompressionFastest).
 	Compression engine.Compression
+	// WriterWait bounds a restore's wait for the writes in flight into
+	// its server when the hold was taken (an upload, a download, an
+	// install) to end before it replaces the files (60 s).
+	WriterWait time.Duration
 }
 
 func (o *Options) defaults() {
@@ -115,6 +123,9 @@ func (o *Options) defaults() {
 	}
 	if o.StopTimeout <= 0 {
 		o.StopTimeout = 2 * time.Minute
+	}
+	if o.WriterWait <= 0 {
+		o.WriterWait = time.Minute
 	}
 }
 
@@ -800,6 +811,9 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 	if err != nil {
 		return err
 	}
+	if err := s.drainWriters(ctx, sv.ID, a.Disk); err != nil {
+		return err
+	}
 	rerr := files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
 		_, err := engine.Restore(ctx, r, res, s.store, engine.ManifestKey(snap.UUID), engine.RestoreOptions{Ignore: m.Match})
 		return err
@@ -817,6 +831,41 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 		return fmt.Errorf("restore %s into %s: %w", snap.ID, sv.ID, rerr)
 	}
 	return nil
+}
+
+// drainWriters waits, up to WriterWait, until no writer holds a
+// reservation on the server's disk ledger: the writes that got their
+// access before the hold (an upload, a download, a mod install) end
+// before the restore replaces the files, so none of them lands in the
+// tree the swap discards after it was acknowledged. Every writer into a
+// root reserves from the ledger (internal/quota), so its count of
+// reservations in flight is the count of writers; the hold refuses new
+// ones. Errors: ErrWritersBusy, wrapped, when they do not end in time.
+func (s *Service) drainWriters(ctx context.Context, serverID string, disk *quota.Account) error {
+	if disk == nil {
+		return nil
+	}
+	deadline := time.Now().Add(s.opts.WriterWait)
+	noted := false
+	for {
+		f := disk.Figures()
+		if f.Writers == 0 {
+			return nil
+		}
+		if !noted {
+			s.servers.Note(serverID, fmt.Sprintf("the restore waits for %d write(s) in progress to end", f.Writers))
+			noted = true
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %d still in progress after %s (uploads, downloads or installs into the server); nothing was restored",
+				ErrWritersBusy, f.Writers, s.opts.WriterWait)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (s *Service) waitStopped(ctx context.Context, sv servers.Server) error {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/blob/blobtest"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
@@ -853,4 +854,68 @@ func TestSnapshotLimit(t *testing.T) {
 			t.Errorf("a snapshot after a delete made room = %v", err)
 		}
 	})
+}
+
+// TestRestoreWaitsForWriters: a restore waits for the writes into its
+// server that began before it (a reservation on the server's disk ledger
+// in flight) to end before it replaces the files, and when they do not
+// end within WriterWait it fails with ErrWritersBusy, the files as they
+// were and the server no longer held.
+func TestRestoreWaitsForWriters(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	sv := e.server("busy", map[string]string{"world/level.dat": "v1"})
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "v1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = e.wait(snap.ID)
+	e.write(sv.ID, map[string]string{"world/level.dat": "v2"})
+	level := filepath.Join(e.node.Node.Root(sv.ID), "world/level.dat")
+	writer := func() *quota.Reservation {
+		a, err := e.srv.Access(ctx, e.team, sv.ID, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := a.Disk.Reserve(0) // a writer that grows as it writes
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+
+	r := writer()
+	done := make(chan error, 1)
+	go func() { done <- e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID) }()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("RestoreNow ended (%v) with a write in flight", err)
+	default:
+	}
+	if b, _ := os.ReadFile(level); string(b) != "v2" {
+		t.Fatalf("level.dat = %q while the restore waits, want v2", b)
+	}
+	r.Commit()
+	if err := <-done; err != nil {
+		t.Fatalf("RestoreNow after the write ended = %v", err)
+	}
+	if b, _ := os.ReadFile(level); string(b) != "v1" {
+		t.Errorf("level.dat = %q after the restore, want v1", b)
+	}
+
+	e.write(sv.ID, map[string]string{"world/level.dat": "v3"})
+	e.svc.opts.WriterWait = 200 * time.Millisecond // no restore runs now
+	r = writer()
+	defer r.Release()
+	err = e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID)
+	if !errors.Is(err, ErrWritersBusy) || !strings.Contains(err.Error(), "1 still in progress after 200ms") {
+		t.Fatalf("RestoreNow with a write that does not end = %v, want ErrWritersBusy", err)
+	}
+	if b, _ := os.ReadFile(level); string(b) != "v3" {
+		t.Errorf("level.dat = %q after the refused restore, want v3 (untouched)", b)
+	}
+	if _, err := e.srv.Access(ctx, e.team, sv.ID, true); err != nil {
+		t.Errorf("Access for writing after the refused restore = %v, want the hold released", err)
+	}
 }
