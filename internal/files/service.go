@@ -37,9 +37,13 @@ func Writing(a servers.Access, op func(r *Root, res *quota.Reservation) error) e
 		return err
 	}
 	defer r.Close()
-	res, err := a.Disk.Reserve(0)
+	reserve := a.Disk.Reserve
+	if a.Hold != nil {
+		reserve = a.Hold.Reserve // the holder of a held root (a snapshot restore)
+	}
+	res, err := reserve(0)
 	if err != nil {
-		return err
+		return heldIsRestoring(err)
 	}
 	if err := op(r, res); err != nil {
 		if res.Change() != 0 {
@@ -50,6 +54,16 @@ func Writing(a servers.Access, op func(r *Root, res *quota.Reservation) error) e
 	}
 	res.Commit()
 	return nil
+}
+
+// heldIsRestoring names quota.ErrHeld as the servers package does: a
+// writer whose Access came before a snapshot restore held the root is
+// refused as a new one is (servers.ErrRestoring).
+func heldIsRestoring(err error) error {
+	if errors.Is(err, quota.ErrHeld) {
+		return servers.ErrRestoring
+	}
+	return err
 }
 
 // writing checks access to a team's server for a write and runs op as

@@ -31,7 +31,7 @@ func WritingOn(r *Root, disk *quota.Account, op func(r *Root, res *quota.Reserva
 	}
 	res, err := disk.Reserve(0)
 	if err != nil {
-		return err
+		return heldIsRestoring(err)
 	}
 	if err := op(r, res); err != nil {
 		if res.Change() != 0 {

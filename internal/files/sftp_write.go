@@ -70,7 +70,7 @@ func (r *Root) OpenWrite(rel string, fl WriteFlags, disk *quota.Account) (*Write
 	}
 	res, err := disk.Reserve(0)
 	if err != nil {
-		return nil, err
+		return nil, heldIsRestoring(err)
 	}
 	h := &WriteHandle{name: rel, res: res, disk: disk}
 	if err := h.open(r, fl); err != nil {

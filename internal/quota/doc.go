@@ -45,7 +45,11 @@
 //   - The account counts its reservations in flight (Figures.Writers): a
 //     snapshot restore waits for them to end before it replaces a root,
 //     so every writer must end its reservation (Commit or Release), also
-//     when its client goes away.
+//     when its client goes away. While a restore holds the account
+//     (Hold), only the holder makes new reservations; every other writer
+//     gets ErrHeld, also one whose access to the server came before the
+//     hold (a mod install between two phases): the ledger is the one
+//     place every writer passes.
 //   - A full host disk (ENOSPC, EDQUOT) is reported as ErrDiskFull, which
 //     the API answers 507 like the limit.
 package quota

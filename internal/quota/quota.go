@@ -49,6 +49,7 @@ type Account struct {
 	used     int64 // charged bytes in the root: the last walk plus commits since
 	reserved int64 // bytes held by writers in flight
 	writers  int   // reservations not yet ended (Reserve, then Commit or Release)
+	hold     *Hold // when set, only it makes new reservations (Hold)
 	walking  bool
 	walkAdd  int64          // commits during the walk in progress
 	staled   bool           // Stale was called during the walk in progress
@@ -116,16 +117,58 @@ func (a *Account) commitLocked(delta int64) {
 	}
 }
 
+// ErrHeld refuses a new reservation while the account is held for one
+// writer (Hold): a snapshot restore replacing the root.
+var ErrHeld = errors.New("quota: the root is held by another writer")
+
+// Hold is an account held for one writer: until Release, Reserve refuses
+// every other new reservation with ErrHeld (those made before go on:
+// Figures.Writers says how many), and the holder reserves through it.
+type Hold struct{ a *Account }
+
+// Hold holds the account for the caller; ok is false when it is held
+// already.
+func (a *Account) Hold() (h *Hold, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.hold != nil {
+		return nil, false
+	}
+	a.hold = &Hold{a: a}
+	return a.hold, true
+}
+
+// Release ends the hold; later calls do nothing.
+func (h *Hold) Release() {
+	h.a.mu.Lock()
+	if h.a.hold == h {
+		h.a.hold = nil
+	}
+	h.a.mu.Unlock()
+}
+
+// Reserve is Account.Reserve for the holder (ErrHeld once released).
+func (h *Hold) Reserve(n int64) (*Reservation, error) { return h.a.reserve(h, n) }
+
 // Reserve starts a reservation holding n bytes (n may be 0: a writer that
-// grows as it writes). Errors: ErrQuota.
-func (a *Account) Reserve(n int64) (*Reservation, error) {
+// grows as it writes). Errors: ErrQuota, ErrHeld.
+func (a *Account) Reserve(n int64) (*Reservation, error) { return a.reserve(nil, n) }
+
+func (a *Account) reserve(by *Hold, n int64) (*Reservation, error) {
+	a.mu.Lock()
+	if a.hold != by {
+		a.mu.Unlock()
+		return nil, ErrHeld
+	}
+	a.writers++ // counted before it can grow: a writer is never unseen
+	a.mu.Unlock()
 	r := &Reservation{a: a}
 	if err := r.Grow(n); err != nil {
+		a.mu.Lock()
+		a.writers--
+		a.mu.Unlock()
 		return nil, err
 	}
-	a.mu.Lock()
-	a.writers++
-	a.mu.Unlock()
 	return r, nil
 }
 

@@ -283,3 +283,51 @@ func TestWriters(t *testing.T) {
 		t.Fatalf("Figures = %+v after both ended, want none", f)
 	}
 }
+
+// TestHold: a held account refuses every new reservation but its
+// holder's (ErrHeld), lets those made before go on, is held once at a
+// time, and after Release reserves for anyone again (the holder's Hold
+// no more).
+func TestHold(t *testing.T) {
+	a := NewAccount(10 * BlockSize)
+	before, err := a.Reserve(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, ok := a.Hold()
+	if !ok {
+		t.Fatal("Hold of a free account refused")
+	}
+	if _, ok := a.Hold(); ok {
+		t.Error("a second Hold was granted")
+	}
+	if _, err := a.Reserve(0); !errors.Is(err, ErrHeld) {
+		t.Errorf("Reserve while held = %v, want ErrHeld", err)
+	}
+	if err := before.Grow(BlockSize); err != nil {
+		t.Errorf("Grow of a reservation made before the hold = %v", err)
+	}
+	mine, err := h.Reserve(BlockSize)
+	if err != nil {
+		t.Fatalf("the holder's Reserve = %v", err)
+	}
+	if f := a.Figures(); f.Writers != 2 || f.Reserved != 2*BlockSize {
+		t.Errorf("Figures = %+v, want 2 writers, 2 blocks", f)
+	}
+	mine.Changed(BlockSize)
+	mine.Commit()
+	before.Release()
+	h.Release()
+	h.Release()
+	if _, err := h.Reserve(0); !errors.Is(err, ErrHeld) {
+		t.Errorf("the holder's Reserve after Release = %v, want ErrHeld", err)
+	}
+	r, err := a.Reserve(0)
+	if err != nil {
+		t.Fatalf("Reserve after Release = %v", err)
+	}
+	r.Release()
+	if f := a.Figures(); f.Writers != 0 || f.Reserved != 0 || f.Used != BlockSize {
+		t.Errorf("Figures = %+v at the end, want no writer and the holder's block used", f)
+	}
+}

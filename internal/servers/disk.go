@@ -35,6 +35,10 @@ func (s *Service) Root(ctx context.Context, teamID, id string) (string, error) {
 type Access struct {
 	Root string
 	Disk *quota.Account // nil unless the access was for a write
+	// Hold is set on the holder's access (Held.Access): while a root is
+	// held its ledger refuses every other new reservation, and the holder
+	// reserves through Hold (files.Writing does).
+	Hold *quota.Hold
 }
 
 // Access checks that one of the team's servers exists and returns its
@@ -93,6 +97,7 @@ func (s *Service) access(ctx context.Context, teamID, id string, write, holder b
 type Held struct {
 	s           *Service
 	teamID, id  string
+	disk        *quota.Hold // the ledger held too: writers with an earlier Access reserve no more
 	releaseOnce sync.Once
 }
 
@@ -103,9 +108,12 @@ type Held struct {
 // too; a stop or a kill goes on (the restore stops the server itself).
 // It is held in this process's memory: a restart of Kiln ends it, as it
 // ends the restore (whose journal is finished or undone at the next
-// start, before any server starts). Writers that got their Access before
-// the hold and keep it open (an SFTP session's open files) are ended by
-// the OnHold hooks, run once the hold is taken. Errors: ErrNotFound,
+// start, before any server starts). The root's disk ledger is held too
+// (quota.Hold): a writer whose Access came before makes no new
+// reservation (files.Writing answers ErrRestoring), the holder reserves
+// through Access.Hold. Writers that keep their reservation open (an SFTP
+// session's open files) are ended by the OnHold hooks, run once the hold
+// is taken. Errors: ErrNotFound,
 // ErrInstalling, ErrRestoring (held already).
 func (s *Service) Hold(ctx context.Context, teamID, id string) (*Held, error) {
 	sv, err := s.getLocal(ctx, teamID, id)
@@ -121,12 +129,17 @@ func (s *Service) Hold(ctx context.Context, teamID, id string) (*Held, error) {
 		l.mu.Unlock()
 		return nil, ErrRestoring
 	}
+	dh, ok := l.disk.Hold()
+	if !ok {
+		l.mu.Unlock()
+		return nil, ErrRestoring
+	}
 	l.held = true
 	l.mu.Unlock()
 	for _, fn := range s.onHold {
 		fn(id)
 	}
-	return &Held{s: s, teamID: teamID, id: id}, nil
+	return &Held{s: s, teamID: teamID, id: id, disk: dh}, nil
 }
 
 // OnHold registers fn to run when a server's root is held (Hold), after
@@ -139,7 +152,9 @@ func (s *Service) OnHold(fn func(id string)) {
 
 // Access is Access for writing, for the holder.
 func (h *Held) Access(ctx context.Context) (Access, error) {
-	return h.s.access(ctx, h.teamID, h.id, true, true)
+	a, err := h.s.access(ctx, h.teamID, h.id, true, true)
+	a.Hold = h.disk
+	return a, err
 }
 
 // Release ends the hold; later calls do nothing.
@@ -148,6 +163,7 @@ func (h *Held) Release() {
 		l := h.s.liveOf(h.id)
 		l.mu.Lock()
 		l.held = false
+		h.disk.Release()
 		l.mu.Unlock()
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store/storetest"
@@ -26,9 +28,28 @@ func TestHold(t *testing.T) {
 	if _, err := svc.Hold(ctx, otherTeam, sv.ID); !errors.Is(err, servers.ErrNotFound) {
 		t.Fatalf("Hold of another team's server = %v, want ErrNotFound", err)
 	}
+	early, err := svc.Access(ctx, teamID, sv.ID, true) // a writer's access before the hold
+	if err != nil {
+		t.Fatal(err)
+	}
 	held, err := svc.Hold(ctx, teamID, sv.ID)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// That writer reserves no more (its later writes are refused as new
+	// ones are); the holder does, through its hold.
+	if _, err := early.Disk.Reserve(0); !errors.Is(err, quota.ErrHeld) {
+		t.Errorf("Reserve with an access from before the hold = %v, want quota.ErrHeld", err)
+	}
+	if err := files.Writing(early, func(*files.Root, *quota.Reservation) error { return nil }); !errors.Is(err, servers.ErrRestoring) {
+		t.Errorf("files.Writing with an access from before the hold = %v, want ErrRestoring", err)
+	}
+	ha, err := held.Access(ctx)
+	if err != nil || ha.Hold == nil {
+		t.Fatalf("the holder's Access = %+v, %v, want its hold", ha, err)
+	}
+	if err := files.Writing(ha, func(*files.Root, *quota.Reservation) error { return nil }); err != nil {
+		t.Errorf("files.Writing as the holder = %v", err)
 	}
 	refused := map[string]error{}
 	_, refused["Access for writing"] = svc.Access(ctx, teamID, sv.ID, true)
@@ -59,6 +80,9 @@ func TestHold(t *testing.T) {
 	held.Release() // once is enough; twice changes nothing
 	if _, err := svc.Access(ctx, teamID, sv.ID, true); err != nil {
 		t.Errorf("Access for writing after Release = %v", err)
+	}
+	if err := files.Writing(early, func(*files.Root, *quota.Reservation) error { return nil }); err != nil {
+		t.Errorf("files.Writing with the early access after Release = %v", err)
 	}
 	again, err := svc.Hold(ctx, teamID, sv.ID)
 	if err != nil {

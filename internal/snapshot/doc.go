@@ -64,7 +64,9 @@
 //     one holds a reservation on the server's disk ledger until it ends,
 //     quota.Figures.Writers) to end, so none is acknowledged and then
 //     lost in the swap; writes still going after that fail the restore
-//     (ErrWritersBusy) with nothing restored. A server deleted while a restore
+//     (ErrWritersBusy) with nothing restored. The hold covers the ledger
+//     too (quota.Hold): a writer that got its access earlier makes no new
+//     reservation (servers.ErrRestoring), so none starts after the wait. A server deleted while a restore
 //     writes into it (CancelServer, run by servers.OnDelete before the
 //     root goes) cancels the restore and waits for it: before its commit
 //     point the staging directory is removed and the restore fails with
