@@ -138,6 +138,13 @@ func (a *Account) Hold() (h *Hold, ok bool) {
 	return a.hold, true
 }
 
+// Held tells whether the account is held (Hold).
+func (a *Account) Held() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.hold != nil
+}
+
 // Release ends the hold; later calls do nothing.
 func (h *Hold) Release() {
 	h.a.mu.Lock()

@@ -2,7 +2,6 @@ package servers
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/quota"
@@ -95,10 +94,9 @@ func (s *Service) access(ctx context.Context, teamID, id string, write, holder b
 
 // Held is a server's root held for one writer (Hold).
 type Held struct {
-	s           *Service
-	teamID, id  string
-	disk        *quota.Hold // the ledger held too: writers with an earlier Access reserve no more
-	releaseOnce sync.Once
+	s          *Service
+	teamID, id string
+	disk       *quota.Hold // the root's ledger held: the hold itself (writers with an earlier Access reserve no more)
 }
 
 // Hold reserves a server's root for one writer, a snapshot restore: until
@@ -123,19 +121,10 @@ func (s *Service) Hold(ctx context.Context, teamID, id string) (*Held, error) {
 	if sv.Status == StatusInstalling {
 		return nil, ErrInstalling
 	}
-	l := s.liveOf(id)
-	l.mu.Lock()
-	if l.held {
-		l.mu.Unlock()
-		return nil, ErrRestoring
-	}
-	dh, ok := l.disk.Hold()
+	dh, ok := s.liveOf(id).disk.Hold()
 	if !ok {
-		l.mu.Unlock()
 		return nil, ErrRestoring
 	}
-	l.held = true
-	l.mu.Unlock()
 	for _, fn := range s.onHold {
 		fn(id)
 	}
@@ -158,15 +147,7 @@ func (h *Held) Access(ctx context.Context) (Access, error) {
 }
 
 // Release ends the hold; later calls do nothing.
-func (h *Held) Release() {
-	h.releaseOnce.Do(func() {
-		l := h.s.liveOf(h.id)
-		l.mu.Lock()
-		l.held = false
-		h.disk.Release()
-		l.mu.Unlock()
-	})
-}
+func (h *Held) Release() { h.disk.Release() }
 
 // DiskChanged makes the next write measure the root again (after an
 // operation whose effect on the size is not known, such as deleting a

@@ -40,15 +40,11 @@ type live struct {
 	res           Resources          // DiskBytes unused: disk has the figure
 	disk          *quota.Account     // the root's disk ledger
 	cancelInstall context.CancelFunc // of the install in flight, if any
-	held          bool               // a snapshot restore writes into the root (Hold)
 }
 
-// isHeld tells whether a Hold is in force.
-func (l *live) isHeld() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.held
-}
+// isHeld tells whether a Hold is in force: the root's disk ledger is
+// held (quota.Hold), the one record of it.
+func (l *live) isHeld() bool { return l.disk.Held() }
 
 func (l *live) setStatus(st string) {
 	l.mu.Lock()

@@ -96,20 +96,12 @@ func teamLimits(ctx context.Context, q querier, teamID string) (TeamLimits, erro
 // two replicas adding to one team at once see each other's rows (SQLite
 // has one writer).
 func LockTeamLimits(ctx context.Context, db *store.DB, tx *sql.Tx, teamID string) (TeamLimits, error) {
-	if err := lockTeam(ctx, db, tx, teamID); err != nil {
-		return TeamLimits{}, err
+	if db.Dialect() == store.Postgres {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('kiln.team_limits:' || $1, 0))`, teamID); err != nil {
+			return TeamLimits{}, fmt.Errorf("lock team: %w", err)
+		}
 	}
 	return teamLimits(ctx, tx, teamID)
-}
-
-func lockTeam(ctx context.Context, db *store.DB, tx *sql.Tx, teamID string) error {
-	if db.Dialect() != store.Postgres {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('kiln.team_limits:' || $1, 0))`, teamID); err != nil {
-		return fmt.Errorf("lock team: %w", err)
-	}
-	return nil
 }
 
 func nullInt(n int) sql.NullInt64 { return sql.NullInt64{Int64: int64(n), Valid: n > 0} }
