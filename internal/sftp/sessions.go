@@ -81,14 +81,7 @@ func (g *registry) isClosed(serverID string) bool {
 func (g *registry) closeServer(serverID, reason string) int {
 	g.mu.Lock()
 	g.closed[serverID] = true
-	var found []*session
-	for _, set := range g.byCred {
-		for se := range set {
-			if se.cred.serverID == serverID {
-				found = append(found, se)
-			}
-		}
-	}
+	found := g.matchingLocked(func(se *session) bool { return se.cred.serverID == serverID })
 	g.mu.Unlock()
 	for _, se := range found {
 		se.end(reason)
@@ -122,6 +115,11 @@ func (g *registry) remove(se *session) {
 func (g *registry) matching(match func(*session) bool) []*session {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	return g.matchingLocked(match)
+}
+
+// matchingLocked is matching with g.mu held.
+func (g *registry) matchingLocked(match func(*session) bool) []*session {
 	var out []*session
 	for _, set := range g.byCred {
 		for se := range set {
