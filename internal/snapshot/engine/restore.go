@@ -665,6 +665,7 @@ func (b *builder) work(ctx context.Context) error {
 			if err := pwriteAll(p.f.fd, data[p.off:p.off+p.len], p.at); err != nil {
 				return fmt.Errorf("stage %s: %w", files.Display(p.f.path), err)
 			}
+			startWriteback(p.f.fd, p.at, p.len)
 			if err := p.f.finish(); err != nil {
 				return err
 			}
@@ -713,6 +714,27 @@ func (b *builder) fetch(ctx context.Context, dec *zstd.Decoder, ref chunkRef, co
 		return data, fmt.Errorf("%w: %s does not hold what its name says", ErrCorruptChunk, key)
 	}
 	return data, nil
+}
+
+// writebackMin is the smallest extent whose writeback a worker starts
+// as soon as it is written; smaller ones (the small files of packs) are
+// left to the syncfs before the swap.
+const writebackMin = 64 << 10
+
+// startWriteback asks the kernel to start writing n bytes at off of fd
+// to disk now, without waiting for it. Restore must sync the staged tree
+// before its swap (the swap removes the old files: after a power loss,
+// new files not yet on disk could come back empty); left to the page
+// cache, the whole tree would be written during that one syncfs, after
+// the build. Started here, the disk writes while the workers decompress
+// and hash the next chunks, and the final syncfs finds little left to do
+// (1 GiB world: syncfs 0.6–0.7 s → 0.1 s, docs/benchmarks.md). A hint:
+// an error is ignored, the syncfs still makes the tree durable and says
+// if it cannot.
+func startWriteback(fd int, off, n int64) {
+	if n >= writebackMin {
+		_ = unix.SyncFileRange(fd, off, n, unix.SYNC_FILE_RANGE_WRITE)
+	}
 }
 
 // pwriteAll writes all of p at off.
