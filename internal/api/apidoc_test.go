@@ -263,3 +263,66 @@ func TestEveryErrorCodeDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestSchemasHaveOnlyKeywords: every schema of the document (a
+// property's, an item's, a component's) has only JSON Schema keywords as
+// keys. A comma in an unquoted description of a flow mapping
+// ({type: integer, description: a, b}) ends the description there and
+// makes the rest a key: the description is cut short in docs/api.md and
+// in every client generated from the document, silently.
+func TestSchemasHaveOnlyKeywords(t *testing.T) {
+	var doc map[string]any
+	if err := yaml.Unmarshal(openAPIYAML, &doc); err != nil {
+		t.Fatal(err)
+	}
+	keywords := map[string]bool{}
+	for _, k := range strings.Fields(`type description properties required items enum format minimum maximum
+		minLength maxLength minItems maxItems pattern additionalProperties oneOf anyOf allOf $ref default example
+		examples nullable const uniqueItems exclusiveMinimum exclusiveMaximum readOnly writeOnly deprecated title
+		discriminator contentEncoding contentMediaType not propertyNames patternProperties minProperties maxProperties multipleOf`) {
+		keywords[k] = true
+	}
+	var check func(path string, s map[string]any)
+	check = func(path string, s map[string]any) {
+		for k, v := range s {
+			if !keywords[k] {
+				t.Errorf("%s: key %q is no schema keyword (an unquoted description with a comma?)", path, k)
+			}
+			switch k {
+			case "properties", "patternProperties":
+				for name, p := range m(v) {
+					check(path+"."+name, m(p))
+				}
+			case "items", "additionalProperties", "not":
+				if sub := m(v); sub != nil {
+					check(path+"."+k, sub)
+				}
+			case "oneOf", "anyOf", "allOf":
+				for i, sub := range asList(v) {
+					check(fmt.Sprintf("%s.%s[%d]", path, k, i), m(sub))
+				}
+			}
+		}
+	}
+	for name, s := range m(m(doc["components"])["schemas"]) {
+		check(name, m(s))
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, sub := range x {
+				if k == "schema" {
+					check(path, m(sub))
+					continue
+				}
+				walk(path+"/"+k, sub)
+			}
+		case []any:
+			for i, sub := range x {
+				walk(fmt.Sprintf("%s[%d]", path, i), sub)
+			}
+		}
+	}
+	walk("paths", doc["paths"])
+}
