@@ -332,6 +332,7 @@ func TestBadServeFlags(t *testing.T) {
 		{[]string{"serve", "--installer-mirror-url", "ftp://x"}, "--installer-mirror-url"},
 		{[]string{"serve", "--log-format", "xml"}, "--log-format"},
 		{[]string{"serve", "--snapshot-compression", "zip"}, `--snapshot-compression: snapshot compression "zip": want one of fastest, default, better`},
+		{[]string{"serve", "--snapshot-dedup", "node"}, `--snapshot-dedup: snapshot dedup "node": want team or global`},
 		{[]string{"serve", "--java-home", "17"}, "--java-home \"17\": want MAJOR=/absolute/java/home"},
 		{[]string{"serve", "--java-home", "x=/usr/lib/jvm/x"}, "--java-home \"x=/usr/lib/jvm/x\""},
 		{[]string{"serve", "--java-home", "17=jdk"}, "--java-home \"17=jdk\""},

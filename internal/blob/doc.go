@@ -1,5 +1,6 @@
 // Package blob stores the snapshot feature's blobs — content-addressed
-// chunks (chunks/<2 hex>/<sha256 hex>) and manifests (manifests/<uuid>) —
+// chunks (chunks/[<space>/]<2 hex>/<sha256 hex>) and manifests
+// (manifests/<uuid>) —
 // and the installers' artifact cache (artifacts/…, package
 // catalog/install) —
 // behind one Store interface with two backends: a local directory

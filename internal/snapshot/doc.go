@@ -88,14 +88,25 @@
 //     lock on PostgreSQL, so replicas cannot pass it together. The
 //     deployments executor's snapshots count too: a run whose replace
 //     needs one past the limit fails with nothing destroyed. No quota of
-//     bytes: chunks are shared by every snapshot that holds them, so a
-//     team's share of the store is not its own.
-//   - Chunks are shared across teams (one store, names by content): two
-//     teams running the same server jar or plugin store it once. The
-//     price is that a snapshot's stored_bytes (and a delete's
-//     shared_bytes) tell its team whether content it holds was already
-//     in the store, anyone's: a team can learn that some other team has
-//     a file it also has, byte for byte (never a file it does not have,
-//     nor whose). Per-team chunk names (a keyed hash) would close that
-//     and end cross-team sharing; not done, an operator's choice to make.
+//     bytes: chunks are shared by every snapshot of the team that holds
+//     them (of every team under DedupGlobal), so a snapshot's bytes are
+//     not its own.
+//   - Which snapshots share chunks is the operator's choice (Options.Dedup,
+//     kiln serve --snapshot-dedup). DedupTeam, the default: each team's
+//     chunks live in the team's own engine chunk space
+//     (chunks/<hex of the team id>/…), so two teams holding the same
+//     file each store it, and a snapshot's stored_bytes, a delete's
+//     freed_bytes and shared_bytes, and the time a snapshot takes depend
+//     on the team's own snapshots only. With one shared space a team
+//     could learn, from what its snapshot stored, that some other team
+//     holds a file byte for byte (a premium plugin, a leaked map): the
+//     side channel of every cross-user dedup; a hosting operator expects
+//     tenants not to see each other, as a per-server backup (Wings')
+//     guarantees. DedupGlobal puts every team's chunks in the shared
+//     space (chunks/<2 hex>/…): two teams running the same server jar
+//     store it once, for that channel. Switching is safe at any time:
+//     each manifest names its space, so every snapshot restores and is
+//     deleted as it was stored; the first snapshot of a server after a
+//     switch reads every file (its parent's chunks are in the other
+//     space) and stores its chunks again in the new one.
 package snapshot

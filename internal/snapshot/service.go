@@ -2,7 +2,9 @@ package snapshot
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,6 +108,56 @@ type Options struct {
 	// its server when the hold was taken (an upload, a download, an
 	// install) to end before it replaces the files (60 s).
 	WriterWait time.Duration
+	// Dedup says which snapshots share chunks ("" is DedupTeam).
+	Dedup Dedup
+}
+
+// Dedup is the operator's choice of which snapshots share the chunks
+// they hold in common (kiln serve --snapshot-dedup).
+type Dedup string
+
+const (
+	// DedupTeam: the snapshots of one team share chunks; each team
+	// stores its own (engine chunk space per team). What a snapshot
+	// stores, and how long it takes, then depends on the team's own
+	// snapshots only: a team cannot learn whether another team holds
+	// some content. The default.
+	DedupTeam Dedup = "team"
+	// DedupGlobal: every snapshot in the blob store shares chunks
+	// (engine's shared space): two teams running the same server jar
+	// store it once, and a snapshot's stored_bytes (and a delete's
+	// freed_bytes and shared_bytes) then tell its team whether content it
+	// holds is in the store already, anyone's.
+	DedupGlobal Dedup = "global"
+)
+
+// ParseDedup returns the Dedup named s (case-insensitive; "" is
+// DedupTeam).
+func ParseDedup(s string) (Dedup, error) {
+	switch strings.ToLower(s) {
+	case "", string(DedupTeam):
+		return DedupTeam, nil
+	case string(DedupGlobal):
+		return DedupGlobal, nil
+	}
+	return "", fmt.Errorf("snapshot dedup %q: want team or global", s)
+}
+
+// chunkSpace is the engine chunk space team's snapshots store their
+// chunks in: the shared one ("") under DedupGlobal, else the team's own,
+// named by the hex of its id (ids are "team_" and 20 base62 characters:
+// 50 hex digits; hex, because blob keys are lower case and base62 is
+// not); an id too long for a space name (none Kiln makes) is named by
+// the first half of its SHA-256 after an 'h', which no hex name holds.
+func (o Options) chunkSpace(teamID string) string {
+	if o.Dedup == DedupGlobal {
+		return ""
+	}
+	if name := hex.EncodeToString([]byte(teamID)); len(name) <= 64 {
+		return name
+	}
+	sum := sha256.Sum256([]byte(teamID))
+	return "h" + hex.EncodeToString(sum[:16])
 }
 
 func (o *Options) defaults() {
@@ -408,6 +460,7 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 		Parent:      parent,
 		Now:         s.opts.Now,
 		Compression: s.opts.Compression,
+		Space:       s.opts.chunkSpace(snap.TeamID),
 		Pin:         func(ctx context.Context, key string) error { return s.pin(ctx, snap.UUID, key) },
 		Stored:      func(key string, size int64) { s.recordSize(s.ctx, key, size) },
 		Progress: func(done, total int64) {

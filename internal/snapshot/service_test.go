@@ -919,3 +919,90 @@ func TestRestoreWaitsForWriters(t *testing.T) {
 		t.Errorf("Access for writing after the refused restore = %v, want the hold released", err)
 	}
 }
+
+// TestDedupAcrossTeams: under DedupTeam (the default) two teams holding
+// the same files each store them, in their own chunk space, and what one
+// stores or frees says nothing of the other; under DedupGlobal the second
+// team's snapshot stores only its manifest and a delete reports the
+// chunks the other team keeps. Both stores.
+func TestDedupAcrossTeams(t *testing.T) {
+	big := make([]byte, 3<<20) // cut into chunks of its own, not packed
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	content := map[string]string{"server.properties": "motd=same\n", "plugins/premium.jar": string(big)}
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newSvcEnv(t, db)
+		snapOf := func(team, name string) (Snapshot, servers.Server) {
+			t.Helper()
+			e.team = team
+			defer func() { e.team = "team_a" }()
+			sv := e.server(name, content)
+			snap, err := e.svc.Create(t.Context(), team, sv.ID, name, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e.wait(snap.ID), sv
+		}
+		for _, mode := range []Dedup{DedupTeam, DedupGlobal} {
+			e.svc.opts.Dedup = mode // no snapshot runs between the rounds
+			a, _ := snapOf("team_a", "a-"+string(mode))
+			b, svB := snapOf("team_b", "b-"+string(mode))
+			sa, sb := *a.StoredBytes, *b.StoredBytes
+			switch mode {
+			case DedupTeam:
+				if sa < int64(len(big)) || sb < sa-4096 {
+					t.Errorf("team: stored bytes %d (team_a), %d (team_b); want each ≥ %d, the same but for the manifest", sa, sb, len(big))
+				}
+				for _, team := range []string{"team_a", "team_b"} {
+					if n := e.blobs("chunks/" + e.svc.opts.chunkSpace(team) + "/"); n < 3 {
+						t.Errorf("team: %d chunks in %s's space, want its own (≥ 3)", n, team)
+					}
+				}
+			case DedupGlobal:
+				if sb > 4096 {
+					t.Errorf("global: team_b's snapshot of team_a's files stored %d bytes, want its manifest only", sb)
+				}
+			}
+			del, err := e.svc.Delete(t.Context(), "team_a", a.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shares := del.SharedBytes > int64(len(big))/2
+			if shares != (mode == DedupGlobal) || !del.StorageDeleted {
+				t.Errorf("%s: deleting team_a's snapshot: shared %d bytes, freed %d (storage deleted %v); want team_b's copy shared only under global",
+					mode, del.SharedBytes, del.FreedBytes, del.StorageDeleted)
+			}
+			// team_b's snapshot restores, whichever space holds its chunks.
+			e.team = "team_b"
+			e.write(svB.ID, map[string]string{"server.properties": "motd=changed\n"})
+			if err := e.svc.RestoreNow(t.Context(), "team_b", b.ID, svB.ID); err != nil {
+				t.Fatal(err)
+			}
+			e.team = "team_a"
+			got, err := os.ReadFile(filepath.Join(e.node.Node.Root(svB.ID), "plugins/premium.jar"))
+			if err != nil || !bytes.Equal(got, big) {
+				t.Errorf("%s: team_b's restore: premium.jar %d bytes (%v), want the snapshot's", mode, len(got), err)
+			}
+			if _, err := e.svc.Delete(t.Context(), "team_b", b.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := e.blobs(chunkPrefix); n != 0 {
+			t.Errorf("%d chunks left once every snapshot is deleted, want none", n)
+		}
+	})
+	if _, err := ParseDedup("node"); err == nil || err.Error() != `snapshot dedup "node": want team or global` {
+		t.Errorf("ParseDedup(node) = %v", err)
+	}
+	if d, err := ParseDedup("GLOBAL"); err != nil || d != DedupGlobal {
+		t.Errorf("ParseDedup(GLOBAL) = %q, %v", d, err)
+	}
+	o := Options{}
+	if s := o.chunkSpace("team_0123456789ABCDEFGHIJ"); s != "7465616d5f30313233343536373839414243444546474849"+"4a" || engine.ValidSpace(s) != nil {
+		t.Errorf("chunkSpace(team_…) = %q", s)
+	}
+	if s := o.chunkSpace(strings.Repeat("t", 40)); len(s) != 33 || s[0] != 'h' || engine.ValidSpace(s) != nil {
+		t.Errorf("chunkSpace of a 40-byte id = %q, want h and 32 hex digits", s)
+	}
+}

@@ -91,6 +91,12 @@ type CreateOptions struct {
 	// Compression is how hard chunks and packs are compressed; "" is
 	// CompressionFastest. An unknown level is an error.
 	Compression Compression
+	// Space is the chunk space the snapshot's chunks are named and
+	// stored in (chunkKey): a chunk is shared by the snapshots of one
+	// space only. "" is the shared space; a name must pass ValidSpace.
+	// A Parent of another space is not used (its chunks are not this
+	// space's): every file is read.
+	Space string
 }
 
 // Result describes a snapshot made.
@@ -239,6 +245,9 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 		return Result{}, err
 	}
 	opts.Compression = level
+	if err := ValidSpace(opts.Space); err != nil {
+		return Result{}, err
+	}
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.NumCPU()
 	}
@@ -305,7 +314,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	}
 	c.res.Chunks = make([]string, 0, len(c.seen))
 	for sum := range c.seen {
-		c.res.Chunks = append(c.res.Chunks, chunkKey(sum))
+		c.res.Chunks = append(c.res.Chunks, chunkKey(c.opts.Space, sum))
 	}
 	slices.Sort(c.res.Chunks)
 	c.res.StoredBytes += c.stored
@@ -898,7 +907,7 @@ func (c *creator) store1(ctx context.Context, j *job) error {
 			return nil // pinned and found by loadParent
 		}
 	}
-	key := j.ref.key()
+	key := chunkKey(c.opts.Space, j.ref.sum)
 	if c.opts.Pin != nil {
 		if err := c.opts.Pin(ctx, key); err != nil {
 			return fmt.Errorf("pin chunk %s: %w", key, err)
@@ -962,7 +971,7 @@ func (c *creator) store1(ctx context.Context, j *job) error {
 // then the end record: the manifest is complete only when every chunk it
 // names was stored.
 func (c *creator) writeManifest(ctx context.Context, ordered <-chan *item, w io.Writer) error {
-	enc, err := newEncoder(w, c.start)
+	enc, err := newEncoder(w, c.start, c.opts.Space)
 	if err != nil {
 		return err
 	}

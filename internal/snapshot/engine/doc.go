@@ -176,9 +176,24 @@
 //     (Result.ParentErr). The parent's chunks the new manifest does not
 //     reference were pinned too: the caller drops those references
 //     (internal/snapshot does, when the snapshot becomes ready).
-//   - Manifest format v2 (manifest.go; v1 is still read, and restored):
-//     one zstd stream (SpeedDefault) of a magic, a version, a header naming the chunker
-//     and the snapshot's start, one binary record per entry (varints; a
+//   - Chunk spaces (CreateOptions.Space): a chunk's key is its SHA-256
+//     under its space, chunks/<space>/<2 hex>/<64 hex>, or
+//     chunks/<2 hex>/<64 hex> in the shared space (""). Snapshots of one
+//     space share chunks, snapshots of two spaces never do: each stores
+//     its own copy, so neither what a snapshot stores nor how long it
+//     takes depends on another space's content. internal/snapshot gives
+//     each team a space (or all of them the shared one, an operator's
+//     choice). The space is in the manifest's header, so ChunkKeys,
+//     Restore and a later snapshot's parent comparison name the chunks
+//     as they were stored; a parent of another space is not used
+//     (ErrParentSpace): its chunks are not the new snapshot's to
+//     reference. A space name is a directory of the store: a-z, 0-9,
+//     '_' and '-', at most 64 (ValidSpace; a manifest naming another is
+//     corrupt).
+//   - Manifest format v3 (manifest.go; v1 and v2 are still read, and
+//     restored; v3 adds the chunk space to v2's header):
+//     one zstd stream (SpeedDefault) of a magic, a version, a header naming the chunker,
+//     the snapshot's start and its chunk space, one binary record per entry (varints; a
 //     directory's and a file's permission bits and mtime in ns as the
 //     difference from the previous record's, a file's ctime and inode
 //     for the parent comparison, its size and extents, an extent of the

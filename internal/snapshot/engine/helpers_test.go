@@ -226,7 +226,7 @@ func putManifest(t testing.TB, store blob.Store, id string, entries ...entry) st
 func putManifestVersion(t testing.TB, store blob.Store, id string, version int, entries ...entry) string {
 	t.Helper()
 	var buf bytes.Buffer
-	enc, err := newEncoderVersion(&buf, version, 0)
+	enc, err := newEncoderVersion(&buf, version, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ func chunkOf(t testing.TB, data []byte) ([]byte, chunkRef) {
 func putChunk(t testing.TB, store blob.Store, data []byte) chunkRef {
 	t.Helper()
 	comp, ref := chunkOf(t, data)
-	if _, err := store.Put(t.Context(), ref.key(), bytes.NewReader(comp), int64(len(comp))); err != nil {
+	if _, err := store.Put(t.Context(), chunkKey("", ref.sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
 		t.Fatal(err)
 	}
 	return ref
@@ -49,12 +50,12 @@ func TestHostileManifests(t *testing.T) {
 	// A chunk stored under the name of content it does not hold.
 	liar := chunkRef{sum: sha256Sum([]byte("what the name says")), len: int64(len("what it holds!!!!!"))}
 	comp, _ := chunkOf(t, []byte("what it holds!!!!!"))
-	if _, err := store.Put(t.Context(), liar.key(), bytes.NewReader(comp), int64(len(comp))); err != nil {
+	if _, err := store.Put(t.Context(), chunkKey("", liar.sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
 		t.Fatal(err)
 	}
 	// A chunk that is not zstd at all.
 	junk := chunkRef{sum: sha256Sum([]byte("junk")), len: 4}
-	if _, err := store.Put(t.Context(), junk.key(), bytes.NewReader([]byte("junk")), 4); err != nil {
+	if _, err := store.Put(t.Context(), chunkKey("", junk.sum), bytes.NewReader([]byte("junk")), 4); err != nil {
 		t.Fatal(err)
 	}
 	missing := chunkRef{sum: sha256Sum([]byte("never stored")), len: 12}
@@ -125,22 +126,26 @@ func TestHostileManifests(t *testing.T) {
 func TestCorruptManifests(t *testing.T) {
 	store := newStore(t)
 	good := putChunk(t, store, []byte("good content"))
-	var raw bytes.Buffer
-	enc, err := newEncoder(&raw, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, en := range []entry{
-		{kind: kindDir, path: "d", mode: 0o755},
-		{kind: kindFile, path: "d/f", mode: 0o644, size: good.len, extents: []extent{{chunk: good, len: good.len}}},
-	} {
-		if err := enc.add(&en); err != nil {
+	manifest := func(space string) *bytes.Buffer {
+		var raw bytes.Buffer
+		enc, err := newEncoder(&raw, 0, space)
+		if err != nil {
 			t.Fatal(err)
 		}
+		for _, en := range []entry{
+			{kind: kindDir, path: "d", mode: 0o755},
+			{kind: kindFile, path: "d/f", mode: 0o644, size: good.len, extents: []extent{{chunk: good, len: good.len}}},
+		} {
+			if err := enc.add(&en); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := enc.close(); err != nil {
+			t.Fatal(err)
+		}
+		return &raw
 	}
-	if err := enc.close(); err != nil {
-		t.Fatal(err)
-	}
+	raw := manifest("")
 	plain, err := decompress(raw.Bytes())
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +167,11 @@ func TestCorruptManifests(t *testing.T) {
 		{"checksum", flip(len(plain) - 1)},
 		{"content", flip(len(plain) - 40)},
 		{"magic", flip(0)},
-		{"version", recompress(append([]byte("KILNSNAP\x03"), plain[9:]...))},
+		{"version", recompress(append([]byte("KILNSNAP\x04"), plain[9:]...))},
+		// A chunk space is a directory of the store: one that could leave
+		// chunks/ is refused, as is one too long.
+		{"space with a slash", manifest("../manifests").Bytes()},
+		{"space too long", manifest(strings.Repeat("a", maxSpaceLen+1)).Bytes()},
 		{"trailing data", recompress(append(bytes.Clone(plain), 0))},
 	}
 	for _, tc := range tests {
@@ -204,7 +213,7 @@ func decompress(b []byte) ([]byte, error) {
 // entries or an error, never a panic or an unbounded allocation.
 func FuzzManifest(f *testing.F) {
 	var raw bytes.Buffer
-	enc, err := newEncoder(&raw, 0)
+	enc, err := newEncoder(&raw, 0, "")
 	if err != nil {
 		f.Fatal(err)
 	}

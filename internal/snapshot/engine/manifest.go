@@ -15,13 +15,16 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// The manifest format, version 2 (doc.go tells why it is shaped so). The
+// The manifest format, version 3 (doc.go tells why it is shaped so). The
 // stored blob is one zstd stream of:
 //
 //	magic    "KILNSNAP"
-//	version  uvarint (2; 1 is still read)
+//	version  uvarint (3; 1 and 2 are still read)
 //	header   string chunker ("fastcdc-v1.0.0/262144/1048576/4194304")
-//	start    varint: when the snapshot began, Unix nanoseconds (v2 only)
+//	start    varint: when the snapshot began, Unix nanoseconds (v2 and up)
+//	space    string: the chunk space its chunks are named in (v3 only;
+//	         "" in v3 and every v1 and v2 manifest: the shared space;
+//	         see chunkKey)
 //	entries  one record each, in walk order (see below)
 //	end      'e', uvarint entries, uvarint files, uvarint bytes of content,
 //	         then the SHA-256 of every byte before it (magic to the counts)
@@ -52,7 +55,7 @@ import (
 // share packs (doc.go).
 const (
 	manifestMagic   = "KILNSNAP"
-	manifestVersion = 2
+	manifestVersion = 3
 )
 
 // Record kinds.
@@ -69,6 +72,7 @@ const (
 	maxStringLen   = 4096    // a path or a link target (files.MaxPathLen)
 	maxFileChunks  = 1 << 20 // extents of one file: > 1 TiB at the mean chunk size
 	maxHeaderField = 256
+	maxSpaceLen    = 64
 )
 
 // chunkerHeader names the cutter and its sizes; a restore does not need
@@ -79,24 +83,51 @@ func chunkerHeader() string {
 }
 
 // chunkRef is one chunk of a file: the SHA-256 of its bytes (its name in
-// the store) and its length.
+// its chunk space) and its length.
 type chunkRef struct {
 	sum [32]byte
 	len int64
 }
 
-// key is the chunk's blob key.
-func (c chunkRef) key() string { return chunkKey(c.sum) }
+// chunkKey is the blob key of the chunk of SHA-256 sum in chunk space
+// space: chunks/<first 2 hex>/<64 hex> in the shared space (""),
+// chunks/<space>/<first 2 hex>/<64 hex> in any other. A chunk is stored
+// once per space: snapshots of one space share it, snapshots of two
+// spaces each store their own (internal/snapshot gives each team its
+// space, so a team cannot learn from what it stores whether another
+// team holds the same content).
+func chunkKey(space string, sum [32]byte) string {
+	n := len("chunks/")
+	if space != "" {
+		n += len(space) + 1
+	}
+	b := make([]byte, n+2+1+64)
+	copy(b, "chunks/")
+	if space != "" {
+		copy(b[7:], space)
+		b[n-1] = '/'
+	}
+	hex.Encode(b[n:n+2], sum[:1])
+	b[n+2] = '/'
+	hex.Encode(b[n+3:], sum[:])
+	return string(b)
+}
 
-// chunkKey is the blob key of a chunk of SHA-256 sum:
-// chunks/<first 2 hex>/<64 hex>.
-func chunkKey(sum [32]byte) string {
-	var b [7 + 2 + 1 + 64]byte
-	copy(b[:], "chunks/")
-	hex.Encode(b[7:9], sum[:1])
-	b[9] = '/'
-	hex.Encode(b[10:], sum[:])
-	return string(b[:])
+// ValidSpace checks a chunk space's name: at most 64 characters of
+// a-z, 0-9, '_' and '-' ("" is the shared space). A name is a directory
+// of the blob store (whose keys are lower case), so nothing else may
+// reach it.
+func ValidSpace(space string) error {
+	if len(space) > maxSpaceLen {
+		return fmt.Errorf("chunk space %q: longer than %d characters", space, maxSpaceLen)
+	}
+	for i := 0; i < len(space); i++ {
+		c := space[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return fmt.Errorf("chunk space %q: only a-z, 0-9, '_' and '-' may name one", space)
+		}
+	}
+	return nil
 }
 
 // extent is a slice of a chunk, part of a file's content.
@@ -145,14 +176,19 @@ type encoder struct {
 }
 
 // newEncoder starts a manifest on w and writes its magic and header;
-// start is when the snapshot began (Unix nanoseconds).
-func newEncoder(w io.Writer, start int64) (*encoder, error) {
-	return newEncoderVersion(w, manifestVersion, start)
+// start is when the snapshot began (Unix nanoseconds), space the chunk
+// space its chunks are named in.
+func newEncoder(w io.Writer, start int64, space string) (*encoder, error) {
+	return newEncoderVersion(w, manifestVersion, start, space)
 }
 
 // newEncoderVersion writes a manifest of an older version (tests: a
-// store holds manifests of every version this Kiln reads).
-func newEncoderVersion(w io.Writer, version int, start int64) (*encoder, error) {
+// store holds manifests of every version this Kiln reads); versions
+// before 3 have no space (it must be "").
+func newEncoderVersion(w io.Writer, version int, start int64, space string) (*encoder, error) {
+	if version < 3 && space != "" {
+		return nil, fmt.Errorf("manifest version %d has no chunk space", version)
+	}
 	// The default level: 1.5 % smaller than the fastest on a world's
 	// manifest, and 40 ms less than the better level on 20,000 files (a
 	// second snapshot's budget is a few hundred ms).
@@ -168,6 +204,9 @@ func newEncoderVersion(w io.Writer, version int, start int64) (*encoder, error) 
 	e.buf = appendString(e.buf, chunkerHeader())
 	if version >= 2 {
 		e.buf = binary.AppendVarint(e.buf, start)
+	}
+	if version >= 3 {
+		e.buf = appendString(e.buf, space)
 	}
 	e.flush()
 	return e, e.err
@@ -286,7 +325,8 @@ type decoder struct {
 	sum       hash.Hash
 	version   uint64
 	header    string
-	start     int64 // v2: when the snapshot began, Unix ns; 0 in v1
+	start     int64  // v2: when the snapshot began, Unix ns; 0 in v1
+	space     string // v3: the chunk space; "" before
 	tot       manifestTotals
 	end       bool
 	buf       []byte
@@ -320,6 +360,11 @@ func newDecoder(r io.Reader) (*decoder, error) {
 	}
 	if err == nil && v >= 2 {
 		d.start, err = d.varint()
+	}
+	if err == nil && v >= 3 {
+		if d.space, err = d.string(maxSpaceLen); err == nil && ValidSpace(d.space) != nil {
+			err = invalidf("chunk space %q", d.space)
+		}
 	}
 	if err != nil {
 		zr.Close()

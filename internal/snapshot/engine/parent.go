@@ -25,6 +25,11 @@ const parentWindow = 2 * time.Second
 // inode, so no file can be compared with it.
 var ErrParentVersion = errors.New("the parent manifest is version 1 (no file stat recorded)")
 
+// ErrParentSpace: the parent's chunks are named in another chunk space
+// (a snapshot of the shared space before per-team spaces, say): none of
+// them is this snapshot's to reference.
+var ErrParentSpace = errors.New("the parent manifest's chunks are in another chunk space")
+
 // parent is the earlier snapshot Create compares files with: the chunks
 // of its manifest found in the store (pinned first), and a cursor that
 // reads its entries in step with the walk.
@@ -58,6 +63,9 @@ func (c *creator) loadParent(ctx context.Context, key string) (*parent, error) {
 	}
 	if info.version < 2 {
 		return nil, &parentError{ErrParentVersion}
+	}
+	if info.space != c.opts.Space {
+		return nil, &parentError{ErrParentSpace}
 	}
 	p := &parent{present: make(map[[32]byte]struct{}, len(sums)), start: info.start}
 	var mu sync.Mutex
@@ -95,7 +103,7 @@ func (c *creator) loadParent(ctx context.Context, key string) (*parent, error) {
 // once pinned and found, it stays there until the snapshot's references
 // go (internal/snapshot's ledger), so a file may point to it unread.
 func (c *creator) lookUp(ctx context.Context, sum [32]byte) (bool, error) {
-	key := chunkKey(sum)
+	key := chunkKey(c.opts.Space, sum)
 	if c.opts.Pin != nil {
 		if err := c.opts.Pin(ctx, key); err != nil {
 			return false, fmt.Errorf("pin chunk %s: %w", key, err)

@@ -175,7 +175,7 @@ func TestParentChunkMissing(t *testing.T) {
 	var gone []string
 	err := scanKey(t, store, first.ManifestKey, func(en *entry) {
 		if en.path == "world/region/r.0.0.mca" || en.path == "plugins/p30.yml" {
-			gone = append(gone, en.extents[0].chunk.key())
+			gone = append(gone, chunkKey("", en.extents[0].chunk.sum))
 		}
 	})
 	if err != nil {

@@ -93,7 +93,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		rootFD := int(dir.Fd())
-		st, p, err := prepare(t.Context(), rootFD, unlimited(t), store, res.ManifestKey, res.SizeBytes, opts)
+		st, p, err := prepare(t.Context(), rootFD, unlimited(t), store, res.ManifestKey, manifestInfo{tot: manifestTotals{bytes: res.SizeBytes}}, opts)
 		if err != nil {
 			t.Fatalf("prepare: %v", err)
 		}
@@ -142,7 +142,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, res.SizeBytes, opts)
+	st, _, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, manifestInfo{tot: manifestTotals{bytes: res.SizeBytes}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,7 +140,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	if pending, err := journaled(rootDir); err != nil || pending {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, errors.Join(err, ErrRestorePending))
 	}
-	st, p, err := prepare(ctx, rootFD, res, store, manifestKey, info.tot.bytes, opts)
+	st, p, err := prepare(ctx, rootFD, res, store, manifestKey, info, opts)
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
@@ -157,7 +157,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 // prepare is Restore up to its commit point: the tree staged and synced,
 // the swap planned and its journal in place. On error it leaves nothing
 // behind.
-func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Store, key string, total int64, opts RestoreOptions) (*staging, swapPlan, error) {
+func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Store, key string, info manifestInfo, opts RestoreOptions) (*staging, swapPlan, error) {
 	st, err := newStaging(rootFD, res)
 	if err != nil {
 		return nil, swapPlan{}, err
@@ -169,7 +169,7 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Stor
 		}
 	}()
 	// Second pass: the tree built in the staging directory.
-	if err := st.build(ctx, rootFD, store, key, total, opts); err != nil {
+	if err := st.build(ctx, rootFD, store, key, info, opts); err != nil {
 		return nil, swapPlan{}, err
 	}
 	if err := unix.Syncfs(st.fd); err != nil {
@@ -195,7 +195,8 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Stor
 type manifestInfo struct {
 	tot     manifestTotals
 	version uint64
-	start   int64 // v2: when the snapshot began, Unix ns
+	start   int64  // v2: when the snapshot began, Unix ns
+	space   string // v3: the chunk space ("" before)
 }
 
 // scan reads the manifest under key, checking every entry (validator) and
@@ -219,7 +220,7 @@ func scan(ctx context.Context, store Store, key string, fn func(*entry) error) (
 		}
 		err := d.next(&en)
 		if errors.Is(err, io.EOF) {
-			return manifestInfo{tot: d.tot, version: d.version, start: d.start}, nil
+			return manifestInfo{tot: d.tot, version: d.version, start: d.start, space: d.space}, nil
 		}
 		if err != nil {
 			return manifestInfo{}, err
@@ -238,18 +239,22 @@ func scan(ctx context.Context, store Store, key string, fn func(*entry) error) (
 // for it). Errors: ErrInvalidManifest, the store's errors.
 func ChunkKeys(ctx context.Context, store Store, key string) ([]string, error) {
 	seen := make(map[[32]byte]struct{})
-	var keys []string
-	_, err := scan(ctx, store, key, func(en *entry) error {
+	var sums [][32]byte
+	info, err := scan(ctx, store, key, func(en *entry) error {
 		for _, x := range en.extents {
 			if _, ok := seen[x.chunk.sum]; !ok {
 				seen[x.chunk.sum] = struct{}{}
-				keys = append(keys, x.chunk.key())
+				sums = append(sums, x.chunk.sum)
 			}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("chunks of %s: %w", key, err)
+	}
+	keys := make([]string, len(sums))
+	for i, sum := range sums {
+		keys[i] = chunkKey(info.space, sum)
 	}
 	return keys, nil
 }
@@ -365,6 +370,7 @@ type builder struct {
 	store Store
 	opts  RestoreOptions
 	total int64
+	space string // the manifest's chunk space, as the first pass read it
 
 	stack []stagedDir // open directories of the path being built
 	prove *prover     // the tree's files proven equal, kept in place
@@ -423,11 +429,11 @@ const maxParts = packMaxFiles
 // build reads the manifest again (checking it again: the store might not
 // answer the same) and builds the tree, leaving out the files of the tree
 // (rootFD) proven equal to their entries: those are listed in keepName.
-func (s *staging) build(ctx context.Context, rootFD int, store Store, key string, total int64, opts RestoreOptions) error {
+func (s *staging) build(ctx context.Context, rootFD int, store Store, key string, info manifestInfo, opts RestoreOptions) error {
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.NumCPU()
 	}
-	b := &builder{st: s, store: store, opts: opts, total: total,
+	b := &builder{st: s, store: store, opts: opts, total: info.tot.bytes, space: info.space,
 		stack: []stagedDir{{path: ".", fd: s.tree, live: rootFD}},
 		jobs:  make(chan fetch, 2*opts.Workers),
 		files: semaphore.NewWeighted(maxStagedOpen),
@@ -689,7 +695,7 @@ func (b *builder) report(n int64) {
 // fetch reads chunk ref from the store into data (reused) and checks it:
 // it must decompress to exactly ref.len bytes whose SHA-256 is its name.
 func (b *builder) fetch(ctx context.Context, dec *zstd.Decoder, ref chunkRef, comp *[]byte, data []byte) ([]byte, error) {
-	key := ref.key()
+	key := chunkKey(b.space, ref.sum)
 	rc, err := b.store.Get(ctx, key)
 	if err != nil {
 		return data, fmt.Errorf("read chunk %s: %w", key, err)
