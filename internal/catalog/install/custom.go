@@ -15,9 +15,12 @@ import (
 // address, so it may be anything, a metadata service or a database port
 // included) and never through the mirror, which serves upstreams only;
 // verified against JAR_SHA256, which is required: an unverifiable jar is
-// never installed. The cache finds it by that SHA-256, so a second server
-// with the same jar downloads nothing, whatever its URL. The game version
-// is the user's word (it picks the Java).
+// never installed. It is downloaded at every install, never taken from
+// the cache by its SHA-256: the cache is shared by every team, and a
+// team that knows only the hash of another team's private jar (published
+// in a build log, say) must not get the jar by naming it. What is
+// downloaded still goes into the cache (put-if-absent: stored once). The
+// game version is the user's word (it picks the Java).
 func (i *Installer) custom(ctx context.Context, j job) (catalog.Result, error) {
 	src, sum := j.env["JAR_URL"], strings.ToLower(j.env["JAR_SHA256"])
 	if err := catalog.CheckURL(src); err != nil {
@@ -30,7 +33,7 @@ func (i *Installer) custom(ctx context.Context, j job) (catalog.Result, error) {
 	// limits, verification and atomic rename, another client.
 	guarded := *i
 	guarded.fetch = i.userFetch
-	sha, err := guarded.artifactInto(ctx, j, upstream.Artifact{URL: src, Sums: map[string]string{"sha256": sum}}, "server.jar")
+	sha, err := guarded.downloadInto(ctx, j, upstream.Artifact{URL: src, Sums: map[string]string{"sha256": sum}}, "server.jar")
 	if err != nil {
 		return catalog.Result{}, fmt.Errorf("custom jar: %w", err)
 	}

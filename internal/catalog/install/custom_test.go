@@ -19,8 +19,8 @@ import (
 
 // customUpstream is a user's web server on loopback (TLS: custom URLs
 // are https, like every upstream without a mirror): /server.jar and
-// /mirror.jar serve jar, /moved redirects to the cloud metadata
-// address.
+// /mirror.jar serve jar, /other.jar other bytes, /moved redirects to the
+// cloud metadata address.
 func customUpstream(t *testing.T, jar []byte) (*httptest.Server, *atomic.Int32) {
 	var gets atomic.Int32
 	mux := http.NewServeMux()
@@ -30,6 +30,9 @@ func customUpstream(t *testing.T, jar []byte) (*httptest.Server, *atomic.Int32) 
 			w.Write(jar)
 		})
 	}
+	mux.HandleFunc("GET /other.jar", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("PK\x03\x04 not the jar its hash names"))
+	})
 	mux.HandleFunc("GET /moved", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "https://169.254.169.254/latest/meta-data/", http.StatusFound)
 	})
@@ -79,13 +82,24 @@ func TestCustomJar(t *testing.T) {
 	if files := rootFiles(t, root); !slices.Equal(files, []string{"eula.txt", "server.jar"}) {
 		t.Errorf("root holds %q", files)
 	}
-	// The same jar under another URL comes from the cache.
+	// The same jar under another URL is downloaded again: the cache never
+	// hands a user's jar to whoever names its SHA-256 ...
 	env["JAR_URL"] = srv.URL + "/mirror.jar"
 	if _, _, err := install(t, i, "custom", "1.20.1", env); err != nil {
 		t.Fatal(err)
 	}
-	if n := gets.Load(); n != 1 {
-		t.Errorf("the jar was downloaded %d times, want once (then from the cache)", n)
+	if n := gets.Load(); n != 2 {
+		t.Errorf("the jar was downloaded %d times, want at each install (2)", n)
+	}
+	// ... so a team that knows only the hash of another team's cached jar,
+	// with a URL that serves something else, gets a checksum error, not
+	// the jar.
+	_, root, err = install(t, i, "custom", "1.20.1", map[string]string{"JAR_URL": srv.URL + "/other.jar", "JAR_SHA256": sum})
+	if ce, ok := errors.AsType[*ChecksumError](err); !ok || ce.Want != sum {
+		t.Errorf("Install(custom, the cached jar's SHA-256, a URL serving other bytes) = %v, want a *ChecksumError", err)
+	}
+	if files := rootFiles(t, root); len(files) != 0 {
+		t.Errorf("root after naming another's jar by its hash holds %q", files)
 	}
 
 	// A wrong checksum: refused, nothing installed, nothing cached.

@@ -23,7 +23,10 @@
 // SHA-256 the user gives (JAR_SHA256, required). Its URL is the user's, so
 // it is fetched through the SSRF guard (Options.UserURLs, the policy of
 // remote downloads) and never through the mirror, by the cache's own
-// download (same limits, verification and atomic put).
+// download (same limits, verification and atomic put), at every install:
+// the cache is shared by all teams and is never searched for a user's
+// jar, so knowing a jar's SHA-256 never gets a team the jar another team
+// cached.
 //
 // Cache: the artifacts live in a blob store (package blob; Options.Artifacts,
 // which cmd/kiln sets to the store of --blob-url, or a file store in

@@ -250,6 +250,29 @@ func (i *Installer) Install(ctx context.Context, p catalog.Profile, version, roo
 	return res, nil
 }
 
+// downloadInto downloads and verifies a whatever the cache holds (a
+// user's jar: custom), stores it in the cache and copies it into the root
+// as name. It returns the SHA-256.
+func (i *Installer) downloadInto(ctx context.Context, j job, a upstream.Artifact, name string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		sha, err := i.download(ctx, a)
+		if err != nil {
+			return "", err
+		}
+		// place drops a cached copy that does not hash to its name (the
+		// disk spoiled it, or it was stored before this download): the
+		// next download stores it again.
+		err = i.place(ctx, j.root, name, sha)
+		if errors.Is(err, errCorrupt) && attempt == 0 {
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		return sha, nil
+	}
+}
+
 // artifactInto makes sure a is in the cache (downloading and verifying it
 // if not) and copies it into the root as name. It returns the SHA-256.
 func (i *Installer) artifactInto(ctx context.Context, j job, a upstream.Artifact, name string) (string, error) {
