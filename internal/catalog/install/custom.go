@@ -33,7 +33,7 @@ func (i *Installer) custom(ctx context.Context, j job) (catalog.Result, error) {
 	// limits, verification and atomic rename, another client.
 	guarded := *i
 	guarded.fetch = i.userFetch
-	sha, err := guarded.downloadInto(ctx, j, upstream.Artifact{URL: src, Sums: map[string]string{"sha256": sum}}, "server.jar")
+	sha, err := guarded.placeArtifact(ctx, j, upstream.Artifact{URL: src, Sums: map[string]string{"sha256": sum}}, "server.jar", false)
 	if err != nil {
 		return catalog.Result{}, fmt.Errorf("custom jar: %w", err)
 	}

@@ -250,33 +250,25 @@ func (i *Installer) Install(ctx context.Context, p catalog.Profile, version, roo
 	return res, nil
 }
 
-// downloadInto downloads and verifies a whatever the cache holds (a
-// user's jar: custom), stores it in the cache and copies it into the root
-// as name. It returns the SHA-256.
-func (i *Installer) downloadInto(ctx context.Context, j job, a upstream.Artifact, name string) (string, error) {
-	for attempt := 0; ; attempt++ {
-		sha, err := i.download(ctx, a)
-		if err != nil {
-			return "", err
-		}
-		// place drops a cached copy that does not hash to its name (the
-		// disk spoiled it, or it was stored before this download): the
-		// next download stores it again.
-		err = i.place(ctx, j.root, name, sha)
-		if errors.Is(err, errCorrupt) && attempt == 0 {
-			continue
-		}
-		if err != nil {
-			return "", err
-		}
-		return sha, nil
-	}
-}
-
 // artifactInto makes sure a is in the cache (downloading and verifying it
 // if not) and copies it into the root as name. It returns the SHA-256.
 func (i *Installer) artifactInto(ctx context.Context, j job, a upstream.Artifact, name string) (string, error) {
-	sha, cached := i.cache.find(ctx, a)
+	return i.placeArtifact(ctx, j, a, name, true)
+}
+
+// placeArtifact copies artifact a into the root as name and returns its
+// SHA-256: from the cache if fromCache and the cache holds it, else
+// downloaded and verified (and stored in the cache on the way). A user's
+// jar (custom) passes fromCache false: it is downloaded at every install.
+// A cached copy that place finds not to hash to its name (the disk
+// spoiled it; or a download's put-if-absent kept an earlier, spoiled
+// copy) is dropped by place and downloaded again, once.
+func (i *Installer) placeArtifact(ctx context.Context, j job, a upstream.Artifact, name string, fromCache bool) (string, error) {
+	var sha string
+	cached := false
+	if fromCache {
+		sha, cached = i.cache.find(ctx, a)
+	}
 	if !cached {
 		var err error
 		if sha, err = i.download(ctx, a); err != nil {
@@ -285,8 +277,7 @@ func (i *Installer) artifactInto(ctx context.Context, j job, a upstream.Artifact
 	}
 	i.log.DebugContext(ctx, "artifact", "url", a.URL, "sha256", sha, "cached", cached)
 	err := i.place(ctx, j.root, name, sha)
-	if errors.Is(err, errCorrupt) && cached {
-		// The cached copy went bad on disk: fetch it again, once.
+	if errors.Is(err, errCorrupt) {
 		i.log.WarnContext(ctx, "cached artifact corrupt, downloading again", "url", a.URL, "sha256", sha)
 		if sha, err = i.download(ctx, a); err != nil {
 			return "", err
