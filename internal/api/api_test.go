@@ -241,7 +241,7 @@ func TestRouteClassRules(t *testing.T) {
 	s := &Server{cfg: Config{RateLimit: 100}}
 	for class, want := range map[limitClass]int{
 		limitFilesSearch: 30, limitFilesWrite: 60, limitFilesDelete: 30, limitFilesPull: 10,
-		limitCompress: 20, limitDecompress: 20, limitSnapshotCreate: 10,
+		limitCompress: 20, limitDecompress: 20, limitSnapshotCreate: 10, limitSnapshotDownload: 10,
 	} {
 		rules := s.rules(class)
 		if len(rules) != 2 || rules[0].rule.Limit != 100 || rules[1].rule.Limit != want {

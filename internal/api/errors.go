@@ -179,6 +179,8 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeUnavailable}
 	case errors.Is(err, snapshot.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "snapshot not found", Code: codeSnapshotNotFound}
+	case errors.Is(err, snapshot.ErrExportsBusy):
+		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeUnavailable}
 	case errors.Is(err, snapshot.ErrNotReady), errors.Is(err, snapshot.ErrBusy):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	case errors.Is(err, engine.ErrRestorePending):

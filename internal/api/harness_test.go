@@ -136,6 +136,8 @@ type harness struct {
 	logs   *syncBuffer // what the API and the services given its logger wrote
 	// dataDir holds the service's server roots (servers/<id>) and cache.
 	dataDir string
+	// blobDir is the snapshots' file blob store.
+	blobDir string
 }
 
 type harnessOpt func(*Config, *Deps)
@@ -177,7 +179,8 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 		}
 	})
 	// Snapshots on a file blob store, as kiln serve's default.
-	blobs, err := blob.Open(ctx, "file://"+t.TempDir(), blob.Options{})
+	blobDir := t.TempDir()
+	blobs, err := blob.Open(ctx, "file://"+blobDir, blob.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +219,7 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, srv: srv, url: ts.URL, db: db, auth: a, token: string(tok), logs: logs, dataDir: env.DataDir}
+	h := &harness{t: t, srv: srv, url: ts.URL, db: db, auth: a, token: string(tok), logs: logs, dataDir: env.DataDir, blobDir: blobDir}
 	h.client = &http.Client{Transport: &validatingTransport{t: t, srv: srv, base: http.DefaultTransport}}
 	return h
 }

@@ -70,6 +70,7 @@ var isolationCases = map[string]isolationCase{
 	"getSnapshot":               {method: "GET", path: "/snapshots/{snapshotId}", want: "SNAPSHOT_NOT_FOUND"},
 	"deleteSnapshot":            {method: "DELETE", path: "/snapshots/{snapshotId}", want: "SNAPSHOT_NOT_FOUND"},
 	"restoreSnapshot":           {method: "POST", path: "/snapshots/{snapshotId}/restore", body: map[string]any{}, want: "SNAPSHOT_NOT_FOUND"},
+	"downloadSnapshot":          {method: "GET", path: "/snapshots/{snapshotId}/download", query: "format=tar", want: "SNAPSHOT_NOT_FOUND"},
 }
 
 // publicPath says whether a route's path names an object that belongs to

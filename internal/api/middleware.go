@@ -234,14 +234,15 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 type limitClass string
 
 const (
-	limitNone           limitClass = ""
-	limitFilesSearch    limitClass = "files.search"
-	limitFilesWrite     limitClass = "files.write"
-	limitFilesDelete    limitClass = "files.delete"
-	limitFilesPull      limitClass = "files.pull"
-	limitCompress       limitClass = "files.compress"
-	limitDecompress     limitClass = "files.decompress"
-	limitSnapshotCreate limitClass = "snapshots.create"
+	limitNone             limitClass = ""
+	limitFilesSearch      limitClass = "files.search"
+	limitFilesWrite       limitClass = "files.write"
+	limitFilesDelete      limitClass = "files.delete"
+	limitFilesPull        limitClass = "files.pull"
+	limitCompress         limitClass = "files.compress"
+	limitDecompress       limitClass = "files.decompress"
+	limitSnapshotCreate   limitClass = "snapshots.create"
+	limitSnapshotDownload limitClass = "snapshots.download"
 )
 
 // classPerHundred is each class's limit when the global one is 100/min.
@@ -253,7 +254,7 @@ func classPerHundred(c limitClass) int {
 		return 60
 	case limitCompress, limitDecompress:
 		return 20
-	case limitFilesPull, limitSnapshotCreate:
+	case limitFilesPull, limitSnapshotCreate, limitSnapshotDownload:
 		return 10
 	}
 	return 0

@@ -77,5 +77,6 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: "/snapshots/{snapshotId}", op: "getSnapshot", h: s.getSnapshot},
 		{method: http.MethodDelete, path: "/snapshots/{snapshotId}", op: "deleteSnapshot", h: s.deleteSnapshot},
 		{method: http.MethodPost, path: "/snapshots/{snapshotId}/restore", op: "restoreSnapshot", h: s.restoreSnapshot},
+		{method: http.MethodGet, path: "/snapshots/{snapshotId}/download", op: "downloadSnapshot", limit: limitSnapshotDownload, h: s.downloadSnapshot},
 	}
 }

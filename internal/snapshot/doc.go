@@ -44,6 +44,18 @@
 //     reaped by the collector (storage_cleanup_skipped, not_stored). A
 //     store that fails midway leaves the rest to the collector
 //     (storage_unavailable).
+//   - Download (Export, GET /snapshots/{id}/download): a ready snapshot
+//     as one archive, made by the engine (engine.Export) from the chunks
+//     while it is sent, never staged. tar.gz is the default (every panel's
+//     backups are tar.gz and every system opens one), at pgzip's fastest
+//     level on every core; tar.zst (klauspost, fastest) and plain tar on
+//     request. The manifest is checked whole before the first byte; a
+//     chunk missing or corrupt after it ends the transfer with an error
+//     (the API aborts the connection), never with a short archive that
+//     looks whole. At most Options.MaxExports (8) are written at once per
+//     process, each holding up to 16 MiB of chunks fetched ahead
+//     (ErrExportsBusy beyond). A snapshot deleted during its download
+//     ends it the same way: nothing holds its chunks for a reader.
 //   - Restore (into the source or another server of the team): the server
 //     is stopped (2 min at most), the engine restores it through the disk
 //     ledger (staged inside the root, swapped in under a journal), and it

@@ -32,8 +32,9 @@ import (
 // Errors callers tell apart.
 var (
 	ErrNotFound = errors.New("snapshot not found")
-	// ErrNotReady: a restore of a snapshot that is not ready.
-	ErrNotReady = errors.New("the snapshot is not ready; only a ready snapshot can be restored")
+	// ErrNotReady: a restore or a download of a snapshot that is not
+	// ready.
+	ErrNotReady = errors.New("the snapshot is not ready; only a ready snapshot can be restored or downloaded")
 	// ErrBusy: a restore of a server another restore is writing.
 	ErrBusy = errors.New("a restore into this server is already running")
 	// ErrServerDeleted: the server a restore was writing into was deleted;
@@ -110,6 +111,10 @@ type Options struct {
 	WriterWait time.Duration
 	// Dedup says which snapshots share chunks ("" is DedupTeam).
 	Dedup Dedup
+	// MaxExports bounds the snapshot downloads written at once by this
+	// process (8): each holds up to 16 MiB of chunks fetched ahead and
+	// its compressor's buffers; one more is refused (ErrExportsBusy).
+	MaxExports int
 }
 
 // Dedup is the operator's choice of which snapshots share the chunks
@@ -179,6 +184,9 @@ func (o *Options) defaults() {
 	if o.WriterWait <= 0 {
 		o.WriterWait = time.Minute
 	}
+	if o.MaxExports <= 0 {
+		o.MaxExports = 8
+	}
 }
 
 // Service owns snapshot records and takes, restores and deletes snapshots
@@ -191,7 +199,8 @@ type Service struct {
 	log     *slog.Logger
 	opts    Options
 
-	slots chan struct{} // one per snapshot taken at once
+	slots   chan struct{} // one per snapshot taken at once
+	exports chan struct{} // one per download being written (Export)
 
 	mu        sync.Mutex
 	running   map[string]context.CancelFunc // snapshots being taken here, by id
@@ -211,7 +220,7 @@ func New(db *store.DB, st blob.Store, srv Servers, cat Catalog, opts Options, lo
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{db: db, store: st, servers: srv, cat: cat, log: log, opts: opts,
-		slots: make(chan struct{}, opts.Parallel), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
+		slots: make(chan struct{}, opts.Parallel), exports: make(chan struct{}, opts.MaxExports), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
 		deleted: map[string]bool{},
 		ctx:     ctx, cancel: cancel, wake: make(chan struct{}, 1)}
 }

@@ -3,7 +3,10 @@
 // tree in a blob store (internal/blob) as content-addressed chunks and a
 // manifest, Restore makes a root equal to a stored snapshot, Recover
 // finishes a restore a crash cut short, ChunkKeys lists what a manifest
-// references. It owns the chunking, the manifest format and the swap; it
+// references, Export writes a stored snapshot as a tar stream (PAX:
+// exact mtimes; the manifest checked whole first, every chunk checked
+// against its name, workers fetching at most four chunks ahead of the
+// writer, so memory stays bounded whatever the snapshot's size). It owns the chunking, the manifest format and the swap; it
 // knows nothing of snapshot records, schedules, HTTP or the database (the
 // lifecycle above it keeps those, and the ignore text: ignore.Parse's
 // Match is what CreateOptions.Ignore and RestoreOptions.Ignore take).

@@ -692,11 +692,17 @@ func (b *builder) report(n int64) {
 	}
 }
 
-// fetch reads chunk ref from the store into data (reused) and checks it:
-// it must decompress to exactly ref.len bytes whose SHA-256 is its name.
+// fetch reads chunk ref of the manifest's space (fetchChunk).
 func (b *builder) fetch(ctx context.Context, dec *zstd.Decoder, ref chunkRef, comp *[]byte, data []byte) ([]byte, error) {
-	key := chunkKey(b.space, ref.sum)
-	rc, err := b.store.Get(ctx, key)
+	return fetchChunk(ctx, b.store, b.space, dec, ref, comp, data)
+}
+
+// fetchChunk reads chunk ref of chunk space space from store into data
+// (reused; its compressed bytes into *comp, reused too) and checks it: it
+// must decompress to exactly ref.len bytes whose SHA-256 is its name.
+func fetchChunk(ctx context.Context, store Store, space string, dec *zstd.Decoder, ref chunkRef, comp *[]byte, data []byte) ([]byte, error) {
+	key := chunkKey(space, ref.sum)
+	rc, err := store.Get(ctx, key)
 	if err != nil {
 		return data, fmt.Errorf("read chunk %s: %w", key, err)
 	}

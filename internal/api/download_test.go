@@ -1,0 +1,150 @@
+package api
+
+import (
+	"bytes"
+	"compress/gzip"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/kilnhq/kiln/internal/store"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// TestSnapshotDownload: a ready snapshot downloads in each format as an
+// archive that GNU tar extracts into the server's tree (content, modes,
+// links, empty directories), named after the snapshot; a bad format, a
+// snapshot that is not ready and another team's are refused before any
+// byte; a chunk gone after the answer started cuts the transfer off.
+func TestSnapshotDownload(t *testing.T) {
+	tarBin, err := exec.LookPath("tar")
+	if err != nil {
+		t.Fatalf("GNU tar is needed to check the download: %v", err)
+	}
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		h := newHarness(t, db)
+		id, root := h.fileServer(1024)
+		for name, data := range map[string]string{
+			"world/region/r.0.0.mca":        strings.Repeat("region bytes ", 200000),
+			"server.properties":             "motd=hello\n",
+			"plugins/Essentials/config.yml": "a: 1\n",
+			"empty.txt":                     "",
+		} {
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o640); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Mkdir(filepath.Join(root, "logs"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("plugins/Essentials/config.yml", filepath.Join(root, "config-link")); err != nil {
+			t.Fatal(err)
+		}
+		// The root itself is not in the archive: the tree below it.
+		below := func(dir string) string {
+			all := treeHash(t, dir)
+			return all[strings.Index(all, "\n")+1:]
+		}
+		want := below(root)
+		st, out := h.sendJSON("POST", "/snapshots", map[string]any{"source_server_id": id, "name": "before/update"})
+		if st != 202 {
+			t.Fatalf("create: %d %v", st, out)
+		}
+		snapID := out["snapshot_id"].(string)
+		if s := h.waitSnapshot(snapID); s["status"] != "ready" {
+			t.Fatalf("snapshot = %v", s)
+		}
+
+		for _, c := range []struct{ query, ctype, ext string }{
+			{"", "application/gzip", "tar.gz"},
+			{"?format=tar.gz", "application/gzip", "tar.gz"},
+			{"?format=tar.zst", "application/zstd", "tar.zst"},
+			{"?format=tar", "application/x-tar", "tar"},
+		} {
+			t.Run("format "+c.ext+c.query, func(t *testing.T) {
+				st, hdr, body := h.do("GET", Prefix+"/snapshots/"+snapID+"/download"+c.query, h.token, nil)
+				if st != 200 {
+					t.Fatalf("download: %d %s", st, body)
+				}
+				wantDisp := `attachment; filename=before_update-` + snapID + "." + c.ext
+				if hdr.Get("Content-Type") != c.ctype || hdr.Get("Content-Disposition") != wantDisp ||
+					hdr.Get("X-Snapshot-Size-Bytes") != "2600030" {
+					t.Errorf("headers: Content-Type %q, Content-Disposition %q (want %q), X-Snapshot-Size-Bytes %q",
+						hdr.Get("Content-Type"), hdr.Get("Content-Disposition"), wantDisp, hdr.Get("X-Snapshot-Size-Bytes"))
+				}
+				plain := body
+				switch c.ext {
+				case "tar.gz":
+					zr, err := gzip.NewReader(bytes.NewReader(body))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if plain, err = io.ReadAll(zr); err != nil {
+						t.Fatalf("gunzip: %v", err)
+					}
+				case "tar.zst":
+					zr, err := zstd.NewReader(bytes.NewReader(body))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if plain, err = io.ReadAll(zr); err != nil {
+						t.Fatalf("unzstd: %v", err)
+					}
+					zr.Close()
+				}
+				dir := t.TempDir()
+				cmd := exec.Command(tarBin, "-x", "-p", "-C", dir)
+				cmd.Stdin = bytes.NewReader(plain)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("tar -x: %v\n%s", err, out)
+				}
+				if got := below(dir); got != want {
+					t.Errorf("extracted tree:\n%s\nwant the server's:\n%s", got, want)
+				}
+			})
+		}
+
+		st, _, body := h.do("GET", Prefix+"/snapshots/"+snapID+"/download?format=zip", h.token, nil)
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "format")
+		st, _, body = h.do("GET", Prefix+"/snapshots/snap_notarealid/download", h.token, nil)
+		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
+		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download", h.otherTeamToken(), nil)
+		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
+		if _, err := db.Write().ExecContext(t.Context(), `UPDATE snapshots SET status = 'failed' WHERE id = $1`, snapID); err != nil {
+			t.Fatal(err)
+		}
+		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download", h.token, nil)
+		wantError(t, st, body, 409, "CONFLICT", "not ready")
+		if _, err := db.Write().ExecContext(t.Context(), `UPDATE snapshots SET status = 'ready' WHERE id = $1`, snapID); err != nil {
+			t.Fatal(err)
+		}
+
+		// The chunks gone, the manifest still there: the manifest is sound,
+		// so the answer starts; the transfer is then cut off (before or
+		// after the status line reached the client, as buffers go).
+		if err := os.RemoveAll(filepath.Join(h.blobDir, "chunks")); err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", h.url+Prefix+"/snapshots/"+snapID+"/download?format=tar", nil)
+		req.Header.Set("Authorization", "Bearer "+h.token)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			data, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err == nil {
+				t.Errorf("download without chunks: %d, %d bytes read whole; want the transfer cut off", resp.StatusCode, len(data))
+			}
+		}
+		if !strings.Contains(h.logs.String(), "snapshot download cut off") {
+			t.Errorf("the cut-off download was not logged")
+		}
+	})
+}

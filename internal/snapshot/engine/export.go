@@ -1,0 +1,236 @@
+package engine
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
+)
+
+// Export is a stored snapshot whose manifest was read and checked whole,
+// ready to be written out as a tar stream (WriteTar): what a user
+// downloads to take a snapshot off the host.
+type Export struct {
+	store Store
+	key   string
+	info  manifestInfo
+
+	Files, Dirs, Symlinks int
+	SizeBytes             int64 // content of the files
+}
+
+// OpenExport reads the manifest under manifestKey and checks every entry
+// (as a restore's first pass does), so that a manifest that could not be
+// restored is refused before anything is written. Errors:
+// ErrInvalidManifest, the store's (blob.ErrNotFound), ctx.Err(); wrapped.
+func OpenExport(ctx context.Context, store Store, manifestKey string) (*Export, error) {
+	ex := &Export{store: store, key: manifestKey}
+	info, err := scan(ctx, store, manifestKey, func(en *entry) error {
+		switch en.kind {
+		case kindFile:
+			ex.Files++
+		case kindDir:
+			ex.Dirs++
+		case kindLink:
+			ex.Symlinks++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("export %s: %w", manifestKey, err)
+	}
+	ex.info, ex.SizeBytes = info, info.tot.bytes
+	return ex, nil
+}
+
+// exportWindow bounds the chunk bytes fetched ahead of the writer (and
+// so an export's memory besides its workers' decoders): four of the
+// largest chunks.
+const exportWindow = 4 * maxChunk
+
+// exportChunk is a chunk a worker fetches for the writer; done is closed
+// once data (or err) is set.
+type exportChunk struct {
+	ref  chunkRef
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+// exportOp is the writer's next step: a header (en set) or an extent of
+// the current file's content.
+type exportOp struct {
+	en       *entry
+	chunk    *exportChunk
+	off, len int64
+}
+
+// WriteTar writes the snapshot to w as a tar stream in the PAX format
+// (exact mtimes, names of any length): its directories, files and
+// symbolic links in manifest order (parents first), with their modes and
+// mtimes, owned by uid and gid 0. Workers (0: one per CPU) fetch the
+// chunks ahead of the writer, at most exportWindow bytes of them; every
+// chunk is checked against its name (ErrCorruptChunk), and the manifest
+// is read and checked again (the store may not answer as it did). An
+// error leaves w holding a cut stream that the caller must not present
+// as whole.
+func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error {
+	if workers <= 0 {
+		workers = runtime.NumCPU()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	jobs := make(chan *exportChunk, exportWindow/minChunk)
+	ops := make(chan exportOp, 256)
+	window := semaphore.NewWeighted(exportWindow)
+	buffers := sync.Pool{New: func() any { return new([]byte) }}
+
+	// The reader: the manifest's entries, each extent's chunk queued for
+	// the workers before the writer is told of it. Consecutive extents of
+	// one chunk (a pack's small files) share it.
+	g.Go(func() error {
+		defer close(ops)
+		defer close(jobs)
+		return panics.Catch(func() error {
+			var cur *exportChunk
+			send := func(op exportOp) error {
+				select {
+				case ops <- op:
+					return nil
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			}
+			_, err := scan(gctx, ex.store, ex.key, func(en *entry) error {
+				hdr := *en
+				hdr.extents = nil
+				if err := send(exportOp{en: &hdr}); err != nil {
+					return err
+				}
+				for _, x := range en.extents {
+					if cur == nil || cur.ref != x.chunk {
+						if err := window.Acquire(gctx, x.chunk.len); err != nil {
+							return err
+						}
+						cur = &exportChunk{ref: x.chunk, done: make(chan struct{})}
+						select {
+						case jobs <- cur:
+						case <-gctx.Done():
+							return gctx.Err()
+						}
+					}
+					if err := send(exportOp{chunk: cur, off: x.off, len: x.len}); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			return err
+		})
+	})
+	for range workers {
+		g.Go(func() error {
+			return panics.Catch(func() error {
+				dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*maxChunk))
+				if err != nil {
+					return fmt.Errorf("chunk decoder: %w", err)
+				}
+				defer dec.Close()
+				var comp []byte
+				for c := range jobs {
+					buf := buffers.Get().(*[]byte)
+					c.data, c.err = fetchChunk(gctx, ex.store, ex.info.space, dec, c.ref, &comp, *buf)
+					close(c.done)
+					if c.err != nil {
+						return c.err
+					}
+				}
+				return nil
+			})
+		})
+	}
+	// The writer, here: it lets go of a chunk (its buffer and its share
+	// of the window) when the next extent names another.
+	werr := func() error {
+		tw := tar.NewWriter(w)
+		var last *exportChunk
+		release := func() {
+			if last != nil {
+				buf := last.data[:0]
+				buffers.Put(&buf)
+				window.Release(last.ref.len)
+				last = nil
+			}
+		}
+		defer release()
+		var path string
+		for op := range ops {
+			if op.en != nil {
+				path = op.en.path
+				if err := tw.WriteHeader(tarHeader(op.en)); err != nil {
+					return fmt.Errorf("write %s: %w", files.Display(path), err)
+				}
+				continue
+			}
+			if op.chunk != last {
+				release()
+				select {
+				case <-op.chunk.done:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+				if op.chunk.err != nil {
+					return fmt.Errorf("read %s: %w", files.Display(path), op.chunk.err)
+				}
+				last = op.chunk
+			}
+			if _, err := tw.Write(last.data[op.off : op.off+op.len]); err != nil {
+				return fmt.Errorf("write %s: %w", files.Display(path), err)
+			}
+		}
+		if err := gctx.Err(); err != nil {
+			return err // the reader stopped early: its error is g's
+		}
+		return tw.Close()
+	}()
+	if werr != nil {
+		cancel()
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("export %s: %w", ex.key, err)
+	}
+	if werr != nil {
+		return fmt.Errorf("export %s: %w", ex.key, werr)
+	}
+	return nil
+}
+
+// tarHeader is the tar header of a manifest entry.
+func tarHeader(en *entry) *tar.Header {
+	h := &tar.Header{
+		Name:    en.path,
+		Mode:    int64(en.mode.Perm()),
+		ModTime: time.Unix(0, en.mtime),
+		Format:  tar.FormatPAX,
+	}
+	switch en.kind {
+	case kindDir:
+		h.Typeflag, h.Name = tar.TypeDir, en.path+"/"
+	case kindLink:
+		h.Typeflag, h.Linkname = tar.TypeSymlink, en.target
+	default:
+		h.Typeflag, h.Size = tar.TypeReg, en.size
+	}
+	return h
+}
