@@ -113,7 +113,12 @@ func TestSnapshotDownload(t *testing.T) {
 			})
 		}
 
-		st, _, body := h.do("GET", Prefix+"/snapshots/"+snapID+"/download?format=zip", h.token, nil)
+		// HEAD: the headers, no archive built.
+		st, hdr, body := h.do("HEAD", Prefix+"/snapshots/"+snapID+"/download", h.token, nil)
+		if st != 200 || len(body) != 0 || hdr.Get("Content-Type") != "application/gzip" || hdr.Get("X-Snapshot-Size-Bytes") != "2600030" {
+			t.Errorf("HEAD: %d, %d bytes, Content-Type %q", st, len(body), hdr.Get("Content-Type"))
+		}
+		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download?format=zip", h.token, nil)
 		wantError(t, st, body, 400, "VALIDATION_ERROR", "format")
 		st, _, body = h.do("GET", Prefix+"/snapshots/snap_notarealid/download", h.token, nil)
 		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")

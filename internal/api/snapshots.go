@@ -202,6 +202,9 @@ func (s *Server) downloadSnapshot(w http.ResponseWriter, r *http.Request) error 
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("X-Snapshot-Size-Bytes", strconv.FormatInt(d.SizeBytes(), 10))
 	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return nil // the headers only: the archive is not built
+	}
 	if err := d.WriteTo(r.Context(), w, format); err != nil {
 		if r.Context().Err() == nil {
 			s.log.WarnContext(r.Context(), "snapshot download cut off", "snapshot_id", id, "err", err)

@@ -3,6 +3,7 @@ package engine
 import (
 	"archive/tar"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -207,11 +208,15 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 	if werr != nil {
 		cancel()
 	}
-	if err := g.Wait(); err != nil {
-		return fmt.Errorf("export %s: %w", ex.key, err)
-	}
-	if werr != nil {
+	// The cause is the first failure: a worker's or the reader's (the
+	// writer then saw only the end of gctx), or the writer's own (w
+	// failing: the others then saw only the cancel).
+	gerr := g.Wait()
+	switch {
+	case werr != nil && (gerr == nil || errors.Is(gerr, context.Canceled)):
 		return fmt.Errorf("export %s: %w", ex.key, werr)
+	case gerr != nil:
+		return fmt.Errorf("export %s: %w", ex.key, gerr)
 	}
 	return nil
 }

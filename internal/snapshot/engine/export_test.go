@@ -105,3 +105,36 @@ func TestExportRefuses(t *testing.T) {
 		})
 	}
 }
+
+// failingWriter takes n bytes, then fails.
+type failingWriter struct{ n int }
+
+var errWriterFull = errors.New("the client went away")
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if len(p) > w.n {
+		k := w.n
+		w.n = 0
+		return k, errWriterFull
+	}
+	w.n -= len(p)
+	return len(p), nil
+}
+
+// TestExportWriterFails: a writer that fails (a client gone) ends the
+// export with its own error, not the cancel it causes, and ends the
+// workers.
+func TestExportWriterFails(t *testing.T) {
+	tr := fixture(t)
+	store := newStore(t)
+	res := create(t, openRoot(t, tr.dir), store, CreateOptions{})
+	ex, err := OpenExport(t.Context(), store, res.ManifestKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 10_000, 20 << 20} {
+		if err := ex.WriteTar(t.Context(), &failingWriter{n: n}, 2); !errors.Is(err, errWriterFull) {
+			t.Errorf("after %d bytes: WriteTar = %v, want the writer's error", n, err)
+		}
+	}
+}
