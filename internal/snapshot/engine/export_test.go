@@ -62,11 +62,7 @@ func TestExportRoundTrip(t *testing.T) {
 func TestExportRefuses(t *testing.T) {
 	store := newStore(t)
 	good := putChunk(t, store, []byte("good content"))
-	liar := chunkRef{sum: sha256Sum([]byte("what the name says")), len: int64(len("what it holds!!!!!"))}
-	comp, _ := chunkOf(t, []byte("what it holds!!!!!"))
-	if _, err := store.Put(t.Context(), chunkKey("", liar.sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
-		t.Fatal(err)
-	}
+	liar := putLiar(t, store)
 	missing := chunkRef{sum: sha256Sum([]byte("never stored")), len: 12}
 	file := func(p string, c chunkRef) entry {
 		return entry{kind: kindFile, path: p, mode: 0o644, size: c.len, extents: []extent{{chunk: c, len: c.len}}}

@@ -44,15 +44,22 @@ func putChunk(t testing.TB, store blob.Store, data []byte) chunkRef {
 	return ref
 }
 
-func TestHostileManifests(t *testing.T) {
-	store := newStore(t)
-	good := putChunk(t, store, []byte("good content"))
-	// A chunk stored under the name of content it does not hold.
+// putLiar stores a chunk under the name of content it does not hold
+// ("what it holds!!!!!" under the SHA-256 of "what the name says").
+func putLiar(t testing.TB, store blob.Store) chunkRef {
+	t.Helper()
 	liar := chunkRef{sum: sha256Sum([]byte("what the name says")), len: int64(len("what it holds!!!!!"))}
 	comp, _ := chunkOf(t, []byte("what it holds!!!!!"))
 	if _, err := store.Put(t.Context(), chunkKey("", liar.sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
 		t.Fatal(err)
 	}
+	return liar
+}
+
+func TestHostileManifests(t *testing.T) {
+	store := newStore(t)
+	good := putChunk(t, store, []byte("good content"))
+	liar := putLiar(t, store)
 	// A chunk that is not zstd at all.
 	junk := chunkRef{sum: sha256Sum([]byte("junk")), len: 4}
 	if _, err := store.Put(t.Context(), chunkKey("", junk.sum), bytes.NewReader([]byte("junk")), 4); err != nil {
