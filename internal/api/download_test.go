@@ -113,8 +113,28 @@ func TestSnapshotDownload(t *testing.T) {
 			})
 		}
 
+		// One folder of it: that folder, at its place, and nothing else.
+		st, hdr, body := h.do("GET", Prefix+"/snapshots/"+snapID+"/download?format=tar&path=/plugins/", h.token, nil)
+		if st != 200 || hdr.Get("Content-Disposition") != `attachment; filename=before_update-`+snapID+`-plugins.tar` || hdr.Get("X-Snapshot-Size-Bytes") != "5" {
+			t.Fatalf("download of /plugins: %d, %q, %q", st, hdr.Get("Content-Disposition"), hdr.Get("X-Snapshot-Size-Bytes"))
+		}
+		dir := t.TempDir()
+		cmd := exec.Command(tarBin, "-x", "-p", "-C", dir)
+		cmd.Stdin = bytes.NewReader(body)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("tar -x: %v\n%s", err, out)
+		}
+		if got, want := below(dir), below(filepath.Join(root, "plugins")); !strings.HasPrefix(got, "plugins drwxr-xr-x\n") ||
+			strings.ReplaceAll(strings.TrimPrefix(got, "plugins drwxr-xr-x\n"), "plugins/", "") != want {
+			t.Errorf("extracted /plugins:\n%s\nwant the server's plugins/:\n%s", got, want)
+		}
+		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download?path=/world/nether", h.token, nil)
+		wantError(t, st, body, 404, "FILE_NOT_FOUND", "file not found")
+		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download?path=/../etc", h.token, nil)
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "path")
+
 		// HEAD: the headers, no archive built.
-		st, hdr, body := h.do("HEAD", Prefix+"/snapshots/"+snapID+"/download", h.token, nil)
+		st, hdr, body = h.do("HEAD", Prefix+"/snapshots/"+snapID+"/download", h.token, nil)
 		if st != 200 || len(body) != 0 || hdr.Get("Content-Type") != "application/gzip" || hdr.Get("X-Snapshot-Size-Bytes") != "2600030" {
 			t.Errorf("HEAD: %d, %d bytes, Content-Type %q", st, len(body), hdr.Get("Content-Type"))
 		}

@@ -3,11 +3,13 @@ package api
 import (
 	"mime"
 	"net/http"
+	"path"
 	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
 
+	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/ids"
 	"github.com/kilnhq/kiln/internal/snapshot"
 	"github.com/kilnhq/kiln/internal/validate"
@@ -190,12 +192,24 @@ func (s *Server) downloadSnapshot(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return validationf("format", "%s", err)
 	}
-	d, err := s.deps.Snapshots.Export(r.Context(), principal(r).TeamID, id)
+	p, err := query(r, "path", false, "/")
+	if err != nil {
+		return err
+	}
+	only, err := files.Clean("path", p)
+	if err != nil {
+		return err
+	}
+	d, err := s.deps.Snapshots.Export(r.Context(), principal(r).TeamID, id, only)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	name := strings.NewReplacer("/", "_", "\\", "_").Replace(d.Snapshot.Name) + "-" + d.Snapshot.ID + "." + string(format)
+	name := d.Snapshot.Name + "-" + d.Snapshot.ID
+	if only != "." {
+		name += "-" + path.Base(only)
+	}
+	name = strings.NewReplacer("/", "_", "\\", "_").Replace(name) + "." + string(format)
 	h := w.Header()
 	h.Set("Content-Type", format.ContentType())
 	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))

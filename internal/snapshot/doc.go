@@ -49,7 +49,9 @@
 //     while it is sent, never staged. tar.gz is the default (every panel's
 //     backups are tar.gz and every system opens one), at pgzip's fastest
 //     level on every core; tar.zst (klauspost, fastest) and plain tar on
-//     request. The manifest is checked whole before the first byte; a
+//     request; a path narrows it to one file or folder (a user's usual
+//     need: one config or region back, without a restore that stops the
+//     server). The manifest is checked whole before the first byte; a
 //     chunk missing or corrupt after it ends the transfer with an error
 //     (the API aborts the connection), never with a short archive that
 //     looks whole. At most Options.MaxExports (8) are written at once per

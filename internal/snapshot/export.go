@@ -65,9 +65,11 @@ type Download struct {
 }
 
 // Export opens one of the team's snapshots for download, taking one of
-// the Options.MaxExports slots. Errors: ErrNotFound, ErrNotReady,
-// ErrExportsBusy, engine.ErrInvalidManifest, the store's.
-func (s *Service) Export(ctx context.Context, teamID, id string) (*Download, error) {
+// the Options.MaxExports slots: all of it, or only the path only (clean,
+// relative: files.Clean's) and what is under it. Errors: ErrNotFound,
+// ErrNotReady, ErrExportsBusy, files.ErrNotFound (nothing at only),
+// engine.ErrInvalidManifest, the store's.
+func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Download, error) {
 	snap, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return nil, err
@@ -81,7 +83,7 @@ func (s *Service) Export(ctx context.Context, teamID, id string) (*Download, err
 		return nil, ErrExportsBusy
 	}
 	d := &Download{Snapshot: snap, slots: s.exports, held: true}
-	d.ex, err = engine.OpenExport(ctx, s.store, engine.ManifestKey(snap.UUID))
+	d.ex, err = engine.OpenExport(ctx, s.store, engine.ManifestKey(snap.UUID), only)
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("download snapshot %s: %w", id, err)

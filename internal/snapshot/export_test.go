@@ -23,27 +23,27 @@ func TestExportSlots(t *testing.T) {
 	}
 	e.wait(snap.ID)
 
-	if _, err := e.svc.Export(t.Context(), "team_b", snap.ID); !errors.Is(err, ErrNotFound) {
+	if _, err := e.svc.Export(t.Context(), "team_b", snap.ID, ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("another team's Export = %v, want ErrNotFound", err)
 	}
-	a, err := e.svc.Export(t.Context(), e.team, snap.ID)
+	a, err := e.svc.Export(t.Context(), e.team, snap.ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := e.svc.Export(t.Context(), e.team, snap.ID)
+	b, err := e.svc.Export(t.Context(), e.team, snap.ID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.Export(t.Context(), e.team, snap.ID); !errors.Is(err, ErrExportsBusy) {
+	if _, err := e.svc.Export(t.Context(), e.team, snap.ID, ""); !errors.Is(err, ErrExportsBusy) {
 		t.Fatalf("a third Export with 2 slots = %v, want ErrExportsBusy", err)
 	}
 	a.Close()
 	a.Close() // a second Close gives back nothing more
-	c, err := e.svc.Export(t.Context(), e.team, snap.ID)
+	c, err := e.svc.Export(t.Context(), e.team, snap.ID, "")
 	if err != nil {
 		t.Fatalf("Export after a Close: %v", err)
 	}
-	if _, err := e.svc.Export(t.Context(), e.team, snap.ID); !errors.Is(err, ErrExportsBusy) {
+	if _, err := e.svc.Export(t.Context(), e.team, snap.ID, ""); !errors.Is(err, ErrExportsBusy) {
 		t.Fatalf("Export with both slots taken again = %v, want ErrExportsBusy", err)
 	}
 	var buf bytes.Buffer
@@ -67,7 +67,7 @@ func TestExportSlots(t *testing.T) {
 		t.Errorf("the tar holds %q", got)
 	}
 	// WriteTo gave its slot back.
-	d, err := e.svc.Export(t.Context(), e.team, snap.ID)
+	d, err := e.svc.Export(t.Context(), e.team, snap.ID, "")
 	if err != nil {
 		t.Fatalf("Export after a WriteTo: %v", err)
 	}

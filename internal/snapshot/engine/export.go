@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,6 +26,7 @@ type Export struct {
 	store Store
 	key   string
 	info  manifestInfo
+	only  string // the path exported with what is under it; "." for all
 
 	Files, Dirs, Symlinks int
 	SizeBytes             int64 // content of the files
@@ -32,14 +34,24 @@ type Export struct {
 
 // OpenExport reads the manifest under manifestKey and checks every entry
 // (as a restore's first pass does), so that a manifest that could not be
-// restored is refused before anything is written. Errors:
-// ErrInvalidManifest, the store's (blob.ErrNotFound), ctx.Err(); wrapped.
-func OpenExport(ctx context.Context, store Store, manifestKey string) (*Export, error) {
-	ex := &Export{store: store, key: manifestKey}
+// restored is refused before anything is written. only narrows the export
+// to one path of the snapshot and everything under it (a clean relative
+// path, files.Clean's; "." or "" for the whole snapshot). Errors:
+// ErrInvalidManifest, files.ErrNotFound (the snapshot holds nothing at
+// only), the store's (blob.ErrNotFound), ctx.Err(); wrapped.
+func OpenExport(ctx context.Context, store Store, manifestKey, only string) (*Export, error) {
+	if only == "" {
+		only = "."
+	}
+	ex := &Export{store: store, key: manifestKey, only: only}
 	info, err := scan(ctx, store, manifestKey, func(en *entry) error {
+		if !ex.selects(en.path) {
+			return nil
+		}
 		switch en.kind {
 		case kindFile:
 			ex.Files++
+			ex.SizeBytes += en.size
 		case kindDir:
 			ex.Dirs++
 		case kindLink:
@@ -50,8 +62,16 @@ func OpenExport(ctx context.Context, store Store, manifestKey string) (*Export, 
 	if err != nil {
 		return nil, fmt.Errorf("export %s: %w", manifestKey, err)
 	}
-	ex.info, ex.SizeBytes = info, info.tot.bytes
+	if only != "." && ex.Files+ex.Dirs+ex.Symlinks == 0 {
+		return nil, fmt.Errorf("export %s: the snapshot holds no %s: %w", manifestKey, files.Display(only), files.ErrNotFound)
+	}
+	ex.info = info
 	return ex, nil
+}
+
+// selects says whether the entry at rel is exported.
+func (ex *Export) selects(rel string) bool {
+	return ex.only == "." || rel == ex.only || strings.HasPrefix(rel, ex.only) && rel[len(ex.only)] == '/'
 }
 
 // exportWindow bounds the chunk bytes fetched ahead of the writer (and
@@ -114,6 +134,9 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 				}
 			}
 			_, err := scan(gctx, ex.store, ex.key, func(en *entry) error {
+				if !ex.selects(en.path) {
+					return nil
+				}
 				hdr := *en
 				hdr.extents = nil
 				if err := send(exportOp{en: &hdr}); err != nil {

@@ -1,14 +1,18 @@
 package engine
 
 import (
+	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/files"
 )
 
 // TestExportRoundTrip: the tar stream of a snapshot, extracted by GNU tar,
@@ -16,7 +20,7 @@ import (
 // nanosecond, links, empty directories), and the same bytes whatever the
 // number of workers.
 func TestExportRoundTrip(t *testing.T) {
-	tar, err := exec.LookPath("tar")
+	tarBin, err := exec.LookPath("tar")
 	if err != nil {
 		t.Fatalf("GNU tar is needed to check the export: %v", err)
 	}
@@ -25,7 +29,7 @@ func TestExportRoundTrip(t *testing.T) {
 	store := newStore(t)
 	res := create(t, openRoot(t, tr.dir), store, CreateOptions{})
 
-	ex, err := OpenExport(t.Context(), store, res.ManifestKey)
+	ex, err := OpenExport(t.Context(), store, res.ManifestKey, "")
 	if err != nil {
 		t.Fatalf("OpenExport: %v", err)
 	}
@@ -48,7 +52,7 @@ func TestExportRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := t.TempDir()
-	if out, err := exec.Command(tar, "-x", "-p", "-f", archive, "-C", dst).CombinedOutput(); err != nil {
+	if out, err := exec.Command(tarBin, "-x", "-p", "-f", archive, "-C", dst).CombinedOutput(); err != nil {
 		t.Fatalf("tar -x: %v\n%s", err, out)
 	}
 	if d := diffState(want, state(t, dst)); d != "" {
@@ -68,13 +72,13 @@ func TestExportRefuses(t *testing.T) {
 		return entry{kind: kindFile, path: p, mode: 0o644, size: c.len, extents: []extent{{chunk: c, len: c.len}}}
 	}
 
-	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "dotdot", file("../etc/passwd", good))); !errors.Is(err, ErrInvalidManifest) {
+	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "dotdot", file("../etc/passwd", good)), ""); !errors.Is(err, ErrInvalidManifest) {
 		t.Errorf("a path out of the root: OpenExport = %v, want ErrInvalidManifest", err)
 	}
-	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "link", entry{kind: kindLink, path: "l", target: "/etc"})); !errors.Is(err, ErrInvalidManifest) {
+	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "link", entry{kind: kindLink, path: "l", target: "/etc"}), ""); !errors.Is(err, ErrInvalidManifest) {
 		t.Errorf("an absolute link: OpenExport = %v, want ErrInvalidManifest", err)
 	}
-	if _, err := OpenExport(t.Context(), store, "manifests/nope"); !errors.Is(err, blob.ErrNotFound) {
+	if _, err := OpenExport(t.Context(), store, "manifests/nope", ""); !errors.Is(err, blob.ErrNotFound) {
 		t.Errorf("no manifest: OpenExport = %v, want blob.ErrNotFound", err)
 	}
 	for _, c := range []struct {
@@ -87,7 +91,7 @@ func TestExportRefuses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			key := putManifest(t, store, c.id, file("a", good), file("b", c.chunk), file("c", good))
-			ex, err := OpenExport(t.Context(), store, key)
+			ex, err := OpenExport(t.Context(), store, key, "")
 			if err != nil {
 				t.Fatalf("OpenExport: %v", err)
 			}
@@ -124,13 +128,66 @@ func TestExportWriterFails(t *testing.T) {
 	tr := fixture(t)
 	store := newStore(t)
 	res := create(t, openRoot(t, tr.dir), store, CreateOptions{})
-	ex, err := OpenExport(t.Context(), store, res.ManifestKey)
+	ex, err := OpenExport(t.Context(), store, res.ManifestKey, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []int{0, 10_000, 20 << 20} {
 		if err := ex.WriteTar(t.Context(), &failingWriter{n: n}, 2); !errors.Is(err, errWriterFull) {
 			t.Errorf("after %d bytes: WriteTar = %v, want the writer's error", n, err)
+		}
+	}
+}
+
+// TestExportPath: an export narrowed to a path holds that path and what is
+// under it, and nothing else (a sibling sharing its prefix included); a
+// path the snapshot does not hold is files.ErrNotFound.
+func TestExportPath(t *testing.T) {
+	tr := fixture(t)
+	tr.file("world/region2/r.9.9.mca", []byte("a sibling with the same prefix"), 0o644)
+	tr.stampDirs()
+	store := newStore(t)
+	res := create(t, openRoot(t, tr.dir), store, CreateOptions{})
+	names := func(only string) ([]string, *Export) {
+		t.Helper()
+		ex, err := OpenExport(t.Context(), store, res.ManifestKey, only)
+		if err != nil {
+			t.Fatalf("OpenExport(%q): %v", only, err)
+		}
+		var buf bytes.Buffer
+		if err := ex.WriteTar(t.Context(), &buf, 2); err != nil {
+			t.Fatalf("WriteTar(%q): %v", only, err)
+		}
+		var out []string
+		rd := tar.NewReader(&buf)
+		for {
+			h, err := rd.Next()
+			if err == io.EOF {
+				return out, ex
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, h.Name)
+		}
+	}
+	got, ex := names("world/region")
+	want := []string{"world/region/", "world/region/r.0.0.mca", "world/region/r.0.1.mca", "world/region/r.1.0.mca"}
+	if !slices.Equal(got, want) {
+		t.Errorf("world/region: %q, want %q", got, want)
+	}
+	if ex.Files != 3 || ex.Dirs != 1 || ex.SizeBytes != 30<<20+3*maxChunk {
+		t.Errorf("world/region: %d files, %d dirs, %d bytes", ex.Files, ex.Dirs, ex.SizeBytes)
+	}
+	if got, _ := names("server.properties"); !slices.Equal(got, []string{"server.properties"}) {
+		t.Errorf("server.properties: %q", got)
+	}
+	if got, _ := names("dangling"); !slices.Equal(got, []string{"dangling"}) {
+		t.Errorf("a link: %q", got)
+	}
+	for _, missing := range []string{"world/regio", "nope", "server.properties/x"} {
+		if _, err := OpenExport(t.Context(), store, res.ManifestKey, missing); !errors.Is(err, files.ErrNotFound) {
+			t.Errorf("OpenExport(%q) = %v, want files.ErrNotFound", missing, err)
 		}
 	}
 }
