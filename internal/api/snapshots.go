@@ -136,6 +136,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
 	}
 	var req struct {
 		ServerID *string `json:"server_id"`
+		Path     *string `json:"path"`
 	}
 	// The body is optional: none restores into the snapshot's source.
 	if r.ContentLength != 0 {
@@ -151,7 +152,13 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	if err := s.deps.Snapshots.Restore(r.Context(), principal(r).TeamID, id, target); err != nil {
+	only := "."
+	if req.Path != nil {
+		if only, err = files.Clean("path", *req.Path); err != nil {
+			return err
+		}
+	}
+	if err := s.deps.Snapshots.RestorePath(r.Context(), principal(r).TeamID, id, target, only); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true})

@@ -125,6 +125,29 @@ func TestSnapshotsAPI(t *testing.T) {
 		st, body = h.postJSON("/snapshots/"+snapID+"/restore", map[string]any{"server_id": "6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c"})
 		wantError(t, st, body, 404, "SERVER_NOT_FOUND", "server")
 
+		// One path: world/ comes back, the file beside it stays changed.
+		if err := os.WriteFile(filepath.Join(root, "world", "data.dat"), []byte("griefed again"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "server.properties"), []byte("motd=mine\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		st, body = h.postJSON("/snapshots/"+snapID+"/restore", map[string]any{"path": "/world"})
+		if st != 202 {
+			t.Fatalf("restore of /world = %d %s", st, body)
+		}
+		waitConsole(t, h, id, "[kiln] /world of snapshot "+snapID+" restored")
+		if b, _ := os.ReadFile(filepath.Join(root, "world", "data.dat")); len(b) != 50000*6 {
+			t.Errorf("world/data.dat not restored: %d bytes", len(b))
+		}
+		if b, _ := os.ReadFile(filepath.Join(root, "server.properties")); string(b) != "motd=mine\n" {
+			t.Errorf("server.properties, outside the path, = %q", b)
+		}
+		st, body = h.postJSON("/snapshots/"+snapID+"/restore", map[string]any{"path": "/world/nether"})
+		wantError(t, st, body, 404, "FILE_NOT_FOUND", "file not found")
+		st, body = h.postJSON("/snapshots/"+snapID+"/restore", map[string]any{"path": "/../etc"})
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "path")
+
 		// Delete: the exact fields.
 		st, _, body = h.do("DELETE", Prefix+"/snapshots/"+snapID, h.token, nil)
 		var del map[string]any

@@ -58,6 +58,13 @@
 //     process, each holding up to 16 MiB of chunks fetched ahead
 //     (ErrExportsBusy beyond). A snapshot deleted during its download
 //     ends it the same way: nothing holds its chunks for a reader.
+//   - Partial restore (RestorePath): one path of the snapshot and what is
+//     under it becomes the snapshot's, the rest of the tree is left as it
+//     is (engine RestoreOptions.Only: outside the path the swap treats
+//     the tree as ignored). What panel users do by hand (download the
+//     backup, pick the folder out, upload it) in one request, with the
+//     same staging, journal and hold as a whole restore. The path is
+//     checked against the manifest before the server is stopped.
 //   - Restore (into the source or another server of the team): the server
 //     is stopped (2 min at most), the engine restores it through the disk
 //     ledger (staged inside the root, swapped in under a journal), and it

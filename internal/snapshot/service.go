@@ -701,12 +701,28 @@ func (s *Service) unavailable(d Deletion, id string, err error) Deletion {
 // ErrNotFound, ErrNotReady, ErrBusy, servers.ErrNotFound,
 // servers.ErrInstalling, servers.ErrRestoring.
 func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) error {
+	return s.RestorePath(ctx, teamID, id, targetID, "")
+}
+
+// RestorePath is Restore narrowed to one path of the snapshot and what is
+// under it (only: clean and relative, files.Clean's; "" or "." for all):
+// that path becomes what the snapshot holds there, the rest of the
+// server's files are left as they are. The server is stopped and started
+// again as for a whole restore (a running game would save over it).
+// Errors: Restore's, and files.ErrNotFound when the snapshot holds
+// nothing at only (checked before the server is touched).
+func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only string) error {
 	snap, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
 	if snap.Status != StatusReady {
 		return ErrNotReady
+	}
+	if only != "" && only != "." {
+		if _, err := engine.OpenExport(ctx, s.store, engine.ManifestKey(snap.UUID), only); err != nil {
+			return fmt.Errorf("restore snapshot %s: %w", id, err)
+		}
 	}
 	if targetID == "" {
 		targetID = snap.SourceServerID
@@ -734,7 +750,7 @@ func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) erro
 	}
 	s.wg.Go(func() {
 		defer s.endRestore(sv.ID, run)
-		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held) }); err != nil {
+		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only) }); err != nil {
 			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
 		}
 	})
@@ -832,15 +848,19 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 	if err != nil {
 		return err
 	}
-	return s.restore(rctx, snap, sv, held)
+	return s.restore(rctx, snap, sv, held, "")
 }
 
 // restore runs a restore registered by beginRestore (ctx is its own),
 // with the server held (servers.Hold: no write but the restore's, no
 // start): it releases the hold before it starts the server again.
-func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held) (err error) {
+func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held, only string) (err error) {
 	defer held.Release()
-	s.servers.Note(sv.ID, fmt.Sprintf("restoring snapshot %s (%s)", snap.ID, snap.Name))
+	what := "snapshot " + snap.ID
+	if only != "" && only != "." {
+		what = "/" + only + " of " + what
+	}
+	s.servers.Note(sv.ID, fmt.Sprintf("restoring %s (%s)", what, snap.Name))
 	defer func() {
 		if errors.Is(context.Cause(ctx), ErrServerDeleted) {
 			// Whatever failed, it failed because the server went: say
@@ -851,9 +871,9 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 			return
 		}
 		if err != nil {
-			s.servers.Note(sv.ID, fmt.Sprintf("the restore of snapshot %s failed; the files are as they were: %v", snap.ID, err))
+			s.servers.Note(sv.ID, fmt.Sprintf("the restore of %s failed; the files are as they were: %v", what, err))
 		} else {
-			s.servers.Note(sv.ID, fmt.Sprintf("snapshot %s restored", snap.ID))
+			s.servers.Note(sv.ID, fmt.Sprintf("%s restored", what))
 		}
 	}()
 	wasRunning := sv.Status == servers.StatusRunning || sv.Status == servers.StatusStarting
@@ -877,7 +897,7 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 		return err
 	}
 	rerr := files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
-		_, err := engine.Restore(ctx, r, res, s.store, engine.ManifestKey(snap.UUID), engine.RestoreOptions{Ignore: m.Match})
+		_, err := engine.Restore(ctx, r, res, s.store, engine.ManifestKey(snap.UUID), engine.RestoreOptions{Ignore: m.Match, Only: only})
 		return err
 	})
 	if a.Disk != nil {

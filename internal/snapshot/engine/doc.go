@@ -223,6 +223,13 @@
 //     written. Each file's cost is reserved before it is created: its size
 //     is the sum of extents each checked to be exactly its length, so what
 //     is reserved is what is written.
+//   - Restore of one path (RestoreOptions.Only): both passes keep the
+//     entries at or under the path and the directories leading to it;
+//     the swap's plan sees every other entry of the tree as ignored (left
+//     as it is), so the same staging, journal and Recover serve it. The
+//     directories leading to the path get the snapshot's mode and mtime
+//     (the swap renames inside them anyway). Export takes the same
+//     selection (onPath).
 //   - Restore over a tree: a file of the tree whose content is proven
 //     equal to its entry stays in place (not fetched, not written, not
 //     swapped; its mode and mtime set by a journal step if they differ),

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"sync"
 	"time"
 
@@ -71,7 +70,8 @@ func OpenExport(ctx context.Context, store Store, manifestKey, only string) (*Ex
 
 // selects says whether the entry at rel is exported.
 func (ex *Export) selects(rel string) bool {
-	return ex.only == "." || rel == ex.only || strings.HasPrefix(rel, ex.only) && rel[len(ex.only)] == '/'
+	under, _ := onPath(ex.only, rel)
+	return under
 }
 
 // exportWindow bounds the chunk bytes fetched ahead of the writer (and

@@ -49,6 +49,26 @@ type RestoreOptions struct {
 	// Workers fetch, check and write chunks, and hash the extents of a
 	// file of the tree being proven equal; 0 means runtime.NumCPU().
 	Workers int
+	// Only narrows the restore to one path of the snapshot and what is
+	// under it (clean and relative, files.Clean's; "" or "." for all):
+	// that path becomes what the snapshot holds there, everything else of
+	// the tree is left as it is (the directories leading to it get the
+	// snapshot's mode and mtime). A path the snapshot does not hold is
+	// files.ErrNotFound, before anything is written.
+	Only string
+}
+
+// onPath says whether the entry at rel takes part in a restore or an
+// export narrowed to only: rel is only or under it, or (lead) a
+// directory leading to it.
+func onPath(only, rel string) (under, lead bool) {
+	if only == "" || only == "." || rel == only {
+		return true, false
+	}
+	if len(rel) > len(only) && rel[len(only)] == '/' && rel[:len(only)] == only {
+		return true, false
+	}
+	return false, len(only) > len(rel) && only[len(rel)] == '/' && only[:len(rel)] == rel
 }
 
 // RestoreResult describes a restore done.
@@ -109,15 +129,22 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	// entry's size may stay in place (the second pass proves it, or
 	// reserves it as it stages it: the limit holds either way).
 	var need int64
+	found := false
 	live := newLiveDirs(rootFD)
 	defer live.close()
 	info, err := scan(ctx, store, manifestKey, func(en *entry) error {
+		under, lead := onPath(opts.Only, en.path)
+		if !under && !(lead && en.kind == kindDir) {
+			return nil
+		}
+		found = found || under
 		switch en.kind {
 		case kindFile:
 			if !live.maySkip(en) {
 				need += quota.Cost(en.size)
 			}
 			out.Files++
+			out.SizeBytes += en.size
 		case kindDir:
 			live.enter(en.path)
 			need += quota.EntryCost
@@ -132,7 +159,10 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	if err != nil {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
-	out.SizeBytes = info.tot.bytes
+	if opts.Only != "" && opts.Only != "." && !found {
+		return RestoreResult{}, fmt.Errorf("restore %s: the snapshot holds no %s: %w", manifestKey, files.Display(opts.Only), files.ErrNotFound)
+	}
+	info.tot.bytes = out.SizeBytes // what the progress counts to
 	if need > res.Free() {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
 	}
@@ -175,7 +205,18 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Stor
 	if err := unix.Syncfs(st.fd); err != nil {
 		return nil, swapPlan{}, fmt.Errorf("sync the staged tree: %w", err)
 	}
-	p, err := st.plan(ctx, rootFD, opts.Ignore)
+	ignore := opts.Ignore
+	if only := opts.Only; only != "" && only != "." {
+		// Outside the path and the directories leading to it, the tree
+		// is left as it is.
+		ignore = func(rel string, isDir bool) bool {
+			if under, lead := onPath(only, rel); !under && !lead {
+				return true
+			}
+			return opts.Ignore != nil && opts.Ignore(rel, isDir)
+		}
+	}
+	p, err := st.plan(ctx, rootFD, ignore)
 	if err != nil {
 		return nil, swapPlan{}, err
 	}
@@ -454,7 +495,12 @@ func (s *staging) build(ctx context.Context, rootFD int, store Store, key string
 	g.Go(func() error {
 		defer close(b.jobs)
 		return panics.Catch(func() error {
-			if _, err := scan(gctx, store, key, func(en *entry) error { return b.add(gctx, en) }); err != nil {
+			if _, err := scan(gctx, store, key, func(en *entry) error {
+				if under, lead := onPath(opts.Only, en.path); under || lead && en.kind == kindDir {
+					return b.add(gctx, en)
+				}
+				return nil
+			}); err != nil {
 				return err
 			}
 			if err := b.dispatch(gctx); err != nil {

@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kilnhq/kiln/internal/files"
+)
+
+// TestRestoreOnly: a restore narrowed to a path makes that path what the
+// snapshot holds (changed files back, files added under it removed, its
+// ignored entries kept) and leaves every other entry of the tree as it
+// is; a path the snapshot does not hold is files.ErrNotFound with
+// nothing written.
+func TestRestoreOnly(t *testing.T) {
+	tr := fixture(t)
+	want := state(t, tr.dir)
+	store := newStore(t)
+	res := create(t, openRoot(t, tr.dir), store, CreateOptions{})
+
+	// The tree after a day: changes under world/region and elsewhere.
+	tr.file("world/region/r.0.0.mca", tr.random(1<<20), 0o644)
+	tr.file("world/region/r.5.5.mca", []byte("new region"), 0o644)
+	tr.file("world/region/r.5.5.mca.log", []byte("ignored, kept"), 0o644)
+	tr.file("world/level.dat", []byte("changed level"), 0o644)
+	tr.file("server.properties", []byte("motd=changed\n"), 0o600)
+	tr.file("plugins/New/config.yml", []byte("new plugin"), 0o644)
+	if err := os.Remove(filepath.Join(tr.dir, "world/playerdata/0007.dat")); err != nil {
+		t.Fatal(err)
+	}
+	day := state(t, tr.dir)
+	ignoreLogs := func(rel string, _ bool) bool { return strings.HasSuffix(rel, ".log") }
+
+	out := restore(t, openRoot(t, tr.dir), store, res.ManifestKey, RestoreOptions{Only: "world/region", Ignore: ignoreLogs})
+	expect := map[string]string{}
+	for k, v := range day {
+		expect[k] = v
+	}
+	for k, v := range want {
+		if strings.HasPrefix(k, "world/region/") || k == "world/region" {
+			expect[k] = v
+		}
+	}
+	delete(expect, "world/region/r.5.5.mca")
+	expect["world"] = want["world"] // a directory leading to the path: the snapshot's mode and mtime
+	got := state(t, tr.dir)
+	if d := diffState(expect, got); d != "" {
+		t.Errorf("after a restore of world/region:\n%s", d)
+	}
+	if out.Files != 3 || out.Dirs != 2 || out.SizeBytes != 30<<20+3*maxChunk {
+		t.Errorf("Restore = %+v, want 3 files and 2 directories (world, world/region) of %d bytes", out, 30<<20+3*maxChunk)
+	}
+
+	// One file.
+	restore(t, openRoot(t, tr.dir), store, res.ManifestKey, RestoreOptions{Only: "world/level.dat"})
+	expect["world/level.dat"] = want["world/level.dat"]
+	expect["world"] = want["world"]
+	if d := diffState(expect, state(t, tr.dir)); d != "" {
+		t.Errorf("after a restore of world/level.dat:\n%s", d)
+	}
+
+	// Nothing there: refused, nothing written.
+	before := state(t, tr.dir)
+	for _, only := range []string{"world/regio", "nope", "server.properties/x"} {
+		_, err := Restore(t.Context(), openRoot(t, tr.dir), unlimited(t), store, res.ManifestKey, RestoreOptions{Only: only})
+		if !errors.Is(err, files.ErrNotFound) {
+			t.Errorf("Restore(Only %q) = %v, want files.ErrNotFound", only, err)
+		}
+	}
+	if d := diffState(before, state(t, tr.dir)); d != "" {
+		t.Errorf("a refused restore changed the tree:\n%s", d)
+	}
+}
+
+func TestOnPath(t *testing.T) {
+	for _, c := range []struct {
+		only, rel   string
+		under, lead bool
+	}{
+		{"", "a", true, false},
+		{".", "a/b", true, false},
+		{"a/b", "a/b", true, false},
+		{"a/b", "a/b/c", true, false},
+		{"a/b", "a", false, true},
+		{"a/b", "a/bc", false, false},
+		{"a/b", "a/bc/d", false, false},
+		{"a/bc", "a/b", false, false},
+		{"a/b/c", "a/b", false, true},
+		{"a/b", "b", false, false},
+	} {
+		if under, lead := onPath(c.only, c.rel); under != c.under || lead != c.lead {
+			t.Errorf("onPath(%q, %q) = %v, %v; want %v, %v", c.only, c.rel, under, lead, c.under, c.lead)
+		}
+	}
+}
