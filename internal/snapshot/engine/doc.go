@@ -228,7 +228,9 @@
 //     the swap's plan sees every other entry of the tree as ignored (left
 //     as it is), so the same staging, journal and Recover serve it. The
 //     directories leading to the path get the snapshot's mode and mtime
-//     (the swap renames inside them anyway). Export takes the same
+//     (the swap renames inside them anyway); a file or link of the tree
+//     where the snapshot has one of them is replaced by it, holding only
+//     the path (the path cannot be put back anywhere else). Export takes the same
 //     selection (onPath).
 //   - Restore over a tree: a file of the tree whose content is proven
 //     equal to its entry stays in place (not fetched, not written, not

@@ -62,6 +62,25 @@ func TestRestoreOnly(t *testing.T) {
 		t.Errorf("after a restore of world/level.dat:\n%s", d)
 	}
 
+	// A link where the snapshot has a directory leading to the path: it
+	// is replaced by that directory, holding only the path.
+	if err := os.RemoveAll(filepath.Join(tr.dir, "plugins")); err != nil {
+		t.Fatal(err)
+	}
+	tr.symlink("world", "plugins")
+	restore(t, openRoot(t, tr.dir), store, res.ManifestKey, RestoreOptions{Only: "plugins/Essentials"})
+	for k := range expect {
+		if k == "plugins" || strings.HasPrefix(k, "plugins/") {
+			delete(expect, k)
+		}
+	}
+	for _, k := range []string{"plugins", "plugins/Essentials", "plugins/Essentials/config.yml"} {
+		expect[k] = want[k]
+	}
+	if d := diffState(expect, state(t, tr.dir)); d != "" {
+		t.Errorf("after a restore of plugins/Essentials over a link:\n%s", d)
+	}
+
 	// Nothing there: refused, nothing written.
 	before := state(t, tr.dir)
 	for _, only := range []string{"world/regio", "nope", "server.properties/x"} {
