@@ -54,8 +54,9 @@
 //     server). The manifest is checked whole before the first byte; a
 //     chunk missing or corrupt after it ends the transfer with an error
 //     (the API aborts the connection), never with a short archive that
-//     looks whole. At most Options.MaxExports (8) are written at once per
-//     process, each holding up to 16 MiB of chunks fetched ahead
+//     looks whole. At most Options.MaxExports (4) are written at once per
+//     process, each holding up to 16 MiB of chunks fetched ahead (and
+//     its compressor's buffers: 29–57 MiB of peak RSS a download)
 //     (ErrExportsBusy beyond). A snapshot deleted during its download
 //     ends it the same way: nothing holds its chunks for a reader.
 //   - Partial restore (RestorePath): one path of the snapshot and what is

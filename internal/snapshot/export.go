@@ -51,6 +51,16 @@ func (f ExportFormat) ContentType() string {
 	return "application/gzip"
 }
 
+// The compressors' settings: a download's memory is its chunks (engine,
+// 16 MiB) plus these, per download (Options.MaxExports at once). pgzip
+// holds a block of input and one of output per goroutine; zstd a window
+// and its blocks per goroutine. Measured on a 1 GiB world through kiln
+// serve (docs/benchmarks.md).
+const (
+	exportGzipBlock  = 1 << 20
+	exportZstdWindow = 1 << 20
+)
+
 // ErrExportsBusy: Options.MaxExports downloads are being written already.
 var ErrExportsBusy = errors.New("too many snapshot downloads are running on this node; try again in a minute")
 
@@ -117,12 +127,13 @@ func (d *Download) WriteTo(ctx context.Context, w io.Writer, f ExportFormat) err
 	case ExportTar:
 		return d.ex.WriteTar(ctx, w, 0)
 	case ExportTarZst:
-		zw, err = zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.NumCPU()))
+		zw, err = zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(runtime.NumCPU()),
+			zstd.WithWindowSize(exportZstdWindow))
 	default:
 		var gz *pgzip.Writer
 		gz, err = pgzip.NewWriterLevel(w, gzip.BestSpeed)
 		if err == nil {
-			err = gz.SetConcurrency(1<<20, 2*runtime.NumCPU())
+			err = gz.SetConcurrency(exportGzipBlock, runtime.NumCPU())
 		}
 		zw = gz
 	}
