@@ -29,7 +29,7 @@ func TestRestoreChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Restore(t.Context(), root, nil, store, key, RestoreOptions{}); err != nil {
+	if _, err := Restore(t.Context(), root, nil, store, key, RestoreOptions{Only: os.Getenv("KILN_SNAPSHOT_CHILD_ONLY")}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -42,14 +42,33 @@ func TestKillDuringSwap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a child process")
 	}
+	t.Run("whole", func(t *testing.T) { killDuringSwap(t, "") })
+	// A restore of one directory: the entries beside it (another
+	// directory whose files differ from the snapshot's, a file) stay as
+	// they were, through the kill and Recover.
+	t.Run("one path", func(t *testing.T) { killDuringSwap(t, "w") })
+}
+
+func killDuringSwap(t *testing.T, only string) {
+	in := func(name string) string {
+		if only == "" {
+			return name
+		}
+		return only + "/" + name
+	}
 	snap := newTree(t)
 	for i := range 3000 {
-		snap.file(fmt.Sprintf("f%04d", i), fmt.Appendf(nil, "snapshot %d", i), 0o644)
+		snap.file(in(fmt.Sprintf("f%04d", i)), fmt.Appendf(nil, "snapshot %d", i), 0o644)
 	}
 	// Files the live tree holds with the same content and another mode:
 	// kept in place, a keep step each (after the kill, run by Recover).
 	for i := range 500 {
-		snap.file(fmt.Sprintf("same%04d", i), fmt.Appendf(nil, "same %d", i), 0o644)
+		snap.file(in(fmt.Sprintf("same%04d", i)), fmt.Appendf(nil, "same %d", i), 0o644)
+	}
+	if only != "" {
+		for i := range 200 {
+			snap.file(fmt.Sprintf("o/f%03d", i), []byte("the snapshot's, not restored"), 0o644)
+		}
 	}
 	snap.stampDirs()
 	want := state(t, snap.dir)
@@ -62,16 +81,36 @@ func TestKillDuringSwap(t *testing.T) {
 
 	live := newTree(t)
 	for i := range 3000 {
-		live.file(fmt.Sprintf("f%04d", i), fmt.Appendf(nil, "live %d", i), 0o600)
-		live.file(fmt.Sprintf("extra%04d", i), []byte("removed"), 0o644)
+		live.file(in(fmt.Sprintf("f%04d", i)), fmt.Appendf(nil, "live %d", i), 0o600)
+		live.file(in(fmt.Sprintf("extra%04d", i)), []byte("removed"), 0o644)
 	}
 	for i := range 500 {
-		live.file(fmt.Sprintf("same%04d", i), fmt.Appendf(nil, "same %d", i), 0o600)
+		live.file(in(fmt.Sprintf("same%04d", i)), fmt.Appendf(nil, "same %d", i), 0o600)
+	}
+	if only != "" {
+		for i := range 200 {
+			live.file(fmt.Sprintf("o/f%03d", i), []byte("live, kept"), 0o600)
+		}
+		live.file("server.properties", []byte("live, kept"), 0o600)
+		// What the tree must be after: the snapshot's under the path,
+		// the live tree's elsewhere (the directory leading to the path,
+		// the root, has the snapshot's mode and mtime anyway).
+		outside := state(t, live.dir)
+		for p, d := range outside {
+			if p != only && !strings.HasPrefix(p, only+"/") {
+				want[p] = d
+			}
+		}
+		for p := range want {
+			if _, ok := outside[p]; !ok && p != only && !strings.HasPrefix(p, only+"/") {
+				delete(want, p)
+			}
+		}
 	}
 	sameIno := inodes(t, live.dir)
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRestoreChild$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "KILN_SNAPSHOT_CHILD_ROOT="+live.dir,
-		"KILN_SNAPSHOT_CHILD_STORE=file://"+storeDir, "KILN_SNAPSHOT_CHILD_KEY="+res.ManifestKey)
+		"KILN_SNAPSHOT_CHILD_STORE=file://"+storeDir, "KILN_SNAPSHOT_CHILD_KEY="+res.ManifestKey, "KILN_SNAPSHOT_CHILD_ONLY="+only)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +139,7 @@ wait:
 	mid := state(t, live.dir)
 	pending, swapped, extras := 0, 0, 0
 	for p, d := range mid {
-		if strings.HasPrefix(p, "extra") {
+		if strings.HasPrefix(p, in("extra")) {
 			extras++
 		}
 		if strings.HasPrefix(p, restorePrefix) && strings.HasSuffix(p, "/"+journalName) {
@@ -122,7 +161,7 @@ wait:
 		t.Errorf("after the kill and Recover, the tree differs:\n%.2000s", d)
 	}
 	for p, ino := range inodes(t, live.dir) {
-		if strings.HasPrefix(p, "same") && ino != sameIno[p] {
+		if strings.HasPrefix(p, in("same")) && ino != sameIno[p] {
 			t.Errorf("%s was rewritten; its content is the snapshot's", p)
 		}
 	}
