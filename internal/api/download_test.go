@@ -129,7 +129,7 @@ func TestSnapshotDownload(t *testing.T) {
 			t.Errorf("extracted /plugins:\n%s\nwant the server's plugins/:\n%s", got, want)
 		}
 		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download?path=/world/nether", h.token, nil)
-		wantError(t, st, body, 404, "FILE_NOT_FOUND", "file not found")
+		wantError(t, st, body, 404, "FILE_NOT_FOUND", "the snapshot holds nothing at /world/nether")
 		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download?path=/../etc", h.token, nil)
 		wantError(t, st, body, 400, "VALIDATION_ERROR", "path")
 

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"mime"
 	"net/http"
 	"path"
@@ -159,7 +160,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	if err := s.deps.Snapshots.RestorePath(r.Context(), principal(r).TeamID, id, target, only); err != nil {
-		return err
+		return notInSnapshot(err, only)
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true})
 	return nil
@@ -209,7 +210,7 @@ func (s *Server) downloadSnapshot(w http.ResponseWriter, r *http.Request) error 
 	}
 	d, err := s.deps.Snapshots.Export(r.Context(), principal(r).TeamID, id, only)
 	if err != nil {
-		return err
+		return notInSnapshot(err, only)
 	}
 	defer d.Close()
 	name := d.Snapshot.Name + "-" + d.Snapshot.ID
@@ -233,4 +234,13 @@ func (s *Server) downloadSnapshot(w http.ResponseWriter, r *http.Request) error 
 		panic(http.ErrAbortHandler) // no terminating chunk: the client sees the failure
 	}
 	return nil
+}
+
+// notInSnapshot names the path a snapshot does not hold (files.ErrNotFound
+// from a download or restore of one path) in its 404.
+func notInSnapshot(err error, only string) error {
+	if errors.Is(err, files.ErrNotFound) {
+		return newHTTPError(http.StatusNotFound, codeFileNotFound, "the snapshot holds nothing at /"+only)
+	}
+	return err
 }

@@ -144,7 +144,7 @@ func TestSnapshotsAPI(t *testing.T) {
 			t.Errorf("server.properties, outside the path, = %q", b)
 		}
 		st, body = h.postJSON("/snapshots/"+snapID+"/restore", map[string]any{"path": "/world/nether"})
-		wantError(t, st, body, 404, "FILE_NOT_FOUND", "file not found")
+		wantError(t, st, body, 404, "FILE_NOT_FOUND", "the snapshot holds nothing at /world/nether")
 		st, body = h.postJSON("/snapshots/"+snapID+"/restore", map[string]any{"path": "/../etc"})
 		wantError(t, st, body, 400, "VALIDATION_ERROR", "path")
 
