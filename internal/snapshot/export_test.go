@@ -7,6 +7,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
@@ -50,19 +52,7 @@ func TestExportSlots(t *testing.T) {
 	if err := b.WriteTo(t.Context(), &buf, ExportTar); err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]string{}
-	tr := tar.NewReader(&buf)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, _ := io.ReadAll(tr)
-		got[h.Name] = string(data)
-	}
+	got := untar(t, &buf)
 	if got["server.properties"] != "motd=x\n" || got["world/level.dat"] != "level" || got["world/"] != "" {
 		t.Errorf("the tar holds %q", got)
 	}
@@ -73,4 +63,36 @@ func TestExportSlots(t *testing.T) {
 	}
 	c.Close()
 	d.Close()
+}
+
+// untar reads a tar stream into name → content.
+func untar(t *testing.T, r io.Reader) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[h.Name] = string(data)
+	}
+}
+
+// untarZst reads a tar.zst into name → content.
+func untarZst(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	zr, err := zstd.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	return untar(t, zr)
 }

@@ -227,6 +227,18 @@ func testLifecycle(t *testing.T, e *svcEnv) {
 		if b, _ := os.ReadFile(filepath.Join(e.node.Node.Root(sv.ID), "world/region/r.0.0.mca")); string(b) != big {
 			t.Errorf("the region file after the restore differs (%d bytes)", len(b))
 		}
+		// Downloaded from the store: the region file alone, as tar.zst.
+		dl, err := e.svc.Export(ctx, e.team, second.ID, "world/region")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var archive bytes.Buffer
+		if err := dl.WriteTo(ctx, &archive, ExportTarZst); err != nil {
+			t.Fatal(err)
+		}
+		if got := untarZst(t, archive.Bytes()); len(got) != 2 || got["world/region/"] != "" || got["world/region/r.0.0.mca"] != big {
+			t.Errorf("the download of world/region holds %d entries", len(got))
+		}
 		list, err := e.svc.List(ctx, e.team, sv.ID)
 		if err != nil || len(list) != 2 || list[0].ID != second.ID {
 			t.Fatalf("List = %v, %v; want second then first", list, err)
