@@ -807,7 +807,7 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 	s.wg.Go(func() {
 		defer done()
 		defer s.endRestore(sv.ID, run)
-		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only) }); err != nil {
+		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only, done) }); err != nil {
 			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
 		}
 	})
@@ -910,13 +910,13 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 	if err != nil {
 		return err
 	}
-	return s.restore(rctx, snap, sv, held, "")
+	return s.restore(rctx, snap, sv, held, "", done)
 }
 
 // restore runs a restore registered by beginRestore (ctx is its own),
 // with the server held (servers.Hold: no write but the restore's, no
 // start): it releases the hold before it starts the server again.
-func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held, only string) (err error) {
+func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held, only string, unuse func()) (err error) {
 	defer held.Release()
 	what := "snapshot " + snap.ID
 	if only != "" && only != "." {
@@ -924,6 +924,9 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 	}
 	s.servers.Note(sv.ID, fmt.Sprintf("restoring %s (%s)", what, snap.Name))
 	defer func() {
+		// The snapshot may be deleted once the console says the restore
+		// ended (a client waiting for that line deletes at once).
+		unuse()
 		if errors.Is(context.Cause(ctx), ErrServerDeleted) {
 			// Whatever failed, it failed because the server went: say
 			// so, and write nothing to the console of a server gone.
