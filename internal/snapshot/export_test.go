@@ -10,7 +10,6 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
-	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
@@ -103,12 +102,7 @@ func untarZst(t *testing.T, b []byte) map[string]string {
 // is not deleted (ErrInUse) until that ends; another team still gets
 // ErrNotFound for it.
 func TestDeleteWaitsForReaders(t *testing.T) {
-	fs, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate := &gatedStore{Store: fs, armed: make(chan struct{}), hit: make(chan struct{})}
-	e := newSvcEnvOn(t, storetest.SQLite(t), gate)
+	e, gate := newGatedEnv(t)
 	ctx := t.Context()
 	sv := e.server("dl", map[string]string{"world/level.dat": randomText(1 << 20)})
 	snap, err := e.svc.Create(ctx, e.team, sv.ID, "x", "")

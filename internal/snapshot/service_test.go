@@ -624,6 +624,17 @@ func TestOrphanChunksCollected(t *testing.T) {
 	})
 }
 
+// newGatedEnv is newSvcEnv (SQLite) on a gatedStore over a file store.
+func newGatedEnv(t *testing.T) (*svcEnv, *gatedStore) {
+	t.Helper()
+	fs, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &gatedStore{Store: fs, armed: make(chan struct{}), hit: make(chan struct{})}
+	return newSvcEnvOn(t, storetest.SQLite(t), gate), gate
+}
+
 // gatedStore holds every chunk read, once armed, until its context ends:
 // a store slow enough for a test to act in the middle of a restore.
 type gatedStore struct {
@@ -653,12 +664,7 @@ func (g *gatedStore) Get(ctx context.Context, key string) (io.ReadCloser, error)
 // started again; the snapshot stays ready with all its chunks; a new
 // restore into the deleted server is refused.
 func TestRestoreIntoDeletedServer(t *testing.T) {
-	fs, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate := &gatedStore{Store: fs, armed: make(chan struct{}), hit: make(chan struct{})}
-	e := newSvcEnvOn(t, storetest.SQLite(t), gate)
+	e, gate := newGatedEnv(t)
 	ctx := t.Context()
 	e.srv.OnDelete(e.svc.CancelServer)
 	// What the root holds when the server's files are about to be removed
