@@ -55,14 +55,7 @@ func TestSnapshotDownload(t *testing.T) {
 			return all[strings.Index(all, "\n")+1:]
 		}
 		want := below(root)
-		st, out := h.sendJSON("POST", "/snapshots", map[string]any{"source_server_id": id, "name": "before/update"})
-		if st != 202 {
-			t.Fatalf("create: %d %v", st, out)
-		}
-		snapID := out["snapshot_id"].(string)
-		if s := h.waitSnapshot(snapID); s["status"] != "ready" {
-			t.Fatalf("snapshot = %v", s)
-		}
+		snapID := h.readySnapshot(id, "before/update")
 
 		for _, c := range []struct{ query, ctype, ext string }{
 			{"", "application/gzip", "tar.gz"},

@@ -94,12 +94,7 @@ func TestEveryRouteHidesOtherTeams(t *testing.T) {
 		other := *h
 		other.token = h.otherTeamToken()
 		mine, _ := other.fileServer(1024)
-		st, out := other.sendJSON("POST", "/snapshots", map[string]any{"source_server_id": mine, "name": "mine"})
-		if st != 202 {
-			t.Fatalf("other team's snapshot: %d %v", st, out)
-		}
-		mySnap := out["snapshot_id"].(string)
-		other.waitSnapshot(mySnap)
+		mySnap := other.readySnapshot(mine, "mine")
 		before := h.ownerState(owner)
 
 		// Every route whose path names a team's object.
@@ -180,14 +175,7 @@ func (h *harness) ownerObjects() map[string]string {
 	install := mustJSON(body)["install"].(map[string]any)["id"].(string)
 	cfg := h.createConfiguration("network", specLobby)
 	run := h.apply(cfg, "")["run"].(map[string]any)["id"].(string)
-	st, out := h.sendJSON("POST", "/snapshots", map[string]any{"source_server_id": id, "name": "nightly"})
-	if st != 202 {
-		t.Fatalf("snapshot: %d %v", st, out)
-	}
-	snap := out["snapshot_id"].(string)
-	if s := h.waitSnapshot(snap); s["status"] != "ready" {
-		t.Fatalf("snapshot = %v", s)
-	}
+	snap := h.readySnapshot(id, "nightly")
 	return map[string]string{
 		"{id}": id, "{downloadId}": dl, "{installId}": install, "{configurationId}": cfg,
 		"{versionNumber}": "1", "{runId}": run, "{snapshotId}": snap,

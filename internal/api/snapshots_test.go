@@ -13,6 +13,21 @@ import (
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
+// readySnapshot takes a snapshot of server id, waits until it is ready
+// and returns its id.
+func (h *harness) readySnapshot(id, name string) string {
+	h.t.Helper()
+	st, out := h.sendJSON("POST", "/snapshots", map[string]any{"source_server_id": id, "name": name})
+	if st != 202 {
+		h.t.Fatalf("create snapshot %q: %d %v", name, st, out)
+	}
+	snap := out["snapshot_id"].(string)
+	if s := h.waitSnapshot(snap); s["status"] != "ready" {
+		h.t.Fatalf("snapshot %q = %v", name, s)
+	}
+	return snap
+}
+
 // waitSnapshot polls a snapshot until its status is final.
 func (h *harness) waitSnapshot(id string) map[string]any {
 	h.t.Helper()
