@@ -181,7 +181,7 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusNotFound, errorBody{Error: "snapshot not found", Code: codeSnapshotNotFound}
 	case errors.Is(err, snapshot.ErrExportsBusy):
 		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeUnavailable}
-	case errors.Is(err, snapshot.ErrNotReady), errors.Is(err, snapshot.ErrBusy), errors.Is(err, snapshot.ErrInUse):
+	case errors.Is(err, snapshot.ErrNotReady), errors.Is(err, snapshot.ErrBusy):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	case errors.Is(err, engine.ErrRestorePending):
 		return http.StatusConflict, errorBody{Error: "an interrupted restore of this server is still being finished; try again in a moment", Code: codeConflict}

@@ -57,14 +57,8 @@
 //     looks whole. At most Options.MaxExports (4) are written at once per
 //     process, each holding up to 16 MiB of chunks fetched ahead (and
 //     its compressor's buffers: 29–57 MiB of peak RSS a download)
-//     (ErrExportsBusy beyond).
-//   - A snapshot being restored or downloaded through this process is
-//     not deleted (ErrInUse, 409) until that ends: a retention script's
-//     delete must not fail the restore it races, nor cut a download. The
-//     readers are known in memory only (Service.use): a delete through
-//     another replica still goes ahead, and the reader then fails as
-//     before (a restore before its commit point leaves the files as they
-//     were; a download is cut off).
+//     (ErrExportsBusy beyond). A snapshot deleted during its download
+//     ends it the same way: nothing holds its chunks for a reader.
 //   - Partial restore (RestorePath): one path of the snapshot and what is
 //     under it becomes the snapshot's, the rest of the tree is left as it
 //     is (engine RestoreOptions.Only: outside the path the swap treats

@@ -72,7 +72,6 @@ type Download struct {
 	ex       *engine.Export
 	slots    chan struct{}
 	held     bool
-	done     func() // ends the service's record of the read (use)
 }
 
 // Export opens one of the team's snapshots for download, taking one of
@@ -81,26 +80,19 @@ type Download struct {
 // ErrNotReady, ErrExportsBusy, files.ErrNotFound (nothing at only),
 // engine.ErrInvalidManifest, the store's.
 func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Download, error) {
-	done, err := s.use(id)
-	if err != nil {
-		return nil, err
-	}
 	snap, err := s.Get(ctx, teamID, id)
 	if err != nil {
-		done()
 		return nil, err
 	}
 	if snap.Status != StatusReady {
-		done()
 		return nil, ErrNotReady
 	}
 	select {
 	case s.exports <- struct{}{}:
 	default:
-		done()
 		return nil, ErrExportsBusy
 	}
-	d := &Download{Snapshot: snap, slots: s.exports, held: true, done: done}
+	d := &Download{Snapshot: snap, slots: s.exports, held: true}
 	d.ex, err = engine.OpenExport(ctx, s.store, engine.ManifestKey(snap.UUID), only)
 	if err != nil {
 		d.Close()
@@ -109,13 +101,11 @@ func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Downloa
 	return d, nil
 }
 
-// Close lets go of the download's slot, and lets a delete of the snapshot
-// go ahead; it may be called more than once.
+// Close lets go of the download's slot; it may be called more than once.
 func (d *Download) Close() {
 	if d.held {
 		d.held = false
 		<-d.slots
-		d.done()
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"testing"
-	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -96,60 +95,4 @@ func untarZst(t *testing.T, b []byte) map[string]string {
 	}
 	defer zr.Close()
 	return untar(t, zr)
-}
-
-// TestDeleteWaitsForReaders: a snapshot being downloaded or restored here
-// is not deleted (ErrInUse) until that ends; another team still gets
-// ErrNotFound for it.
-func TestDeleteWaitsForReaders(t *testing.T) {
-	e, gate := newGatedEnv(t)
-	ctx := t.Context()
-	sv := e.server("dl", map[string]string{"world/level.dat": randomText(1 << 20)})
-	snap, err := e.svc.Create(ctx, e.team, sv.ID, "x", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.wait(snap.ID)
-
-	d, err := e.svc.Export(ctx, e.team, snap.ID, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.svc.Delete(ctx, e.team, snap.ID); !errors.Is(err, ErrInUse) {
-		t.Errorf("Delete during a download = %v, want ErrInUse", err)
-	}
-	if _, err := e.svc.Delete(ctx, "team_b", snap.ID); !errors.Is(err, ErrNotFound) {
-		t.Errorf("another team's Delete during a download = %v, want ErrNotFound", err)
-	}
-	d.Close()
-
-	// A restore held on its first chunk read.
-	close(gate.armed)
-	if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
-		t.Fatal(err)
-	}
-	<-gate.hit
-	if _, err := e.svc.Delete(ctx, e.team, snap.ID); !errors.Is(err, ErrInUse) {
-		t.Errorf("Delete during a restore = %v, want ErrInUse", err)
-	}
-	// The restore ends (its server deleted cancels it), then the delete
-	// goes through.
-	e.srv.OnDelete(e.svc.CancelServer)
-	if err := e.srv.Delete(ctx, e.team, sv.ID); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := e.svc.Delete(ctx, e.team, snap.ID)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrInUse) || time.Now().After(deadline) {
-			t.Fatalf("Delete after the restore ended = %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if _, err := e.svc.Export(ctx, e.team, snap.ID, ""); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Export of the deleted snapshot = %v, want ErrNotFound", err)
-	}
 }

@@ -37,8 +37,6 @@ var (
 	ErrNotReady = errors.New("the snapshot is not ready; only a ready snapshot can be restored or downloaded")
 	// ErrBusy: a restore of a server another restore is writing.
 	ErrBusy = errors.New("a restore into this server is already running")
-	// ErrInUse: a delete of a snapshot being restored or downloaded.
-	ErrInUse = errors.New("the snapshot is being restored or downloaded; delete it when that is done")
 	// ErrServerDeleted: the server a restore was writing into was deleted;
 	// the restore stopped (before its commit point: nothing of it left).
 	ErrServerDeleted = errors.New("the server was deleted during the restore; the restore was cancelled")
@@ -210,8 +208,6 @@ type Service struct {
 	running   map[string]context.CancelFunc // snapshots being taken here, by id
 	restoring map[string]*restoreRun        // servers being restored, by id
 	deleted   map[string]bool               // servers deleted (or being deleted) since the start, by id
-	reading   map[string]int                // snapshots being restored or downloaded here, by id (use)
-	deleting  map[string]bool               // snapshots being deleted here, by id
 	ctx       context.Context               // ends at Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -227,8 +223,8 @@ func New(db *store.DB, st blob.Store, srv Servers, cat Catalog, opts Options, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{db: db, store: st, servers: srv, cat: cat, log: log, opts: opts,
 		slots: make(chan struct{}, opts.Parallel), exports: make(chan struct{}, opts.MaxExports), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
-		deleted: map[string]bool{}, reading: map[string]int{}, deleting: map[string]bool{},
-		ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1)}
+		deleted: map[string]bool{},
+		ctx:     ctx, cancel: cancel, wake: make(chan struct{}, 1)}
 }
 
 // Snapshot is a snapshot record.
@@ -635,21 +631,6 @@ type Deletion struct {
 // A snapshot still being taken is stopped; what it stored is collected
 // in the background. Errors: ErrNotFound.
 func (s *Service) Delete(ctx context.Context, teamID, id string) (Deletion, error) {
-	s.mu.Lock()
-	if s.reading[id] > 0 {
-		s.mu.Unlock()
-		if _, err := s.Get(ctx, teamID, id); err != nil {
-			return Deletion{}, err // another team's: not found, as ever
-		}
-		return Deletion{}, ErrInUse
-	}
-	s.deleting[id] = true
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.deleting, id)
-		s.mu.Unlock()
-	}()
 	var snap Snapshot
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
@@ -703,30 +684,6 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) (Deletion, erro
 	return d, nil
 }
 
-// use records a restore or a download of snapshot id starting here, so
-// that a delete waits for it to end (ErrInUse) rather than take its
-// chunks from under it; the returned func ends it. A snapshot being
-// deleted is ErrNotFound. Only this process's readers are known: a delete
-// on another replica still cuts them (documented).
-func (s *Service) use(id string) (func(), error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.deleting[id] {
-		return nil, ErrNotFound
-	}
-	s.reading[id]++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			if s.reading[id]--; s.reading[id] <= 0 {
-				delete(s.reading, id)
-			}
-			s.mu.Unlock()
-		})
-	}, nil
-}
-
 // unavailable reports a cleanup the store interrupted: the collector
 // finishes it.
 func (s *Service) unavailable(d Deletion, id string, err error) Deletion {
@@ -757,16 +714,6 @@ func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) erro
 // Errors: Restore's, and files.ErrNotFound when the snapshot holds
 // nothing at only (checked before the server is touched).
 func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only string) error {
-	done, err := s.use(id)
-	if err != nil {
-		return err
-	}
-	handed := false // to the restore's goroutine, which ends the use
-	defer func() {
-		if !handed {
-			done()
-		}
-	}()
 	snap, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return err
@@ -803,11 +750,9 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 		s.endRestore(sv.ID, run)
 		return err
 	}
-	handed = true
 	s.wg.Go(func() {
-		defer done()
 		defer s.endRestore(sv.ID, run)
-		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only, done) }); err != nil {
+		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only) }); err != nil {
 			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
 		}
 	})
@@ -885,11 +830,6 @@ func (s *Service) DeleteAborted(id string) {
 
 // RestoreNow is Restore waiting for the end (the deployments executor).
 func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) error {
-	done, err := s.use(id)
-	if err != nil {
-		return err
-	}
-	defer done()
 	snap, err := s.Get(ctx, teamID, id)
 	if err != nil {
 		return err
@@ -910,13 +850,13 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 	if err != nil {
 		return err
 	}
-	return s.restore(rctx, snap, sv, held, "", done)
+	return s.restore(rctx, snap, sv, held, "")
 }
 
 // restore runs a restore registered by beginRestore (ctx is its own),
 // with the server held (servers.Hold: no write but the restore's, no
 // start): it releases the hold before it starts the server again.
-func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held, only string, unuse func()) (err error) {
+func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held, only string) (err error) {
 	defer held.Release()
 	what := "snapshot " + snap.ID
 	if only != "" && only != "." {
@@ -924,9 +864,6 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 	}
 	s.servers.Note(sv.ID, fmt.Sprintf("restoring %s (%s)", what, snap.Name))
 	defer func() {
-		// The snapshot may be deleted once the console says the restore
-		// ended (a client waiting for that line deletes at once).
-		unuse()
 		if errors.Is(context.Cause(ctx), ErrServerDeleted) {
 			// Whatever failed, it failed because the server went: say
 			// so, and write nothing to the console of a server gone.
