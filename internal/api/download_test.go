@@ -13,6 +13,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/kilnhq/kiln/internal/snapshot"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
@@ -56,6 +57,10 @@ func TestSnapshotDownload(t *testing.T) {
 		}
 		want := below(root)
 		snapID := h.readySnapshot(id, "before/update")
+		me, err := h.auth.TeamByName(t.Context(), "default")
+		if err != nil {
+			t.Fatal(err)
+		}
 
 		for _, c := range []struct{ query, ctype, ext string }{
 			{"", "application/gzip", "tar.gz"},
@@ -145,6 +150,34 @@ func TestSnapshotDownload(t *testing.T) {
 		if _, err := db.Write().ExecContext(t.Context(), `UPDATE snapshots SET status = 'ready' WHERE id = $1`, snapID); err != nil {
 			t.Fatal(err)
 		}
+
+		// Downloads held open through the service, as long ones would be:
+		// one more than the process writes at once is refused (503)
+		// before any byte.
+		var open []*snapshot.Download
+		for range 4 { // snapshot.Options.MaxExports' default
+			d, err := h.srv.deps.Snapshots.Export(t.Context(), me.ID, snapID, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			open = append(open, d)
+		}
+		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download", h.token, nil)
+		wantError(t, st, body, 503, "UNAVAILABLE", "too many snapshot downloads")
+		for _, d := range open[1:] {
+			d.Close()
+		}
+
+		// A delete while one is open goes ahead (the seed's delete has no
+		// 409); that download then fails rather than end short.
+		st, _, body = h.do("DELETE", Prefix+"/snapshots/"+snapID, h.token, nil)
+		if st != 200 || mustJSON(body)["storage_deleted"] != true {
+			t.Fatalf("delete during a download: %d %s", st, body)
+		}
+		if err := open[0].WriteTo(t.Context(), io.Discard, snapshot.ExportTar); err == nil {
+			t.Errorf("a download of a snapshot deleted under it ended without an error")
+		}
+		snapID = h.readySnapshot(id, "again")
 
 		// The chunks gone, the manifest still there: the manifest is sound,
 		// so the answer starts; the transfer is then cut off (before or
