@@ -40,7 +40,7 @@ func (x *exec) applyDatabase(ctx context.Context, st plan.Step, res *runs.Resour
 	}
 	d, err := x.e.opts.Databases.Ensure(ctx, r.TeamID, o, want.Engine, want.Attach)
 	if errors.Is(err, dbservice.ErrNoHost) {
-		return "", fail(runs.FailCapacity, "no %s database host is registered; an operator adds one with `kiln admin dbhost add --name NAME --engine %s --dsn URL`", want.Engine, want.Engine)
+		return "", fail(runs.FailCapacity, "no %s database host is registered; an operator adds one with `kiln admin dbhost add NAME --engine %s --dsn URL`", want.Engine, want.Engine)
 	}
 	if err != nil {
 		return "", classify(err)
