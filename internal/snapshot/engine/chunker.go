@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -272,3 +273,17 @@ func (c *cursor) close() {
 		c.s, c.start, c.w = nil, 0, 0
 	}
 }
+
+// isRegionFile tells whether a file is a Minecraft region file (Anvil
+// .mca, McRegion .mcr), which sectorCut cuts instead of cutPoint.
+func isRegionFile(rel string) bool {
+	return strings.HasSuffix(rel, ".mca") || strings.HasSuffix(rel, ".mcr")
+}
+
+// sectorCut returns the length of the chunk that starts data: avgChunk
+// bytes, or what is left. A region file is 4 KiB sectors that the game
+// rewrites in place (a chunk that outgrows its sectors moves to free
+// ones; nothing shifts), so fixed chunks aligned to the file's start are
+// cut at the same places in every snapshot without a fingerprint, which
+// cost a core ~0.7 s a GB.
+func sectorCut(data []byte) int { return min(len(data), avgChunk) }

@@ -829,6 +829,10 @@ func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte)
 		return err
 	}
 	cur.w += copy(cur.s.buf[cur.w:], pre)
+	cut := cutPoint
+	if isRegionFile(it.en.path) {
+		cut = sectorCut
+	}
 	eof := false
 	for {
 		for !eof && cur.w-cur.start < maxChunk {
@@ -846,7 +850,7 @@ func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte)
 			}
 		}
 		for cur.w-cur.start >= maxChunk || (eof && cur.w > cur.start) {
-			n := cutPoint(cur.s.buf[cur.start:cur.w])
+			n := cut(cur.s.buf[cur.start:cur.w])
 			data := cur.s.buf[cur.start : cur.start+n]
 			it.ext = append(it.ext, pendingExtent{len: int64(n)})
 			it.en.size += int64(n)

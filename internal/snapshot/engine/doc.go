@@ -35,6 +35,23 @@
 //     slides a 64-byte window (two lookups and an xor), and FastCDC does
 //     not hash the first 256 KiB of a chunk at all. restic/chunker stays
 //     in go.mod for the benchmark only.
+//   - Region files (.mca, .mcr: world/region, entities, poi) are cut
+//     every 1 MiB from their start instead (sectorCut), without a
+//     fingerprint. Content-defined cuts exist for bytes that shift when
+//     something is inserted before them; a region file's bytes never
+//     shift: the game rewrites a chunk in its own 4 KiB sectors, or
+//     moves one that outgrew them to free sectors, and the header's
+//     locations say where. Fixed cuts aligned to the file's start (so to
+//     its sectors) change exactly where the sectors changed, as FastCDC's
+//     did (worldgen's 1 % mutate: 5 new chunks, 4.3 MB, either way), and
+//     most of a world's bytes are region files: the first snapshot of a
+//     1 GiB world takes 0.7 CPU-s less, ~20 % of its time
+//     (docs/benchmarks.md, 2026-11-27 evening; TestRegionFileCuts). A
+//     file so named that is not a region file is stored as correctly,
+//     only deduplicated worse if bytes are inserted into it. Region files
+//     stored by a Kiln that cut them by content are not read again while
+//     unchanged (the parent's extents are reused); one that changes is
+//     stored whole once in the new cuts.
 //   - Cutting in place: the library cuts in its own buffer, so every
 //     chunk had to be copied out of it before the next cut (a copy of
 //     every byte read). Its cut function (FastCDC.Algorithm with the
