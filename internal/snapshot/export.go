@@ -78,7 +78,7 @@ type Download struct {
 // the Options.MaxExports slots: all of it, or only the path only (clean,
 // relative: files.Clean's) and what is under it. Errors: ErrNotFound,
 // ErrNotReady, ErrExportsBusy, files.ErrNotFound (nothing at only),
-// engine.ErrInvalidManifest, the store's.
+// manifest.ErrInvalid, the store's.
 func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Download, error) {
 	snap, err := s.Get(ctx, teamID, id)
 	if err != nil {

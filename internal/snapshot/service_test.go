@@ -22,6 +22,7 @@ import (
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
@@ -1017,10 +1018,10 @@ func TestDedupAcrossTeams(t *testing.T) {
 		t.Errorf("ParseDedup(GLOBAL) = %q, %v", d, err)
 	}
 	o := Options{}
-	if s := o.chunkSpace("team_0123456789ABCDEFGHIJ"); s != "7465616d5f30313233343536373839414243444546474849"+"4a" || engine.ValidSpace(s) != nil {
+	if s := o.chunkSpace("team_0123456789ABCDEFGHIJ"); s != "7465616d5f30313233343536373839414243444546474849"+"4a" || manifest.ValidSpace(s) != nil {
 		t.Errorf("chunkSpace(team_…) = %q", s)
 	}
-	if s := o.chunkSpace(strings.Repeat("t", 40)); len(s) != 33 || s[0] != 'h' || engine.ValidSpace(s) != nil {
+	if s := o.chunkSpace(strings.Repeat("t", 40)); len(s) != 33 || s[0] != 'h' || manifest.ValidSpace(s) != nil {
 		t.Errorf("chunkSpace of a 40-byte id = %q, want h and 32 hex digits", s)
 	}
 }

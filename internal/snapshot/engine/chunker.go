@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/PlakarKorp/go-cdc-chunkers/chunkers/fastcdc"
 	"golang.org/x/sys/unix"
+
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // Chunk sizes (see doc.go): FastCDC cuts after minChunk bytes at the
@@ -16,7 +19,7 @@ import (
 const (
 	minChunk = 256 << 10
 	avgChunk = 1 << 20
-	maxChunk = 4 << 20
+	maxChunk = manifest.MaxChunk
 	// chunkAlgorithm is the go-cdc-chunkers name of the cutter. Its gear
 	// table is the library's fixed one (no key), so the same bytes are cut
 	// at the same places in every snapshot and on every node: that is
@@ -287,3 +290,9 @@ func isRegionFile(rel string) bool {
 // cut at the same places in every snapshot without a fingerprint, which
 // cost a core ~0.7 s a GB.
 func sectorCut(data []byte) int { return min(len(data), avgChunk) }
+
+// chunkerHeader names the cutter and its sizes (a manifest's
+// Header.Chunker).
+func chunkerHeader() string {
+	return fmt.Sprintf("%s/%d/%d/%d", chunkAlgorithm, minChunk, avgChunk, maxChunk)
+}

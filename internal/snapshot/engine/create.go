@@ -23,6 +23,7 @@ import (
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/panics"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // Store is what the engine needs of a blob store (internal/blob's Store).
@@ -167,7 +168,7 @@ func slabCount(n int) int { return n + 2 + spareSlabs }
 // chunker cuts its content into jobs, the workers fill its chunks in, and
 // the manifest writer waits for it (done) and writes it.
 type item struct {
-	en     entry
+	en     manifest.Entry
 	reused bool   // a file whose extents (en.extents) came from the parent
 	f      *rfile // a regular file to cut (&file); nil for others
 	file   rfile
@@ -178,7 +179,7 @@ type item struct {
 
 // pendingExtent is an extent whose chunk a worker names (ref.sum) later.
 type pendingExtent struct {
-	ref      *chunkRef
+	ref      *manifest.ChunkRef
 	off, len int64
 }
 
@@ -192,7 +193,7 @@ func (it *item) finish() {
 // job is one chunk for a transfer.
 type job struct {
 	items []*item // the file it is cut from, or the files of a pack
-	ref   *chunkRef
+	ref   *manifest.ChunkRef
 	slab  *slab  // what data is a slice of, held until the chunk is stored
 	data  []byte // its bytes
 	pack  bool   // a pack of small files, not a large file's chunk
@@ -245,7 +246,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 		return Result{}, err
 	}
 	opts.Compression = level
-	if err := ValidSpace(opts.Space); err != nil {
+	if err := manifest.ValidSpace(opts.Space); err != nil {
 		return Result{}, err
 	}
 	if opts.Workers <= 0 {
@@ -314,7 +315,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	}
 	c.res.Chunks = make([]string, 0, len(c.seen))
 	for sum := range c.seen {
-		c.res.Chunks = append(c.res.Chunks, chunkKey(c.opts.Space, sum))
+		c.res.Chunks = append(c.res.Chunks, manifest.ChunkKey(c.opts.Space, sum))
 	}
 	slices.Sort(c.res.Chunks)
 	c.res.StoredBytes += c.stored
@@ -475,10 +476,10 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 			}
 			return nil
 		}
-		it := &item{en: entry{path: rel, mode: e.Mode.Perm(), mtime: e.ModTime.UnixNano()}}
+		it := &item{en: manifest.Entry{Path: rel, Mode: e.Mode.Perm(), Mtime: e.ModTime.UnixNano()}}
 		switch {
 		case e.IsDir():
-			it.en.kind = kindDir
+			it.en.Kind = manifest.KindDir
 			c.res.Dirs++
 		case e.IsSymlink():
 			target, err := c.root.Readlink(rel)
@@ -488,11 +489,11 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 			if err != nil {
 				return err
 			}
-			if !linkAllowed(rel, target) || !c.root.LinkInside(rel, target) {
+			if !manifest.LinkAllowed(rel, target) || !c.root.LinkInside(rel, target) {
 				c.res.Skipped.Links++
 				return nil
 			}
-			it.en.kind, it.en.target, it.en.mode = kindLink, target, 0
+			it.en.Kind, it.en.Target, it.en.Mode = manifest.KindLink, target, 0
 			c.res.Symlinks++
 		case e.IsFile():
 			fd, st, err := open.OpenFD()
@@ -511,21 +512,21 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 			}
 			// The open file's own stat: what is read, and what a later
 			// snapshot compares.
-			it.en.kind, it.f, it.en.size = kindFile, &it.file, st.Size
-			it.en.mode = fs.FileMode(st.Mode).Perm()
-			it.en.mtime, it.en.stat = st.Mtim.Nano(), true
-			it.en.ctime, it.en.ino = st.Ctim.Nano(), st.Ino
+			it.en.Kind, it.f, it.en.Size = manifest.KindFile, &it.file, st.Size
+			it.en.Mode = fs.FileMode(st.Mode).Perm()
+			it.en.Mtime, it.en.Stat = st.Mtim.Nano(), true
+			it.en.Ctime, it.en.Ino = st.Ctim.Nano(), st.Ino
 			c.res.Files++
 			if c.parent != nil {
 				if ext := c.parent.match(rel, &it.en); ext != nil {
 					it.file.Close()
-					it.f, it.reused, it.en.extents = nil, true, ext
+					it.f, it.reused, it.en.Extents = nil, true, ext
 					c.mu.Lock()
 					for _, x := range ext {
-						c.seen[x.chunk.sum] = struct{}{}
+						c.seen[x.Chunk.Sum] = struct{}{}
 					}
 					c.res.ReusedFiles++
-					c.res.ReusedBytes += it.en.size
+					c.res.ReusedBytes += it.en.Size
 					c.mu.Unlock()
 				}
 			}
@@ -615,7 +616,7 @@ func (k *cutter) cut(ctx context.Context, in <-chan *item) error {
 		it.done = make(chan struct{})
 		it.left.Store(1) // the cutter's own hold, dropped once the file is cut
 		switch {
-		case it.f != nil && it.en.size > packFileMax:
+		case it.f != nil && it.en.Size > packFileMax:
 			if len(k.packed) == 0 {
 				// No pack is open: its slab goes back while large files
 				// are cut.
@@ -637,7 +638,7 @@ func (k *cutter) cut(ctx context.Context, in <-chan *item) error {
 			}
 			it.finish()
 		case it.reused:
-			k.progress(it.en.size)
+			k.progress(it.en.Size)
 			it.finish()
 		default:
 			it.finish()
@@ -664,7 +665,7 @@ func (k *cutter) cutLarge(ctx context.Context, in <-chan *item) error {
 	var cur cursor
 	defer cur.close()
 	for it := range in {
-		it.en.size = 0 // what is read, whatever the walk saw
+		it.en.Size = 0 // what is read, whatever the walk saw
 		err := k.cutFile(ctx, &cur, it, nil)
 		it.f.Close()
 		it.f = nil
@@ -708,8 +709,8 @@ func (k *cutter) pass(ctx context.Context, it *item) error {
 // readFile reads a small regular file (as walked) into the open pack; one
 // that grew past a small file's size is cut into chunks of its own.
 func (k *cutter) readFile(ctx context.Context, it *item) error {
-	walked := it.en.size
-	it.en.size = 0 // what is read, whatever the walk saw
+	walked := it.en.Size
+	it.en.Size = 0 // what is read, whatever the walk saw
 	// Read it whole at the end of the open pack, one byte more than a
 	// small file holds to see one that grew.
 	if err := k.pack.room(ctx, k.c.slabs, packFileMax+1); err != nil {
@@ -734,7 +735,7 @@ func (k *cutter) readFile(ctx context.Context, it *item) error {
 	}
 	switch {
 	case err != nil && !errors.Is(err, io.EOF):
-		return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
+		return fmt.Errorf("read %s: %w", files.Display(it.en.Path), err)
 	case n == len(buf):
 		// Larger than the walk saw: cut it alone, from what was read on.
 		err := k.cutFile(ctx, &k.file, it, buf)
@@ -755,12 +756,12 @@ func (k *cutter) readFile(ctx context.Context, it *item) error {
 		}
 	}
 	it.ext = append(it.ext, pendingExtent{off: int64(k.pack.w - k.pack.start), len: int64(n)})
-	it.en.size = int64(n)
+	it.en.Size = int64(n)
 	it.left.Add(1) // the pack's hold
 	k.pack.w += n
 	k.packed = append(k.packed, it)
 	k.progress(int64(n))
-	if packEnds(it.en.path, int64(n)) || len(k.packed) >= packMaxFiles {
+	if packEnds(it.en.Path, int64(n)) || len(k.packed) >= packMaxFiles {
 		// The pack ends with this file: handed over with the entries
 		// held before it; the file itself follows them (pass).
 		return k.flush(ctx)
@@ -807,7 +808,7 @@ func (k *cutter) release(ctx context.Context) error {
 // holds until stored), and which items' extents point to it (their ref
 // is set here).
 func (k *cutter) send(ctx context.Context, items []*item, s *slab, data []byte, pack bool) error {
-	ref := &chunkRef{len: int64(len(data))}
+	ref := &manifest.ChunkRef{Len: int64(len(data))}
 	for _, it := range items {
 		it.ext[len(it.ext)-1].ref = ref
 	}
@@ -830,7 +831,7 @@ func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte)
 	}
 	cur.w += copy(cur.s.buf[cur.w:], pre)
 	cut := cutPoint
-	if isRegionFile(it.en.path) {
+	if isRegionFile(it.en.Path) {
 		cut = sectorCut
 	}
 	eof := false
@@ -846,14 +847,14 @@ func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte)
 			case errors.Is(err, io.EOF):
 				eof = true
 			case err != nil:
-				return fmt.Errorf("read %s: %w", files.Display(it.en.path), err)
+				return fmt.Errorf("read %s: %w", files.Display(it.en.Path), err)
 			}
 		}
 		for cur.w-cur.start >= maxChunk || (eof && cur.w > cur.start) {
 			n := cut(cur.s.buf[cur.start:cur.w])
 			data := cur.s.buf[cur.start : cur.start+n]
 			it.ext = append(it.ext, pendingExtent{len: int64(n)})
-			it.en.size += int64(n)
+			it.en.Size += int64(n)
 			it.left.Add(1)
 			if err := k.send(ctx, []*item{it}, cur.s, data, false); err != nil {
 				return err
@@ -896,10 +897,10 @@ func (j *job) free() {
 // referenced by this snapshot, or in the store. It frees the job's slab
 // once it needs its bytes no more.
 func (c *creator) store1(ctx context.Context, j *job) error {
-	j.ref.sum = sha256.Sum256(j.data)
+	j.ref.Sum = sha256.Sum256(j.data)
 	c.mu.Lock()
-	_, seen := c.seen[j.ref.sum]
-	c.seen[j.ref.sum] = struct{}{}
+	_, seen := c.seen[j.ref.Sum]
+	c.seen[j.ref.Sum] = struct{}{}
 	c.mu.Unlock()
 	if seen {
 		// Stored (or being stored) for an earlier chunk of this snapshot;
@@ -907,11 +908,11 @@ func (c *creator) store1(ctx context.Context, j *job) error {
 		return nil
 	}
 	if c.parent != nil {
-		if _, ok := c.parent.present[j.ref.sum]; ok {
+		if _, ok := c.parent.present[j.ref.Sum]; ok {
 			return nil // pinned and found by loadParent
 		}
 	}
-	key := chunkKey(c.opts.Space, j.ref.sum)
+	key := manifest.ChunkKey(c.opts.Space, j.ref.Sum)
 	if c.opts.Pin != nil {
 		if err := c.opts.Pin(ctx, key); err != nil {
 			return fmt.Errorf("pin chunk %s: %w", key, err)
@@ -975,7 +976,7 @@ func (c *creator) store1(ctx context.Context, j *job) error {
 // then the end record: the manifest is complete only when every chunk it
 // names was stored.
 func (c *creator) writeManifest(ctx context.Context, ordered <-chan *item, w io.Writer) error {
-	enc, err := newEncoder(w, c.start, c.opts.Space)
+	enc, err := manifest.NewEncoder(w, manifest.Header{Chunker: chunkerHeader(), Start: c.start, Space: c.opts.Space})
 	if err != nil {
 		return err
 	}
@@ -994,22 +995,22 @@ func (c *creator) writeManifest(ctx context.Context, ordered <-chan *item, w io.
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if it.en.kind == kindFile {
+		if it.en.Kind == manifest.KindFile {
 			for _, x := range it.ext { // none for a reused file
-				it.en.extents = append(it.en.extents, extent{chunk: *x.ref, off: x.off, len: x.len})
+				it.en.Extents = append(it.en.Extents, manifest.Extent{Chunk: *x.ref, Off: x.off, Len: x.len})
 			}
 			c.mu.Lock()
-			c.res.SizeBytes += it.en.size
+			c.res.SizeBytes += it.en.Size
 			c.mu.Unlock()
 		}
-		if err := enc.add(&it.en); err != nil {
+		if err := enc.Add(&it.en); err != nil {
 			return fmt.Errorf("write manifest: %w", err)
 		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := enc.close(); err != nil {
+	if err := enc.Close(); err != nil {
 		return fmt.Errorf("write manifest: %w", err)
 	}
 	// Every chunk was put (each entry waited for its own): make them

@@ -6,7 +6,9 @@
 // references, Export writes a stored snapshot as a tar stream (PAX:
 // exact mtimes; the manifest checked whole first, every chunk checked
 // against its name, workers fetching at most four chunks ahead of the
-// writer, so memory stays bounded whatever the snapshot's size). It owns the chunking, the manifest format and the swap; it
+// writer, so memory stays bounded whatever the snapshot's size). It owns the chunking and the swap, and uses the manifest format of
+// internal/snapshot/manifest (encoder, decoder, the checks of what a
+// manifest says); it
 // knows nothing of snapshot records, schedules, HTTP or the database (the
 // lifecycle above it keeps those, and the ignore text: ignore.Parse's
 // Match is what CreateOptions.Ignore and RestoreOptions.Ignore take).
@@ -208,9 +210,9 @@
 //     as they were stored; a parent of another space is not used
 //     (ErrParentSpace): its chunks are not the new snapshot's to
 //     reference. A space name is a directory of the store: a-z, 0-9,
-//     '_' and '-', at most 64 (ValidSpace; a manifest naming another is
+//     '_' and '-', at most 64 (manifest.ValidSpace; a manifest naming another is
 //     corrupt).
-//   - Manifest format v3 (manifest.go; v1 and v2 are still read, and
+//   - Manifest format v3 (internal/snapshot/manifest; v1 and v2 are still read, and
 //     restored; v3 adds the chunk space to v2's header):
 //     one zstd stream (SpeedDefault) of a magic, a version, a header naming the chunker,
 //     the snapshot's start and its chunk space, one binary record per entry (varints; a

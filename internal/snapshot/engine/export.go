@@ -14,6 +14,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/panics"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // Export is a stored snapshot whose manifest was read and checked whole,
@@ -22,7 +23,7 @@ import (
 type Export struct {
 	store Store
 	key   string
-	info  manifestInfo
+	info  manifest.Info
 	only  string // the path exported with what is under it; "." for all
 
 	Files, Dirs, Symlinks int
@@ -41,17 +42,17 @@ func OpenExport(ctx context.Context, store Store, manifestKey, only string) (*Ex
 		only = "."
 	}
 	ex := &Export{store: store, key: manifestKey, only: only}
-	info, err := scan(ctx, store, manifestKey, func(en *entry) error {
-		if !ex.selects(en.path) {
+	info, err := scan(ctx, store, manifestKey, func(en *manifest.Entry) error {
+		if !ex.selects(en.Path) {
 			return nil
 		}
-		switch en.kind {
-		case kindFile:
+		switch en.Kind {
+		case manifest.KindFile:
 			ex.Files++
-			ex.SizeBytes += en.size
-		case kindDir:
+			ex.SizeBytes += en.Size
+		case manifest.KindDir:
 			ex.Dirs++
-		case kindLink:
+		case manifest.KindLink:
 			ex.Symlinks++
 		}
 		return nil
@@ -84,7 +85,7 @@ const exportBuffers = 4
 // exportChunk is a chunk a worker fetches for the writer into buf; done
 // is closed once data (or err) is set.
 type exportChunk struct {
-	ref  chunkRef
+	ref  manifest.ChunkRef
 	buf  *[]byte
 	done chan struct{}
 	data []byte
@@ -94,7 +95,7 @@ type exportChunk struct {
 // exportOp is the writer's next step: a header (en set) or an extent of
 // the current file's content.
 type exportOp struct {
-	en       *entry
+	en       *manifest.Entry
 	chunk    *exportChunk
 	off, len int64
 }
@@ -138,31 +139,31 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 					return gctx.Err()
 				}
 			}
-			_, err := scan(gctx, ex.store, ex.key, func(en *entry) error {
-				if !ex.selects(en.path) {
+			_, err := scan(gctx, ex.store, ex.key, func(en *manifest.Entry) error {
+				if !ex.selects(en.Path) {
 					return nil
 				}
 				hdr := *en
-				hdr.extents = nil
+				hdr.Extents = nil
 				if err := send(exportOp{en: &hdr}); err != nil {
 					return err
 				}
-				for _, x := range en.extents {
-					if cur == nil || cur.ref != x.chunk {
+				for _, x := range en.Extents {
+					if cur == nil || cur.ref != x.Chunk {
 						var buf *[]byte
 						select {
 						case buf = <-free:
 						case <-gctx.Done():
 							return gctx.Err()
 						}
-						cur = &exportChunk{ref: x.chunk, buf: buf, done: make(chan struct{})}
+						cur = &exportChunk{ref: x.Chunk, buf: buf, done: make(chan struct{})}
 						select {
 						case jobs <- cur:
 						case <-gctx.Done():
 							return gctx.Err()
 						}
 					}
-					if err := send(exportOp{chunk: cur, off: x.off, len: x.len}); err != nil {
+					if err := send(exportOp{chunk: cur, off: x.Off, len: x.Len}); err != nil {
 						return err
 					}
 				}
@@ -181,12 +182,12 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 				defer dec.Close()
 				var comp []byte
 				for c := range jobs {
-					if cap(*c.buf) < int(c.ref.len) {
+					if cap(*c.buf) < int(c.ref.Len) {
 						// Made once at the largest size: grown step by
 						// step, each buffer left its smaller copies behind.
 						*c.buf = make([]byte, 0, maxChunk)
 					}
-					c.data, c.err = fetchChunk(gctx, ex.store, ex.info.space, dec, c.ref, &comp, *c.buf)
+					c.data, c.err = fetchChunk(gctx, ex.store, ex.info.Space, dec, c.ref, &comp, *c.buf)
 					if c.err == nil {
 						*c.buf = c.data // grown, kept for the next chunk
 					}
@@ -214,7 +215,7 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 		var path string
 		for op := range ops {
 			if op.en != nil {
-				path = op.en.path
+				path = op.en.Path
 				if err := tw.WriteHeader(tarHeader(op.en)); err != nil {
 					return fmt.Errorf("write %s: %w", files.Display(path), err)
 				}
@@ -258,20 +259,20 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 }
 
 // tarHeader is the tar header of a manifest entry.
-func tarHeader(en *entry) *tar.Header {
+func tarHeader(en *manifest.Entry) *tar.Header {
 	h := &tar.Header{
-		Name:    en.path,
-		Mode:    int64(en.mode.Perm()),
-		ModTime: time.Unix(0, en.mtime),
+		Name:    en.Path,
+		Mode:    int64(en.Mode.Perm()),
+		ModTime: time.Unix(0, en.Mtime),
 		Format:  tar.FormatPAX,
 	}
-	switch en.kind {
-	case kindDir:
-		h.Typeflag, h.Name = tar.TypeDir, en.path+"/"
-	case kindLink:
-		h.Typeflag, h.Linkname = tar.TypeSymlink, en.target
+	switch en.Kind {
+	case manifest.KindDir:
+		h.Typeflag, h.Name = tar.TypeDir, en.Path+"/"
+	case manifest.KindLink:
+		h.Typeflag, h.Linkname = tar.TypeSymlink, en.Target
 	default:
-		h.Typeflag, h.Size = tar.TypeReg, en.size
+		h.Typeflag, h.Size = tar.TypeReg, en.Size
 	}
 	return h
 }

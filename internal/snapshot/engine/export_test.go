@@ -13,6 +13,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // TestExportRoundTrip: the tar stream of a snapshot, extracted by GNU tar,
@@ -67,15 +68,15 @@ func TestExportRefuses(t *testing.T) {
 	store := newStore(t)
 	good := putChunk(t, store, []byte("good content"))
 	liar := putLiar(t, store)
-	missing := chunkRef{sum: sha256Sum([]byte("never stored")), len: 12}
-	file := func(p string, c chunkRef) entry {
-		return entry{kind: kindFile, path: p, mode: 0o644, size: c.len, extents: []extent{{chunk: c, len: c.len}}}
+	missing := manifest.ChunkRef{Sum: sha256Sum([]byte("never stored")), Len: 12}
+	file := func(p string, c manifest.ChunkRef) manifest.Entry {
+		return manifest.Entry{Kind: manifest.KindFile, Path: p, Mode: 0o644, Size: c.Len, Extents: []manifest.Extent{{Chunk: c, Len: c.Len}}}
 	}
 
-	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "dotdot", file("../etc/passwd", good)), ""); !errors.Is(err, ErrInvalidManifest) {
+	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "dotdot", file("../etc/passwd", good)), ""); !errors.Is(err, manifest.ErrInvalid) {
 		t.Errorf("a path out of the root: OpenExport = %v, want ErrInvalidManifest", err)
 	}
-	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "link", entry{kind: kindLink, path: "l", target: "/etc"}), ""); !errors.Is(err, ErrInvalidManifest) {
+	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "link", manifest.Entry{Kind: manifest.KindLink, Path: "l", Target: "/etc"}), ""); !errors.Is(err, manifest.ErrInvalid) {
 		t.Errorf("an absolute link: OpenExport = %v, want ErrInvalidManifest", err)
 	}
 	if _, err := OpenExport(t.Context(), store, "manifests/nope", ""); !errors.Is(err, blob.ErrNotFound) {
@@ -83,7 +84,7 @@ func TestExportRefuses(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name, id string
-		chunk    chunkRef
+		chunk    manifest.ChunkRef
 		want     error
 	}{
 		{"a chunk that lies", "liar", liar, ErrCorruptChunk},

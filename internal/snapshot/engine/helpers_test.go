@@ -19,6 +19,7 @@ import (
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // newStore opens a file blob store in a temporary directory.
@@ -217,25 +218,25 @@ func unlimited(t testing.TB) *quota.Reservation {
 
 // putManifest stores a manifest of entries under a new key, written by
 // the engine's own encoder (hostile ones included: it checks nothing).
-func putManifest(t testing.TB, store blob.Store, id string, entries ...entry) string {
+func putManifest(t testing.TB, store blob.Store, id string, entries ...manifest.Entry) string {
 	t.Helper()
-	return putManifestVersion(t, store, id, manifestVersion, entries...)
+	return putManifestVersion(t, store, id, manifest.Version, entries...)
 }
 
 // putManifestVersion is putManifest in an older format version.
-func putManifestVersion(t testing.TB, store blob.Store, id string, version int, entries ...entry) string {
+func putManifestVersion(t testing.TB, store blob.Store, id string, version int, entries ...manifest.Entry) string {
 	t.Helper()
 	var buf bytes.Buffer
-	enc, err := newEncoderVersion(&buf, version, 0, "")
+	enc, err := manifest.NewEncoderVersion(&buf, version, manifest.Header{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range entries {
-		if err := enc.add(&entries[i]); err != nil {
+		if err := enc.Add(&entries[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := enc.close(); err != nil {
+	if err := enc.Close(); err != nil {
 		t.Fatal(err)
 	}
 	key := ManifestKey(id)

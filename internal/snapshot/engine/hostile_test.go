@@ -12,6 +12,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 var noTime time.Time
@@ -29,16 +30,16 @@ func mustEncoder(t testing.TB) *zstd.Encoder {
 }
 
 // chunkOf returns the stored (compressed) form of data and its ref.
-func chunkOf(t testing.TB, data []byte) ([]byte, chunkRef) {
+func chunkOf(t testing.TB, data []byte) ([]byte, manifest.ChunkRef) {
 	t.Helper()
-	return mustEncoder(t).EncodeAll(data, nil), chunkRef{sum: sha256Sum(data), len: int64(len(data))}
+	return mustEncoder(t).EncodeAll(data, nil), manifest.ChunkRef{Sum: sha256Sum(data), Len: int64(len(data))}
 }
 
 // putChunk stores data as a chunk and returns its ref.
-func putChunk(t testing.TB, store blob.Store, data []byte) chunkRef {
+func putChunk(t testing.TB, store blob.Store, data []byte) manifest.ChunkRef {
 	t.Helper()
 	comp, ref := chunkOf(t, data)
-	if _, err := store.Put(t.Context(), chunkKey("", ref.sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
+	if _, err := store.Put(t.Context(), manifest.ChunkKey("", ref.Sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
 		t.Fatal(err)
 	}
 	return ref
@@ -46,11 +47,11 @@ func putChunk(t testing.TB, store blob.Store, data []byte) chunkRef {
 
 // putLiar stores a chunk under the name of content it does not hold
 // ("what it holds!!!!!" under the SHA-256 of "what the name says").
-func putLiar(t testing.TB, store blob.Store) chunkRef {
+func putLiar(t testing.TB, store blob.Store) manifest.ChunkRef {
 	t.Helper()
-	liar := chunkRef{sum: sha256Sum([]byte("what the name says")), len: int64(len("what it holds!!!!!"))}
+	liar := manifest.ChunkRef{Sum: sha256Sum([]byte("what the name says")), Len: int64(len("what it holds!!!!!"))}
 	comp, _ := chunkOf(t, []byte("what it holds!!!!!"))
-	if _, err := store.Put(t.Context(), chunkKey("", liar.sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
+	if _, err := store.Put(t.Context(), manifest.ChunkKey("", liar.Sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
 		t.Fatal(err)
 	}
 	return liar
@@ -61,53 +62,55 @@ func TestHostileManifests(t *testing.T) {
 	good := putChunk(t, store, []byte("good content"))
 	liar := putLiar(t, store)
 	// A chunk that is not zstd at all.
-	junk := chunkRef{sum: sha256Sum([]byte("junk")), len: 4}
-	if _, err := store.Put(t.Context(), chunkKey("", junk.sum), bytes.NewReader([]byte("junk")), 4); err != nil {
+	junk := manifest.ChunkRef{Sum: sha256Sum([]byte("junk")), Len: 4}
+	if _, err := store.Put(t.Context(), manifest.ChunkKey("", junk.Sum), bytes.NewReader([]byte("junk")), 4); err != nil {
 		t.Fatal(err)
 	}
-	missing := chunkRef{sum: sha256Sum([]byte("never stored")), len: 12}
+	missing := manifest.ChunkRef{Sum: sha256Sum([]byte("never stored")), Len: 12}
 
-	file := func(p string, chunks ...chunkRef) entry {
-		en := entry{kind: kindFile, path: p, mode: 0o644}
+	file := func(p string, chunks ...manifest.ChunkRef) manifest.Entry {
+		en := manifest.Entry{Kind: manifest.KindFile, Path: p, Mode: 0o644}
 		for _, c := range chunks {
-			en.extents = append(en.extents, extent{chunk: c, len: c.len})
-			en.size += c.len
+			en.Extents = append(en.Extents, manifest.Extent{Chunk: c, Len: c.Len})
+			en.Size += c.Len
 		}
 		return en
 	}
-	dir := func(p string) entry { return entry{kind: kindDir, path: p, mode: 0o755} }
-	link := func(p, target string) entry { return entry{kind: kindLink, path: p, target: target} }
+	dir := func(p string) manifest.Entry { return manifest.Entry{Kind: manifest.KindDir, Path: p, Mode: 0o755} }
+	link := func(p, target string) manifest.Entry {
+		return manifest.Entry{Kind: manifest.KindLink, Path: p, Target: target}
+	}
 
 	tests := []struct {
 		name    string
-		entries []entry
+		entries []manifest.Entry
 		want    error
 	}{
-		{"dot dot", []entry{file("..", good)}, ErrInvalidManifest},
-		{"dot dot inside", []entry{dir("a"), file("a/../../etc", good)}, ErrInvalidManifest},
-		{"absolute", []entry{file("/etc/passwd", good)}, ErrInvalidManifest},
-		{"unclean", []entry{dir("a"), file("a//b", good)}, ErrInvalidManifest},
-		{"dot", []entry{dir(".")}, ErrInvalidManifest},
-		{"empty path", []entry{file("", good)}, ErrInvalidManifest},
-		{"kiln temporary name", []entry{file(".kiln-tmp-x", good)}, ErrInvalidManifest},
-		{"duplicate", []entry{file("a", good), file("a", good)}, ErrInvalidManifest},
-		{"duplicate directory", []entry{dir("a"), file("a/x", good), dir("a")}, ErrInvalidManifest},
-		{"out of order", []entry{file("b", good), file("a", good)}, ErrInvalidManifest},
-		{"under a file", []entry{file("a", good), file("a/b", good)}, ErrInvalidManifest},
-		{"under a link", []entry{link("a", "d"), dir("d"), file("a/b", good)}, ErrInvalidManifest},
-		{"parent missing", []entry{file("x/y", good)}, ErrInvalidManifest},
-		{"link out", []entry{link("l", "../outside")}, ErrInvalidManifest},
-		{"link absolute", []entry{link("l", "/etc/passwd")}, ErrInvalidManifest},
-		{"link out from below", []entry{dir("d"), link("d/l", "../../x")}, ErrInvalidManifest},
-		{"link dot dot after a name", []entry{dir("d"), link("d/l", "x/../y")}, ErrInvalidManifest},
-		{"link through a link", []entry{link("self", "."), link("x", "self/..")}, ErrInvalidManifest},
-		{"sizes do not add up", []entry{{kind: kindFile, path: "a", size: 99, extents: []extent{{chunk: good, len: good.len}}}}, ErrInvalidManifest},
-		{"extent beyond its chunk", []entry{{kind: kindFile, path: "a", size: good.len, extents: []extent{{chunk: good, off: 1, len: good.len}}}}, ErrInvalidManifest},
-		{"chunk too large", []entry{{kind: kindFile, path: "a", size: 1, extents: []extent{{chunk: chunkRef{len: maxChunk + 1}, len: 1}}}}, ErrInvalidManifest},
-		{"chunk shorter than said", []entry{{kind: kindFile, path: "a", size: 1, extents: []extent{{chunk: chunkRef{sum: good.sum, len: good.len + 1}, len: 1}}}}, ErrCorruptChunk},
-		{"chunk that lies", []entry{file("a", good), file("b", liar)}, ErrCorruptChunk},
-		{"chunk that is not zstd", []entry{file("a", junk)}, ErrCorruptChunk},
-		{"chunk missing", []entry{file("a", missing)}, blob.ErrNotFound},
+		{"dot dot", []manifest.Entry{file("..", good)}, manifest.ErrInvalid},
+		{"dot dot inside", []manifest.Entry{dir("a"), file("a/../../etc", good)}, manifest.ErrInvalid},
+		{"absolute", []manifest.Entry{file("/etc/passwd", good)}, manifest.ErrInvalid},
+		{"unclean", []manifest.Entry{dir("a"), file("a//b", good)}, manifest.ErrInvalid},
+		{"dot", []manifest.Entry{dir(".")}, manifest.ErrInvalid},
+		{"empty path", []manifest.Entry{file("", good)}, manifest.ErrInvalid},
+		{"kiln temporary name", []manifest.Entry{file(".kiln-tmp-x", good)}, manifest.ErrInvalid},
+		{"duplicate", []manifest.Entry{file("a", good), file("a", good)}, manifest.ErrInvalid},
+		{"duplicate directory", []manifest.Entry{dir("a"), file("a/x", good), dir("a")}, manifest.ErrInvalid},
+		{"out of order", []manifest.Entry{file("b", good), file("a", good)}, manifest.ErrInvalid},
+		{"under a file", []manifest.Entry{file("a", good), file("a/b", good)}, manifest.ErrInvalid},
+		{"under a link", []manifest.Entry{link("a", "d"), dir("d"), file("a/b", good)}, manifest.ErrInvalid},
+		{"parent missing", []manifest.Entry{file("x/y", good)}, manifest.ErrInvalid},
+		{"link out", []manifest.Entry{link("l", "../outside")}, manifest.ErrInvalid},
+		{"link absolute", []manifest.Entry{link("l", "/etc/passwd")}, manifest.ErrInvalid},
+		{"link out from below", []manifest.Entry{dir("d"), link("d/l", "../../x")}, manifest.ErrInvalid},
+		{"link dot dot after a name", []manifest.Entry{dir("d"), link("d/l", "x/../y")}, manifest.ErrInvalid},
+		{"link through a link", []manifest.Entry{link("self", "."), link("x", "self/..")}, manifest.ErrInvalid},
+		{"sizes do not add up", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: 99, Extents: []manifest.Extent{{Chunk: good, Len: good.Len}}}}, manifest.ErrInvalid},
+		{"extent beyond its chunk", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: good.Len, Extents: []manifest.Extent{{Chunk: good, Off: 1, Len: good.Len}}}}, manifest.ErrInvalid},
+		{"chunk too large", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: 1, Extents: []manifest.Extent{{Chunk: manifest.ChunkRef{Len: maxChunk + 1}, Len: 1}}}}, manifest.ErrInvalid},
+		{"chunk shorter than said", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: 1, Extents: []manifest.Extent{{Chunk: manifest.ChunkRef{Sum: good.Sum, Len: good.Len + 1}, Len: 1}}}}, ErrCorruptChunk},
+		{"chunk that lies", []manifest.Entry{file("a", good), file("b", liar)}, ErrCorruptChunk},
+		{"chunk that is not zstd", []manifest.Entry{file("a", junk)}, ErrCorruptChunk},
+		{"chunk missing", []manifest.Entry{file("a", missing)}, blob.ErrNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,26 +136,26 @@ func TestHostileManifests(t *testing.T) {
 func TestCorruptManifests(t *testing.T) {
 	store := newStore(t)
 	good := putChunk(t, store, []byte("good content"))
-	manifest := func(space string) *bytes.Buffer {
+	encode := func(space string) *bytes.Buffer {
 		var raw bytes.Buffer
-		enc, err := newEncoder(&raw, 0, space)
+		enc, err := manifest.NewEncoder(&raw, manifest.Header{Space: space})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, en := range []entry{
-			{kind: kindDir, path: "d", mode: 0o755},
-			{kind: kindFile, path: "d/f", mode: 0o644, size: good.len, extents: []extent{{chunk: good, len: good.len}}},
+		for _, en := range []manifest.Entry{
+			{Kind: manifest.KindDir, Path: "d", Mode: 0o755},
+			{Kind: manifest.KindFile, Path: "d/f", Mode: 0o644, Size: good.Len, Extents: []manifest.Extent{{Chunk: good, Len: good.Len}}},
 		} {
-			if err := enc.add(&en); err != nil {
+			if err := enc.Add(&en); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := enc.close(); err != nil {
+		if err := enc.Close(); err != nil {
 			t.Fatal(err)
 		}
 		return &raw
 	}
-	raw := manifest("")
+	raw := encode("")
 	plain, err := decompress(raw.Bytes())
 	if err != nil {
 		t.Fatal(err)
@@ -177,8 +180,8 @@ func TestCorruptManifests(t *testing.T) {
 		{"version", recompress(append([]byte("KILNSNAP\x04"), plain[9:]...))},
 		// A chunk space is a directory of the store: one that could leave
 		// chunks/ is refused, as is one too long.
-		{"space with a slash", manifest("../manifests").Bytes()},
-		{"space too long", manifest(strings.Repeat("a", maxSpaceLen+1)).Bytes()},
+		{"space with a slash", encode("../manifests").Bytes()},
+		{"space too long", encode(strings.Repeat("a", manifest.MaxSpaceLen+1)).Bytes()},
 		{"trailing data", recompress(append(bytes.Clone(plain), 0))},
 	}
 	for _, tc := range tests {
@@ -191,7 +194,7 @@ func TestCorruptManifests(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, err := Restore(t.Context(), openRoot(t, tr.dir), unlimited(t), store, key, RestoreOptions{})
-			if !errors.Is(err, ErrInvalidManifest) {
+			if !errors.Is(err, manifest.ErrInvalid) {
 				t.Fatalf("Restore = %v, want ErrInvalidManifest", err)
 			}
 			if d := diffState(before, state(t, tr.dir)); d != "" {
@@ -220,18 +223,18 @@ func decompress(b []byte) ([]byte, error) {
 // entries or an error, never a panic or an unbounded allocation.
 func FuzzManifest(f *testing.F) {
 	var raw bytes.Buffer
-	enc, err := newEncoder(&raw, 0, "")
+	enc, err := manifest.NewEncoder(&raw, manifest.Header{})
 	if err != nil {
 		f.Fatal(err)
 	}
-	for _, en := range []entry{
-		{kind: kindDir, path: "d", mode: 0o755, mtime: 1},
-		{kind: kindFile, path: "d/f", mode: 0o644, size: 3, extents: []extent{{chunk: chunkRef{len: 5}, off: 1, len: 3}}},
-		{kind: kindLink, path: "d/l", target: "f"},
+	for _, en := range []manifest.Entry{
+		{Kind: manifest.KindDir, Path: "d", Mode: 0o755, Mtime: 1},
+		{Kind: manifest.KindFile, Path: "d/f", Mode: 0o644, Size: 3, Extents: []manifest.Extent{{Chunk: manifest.ChunkRef{Len: 5}, Off: 1, Len: 3}}},
+		{Kind: manifest.KindLink, Path: "d/l", Target: "f"},
 	} {
-		_ = enc.add(&en)
+		_ = enc.Add(&en)
 	}
-	_ = enc.close()
+	_ = enc.Close()
 	plain, err := decompress(raw.Bytes())
 	if err != nil {
 		f.Fatal(err)
@@ -244,18 +247,18 @@ func FuzzManifest(f *testing.F) {
 	}
 	defer zenc.Close()
 	f.Fuzz(func(t *testing.T, plain []byte) {
-		d, err := newDecoder(bytes.NewReader(zenc.EncodeAll(plain, nil)))
+		d, err := manifest.NewDecoder(bytes.NewReader(zenc.EncodeAll(plain, nil)))
 		if err != nil {
 			return
 		}
-		defer d.close()
-		v := newValidator()
-		var en entry
+		defer d.Close()
+		v := manifest.NewValidator()
+		var en manifest.Entry
 		for range 1 << 16 {
-			if err := d.next(&en); err != nil {
+			if err := d.Next(&en); err != nil {
 				return
 			}
-			if err := v.check(&en); err != nil {
+			if err := v.Check(&en); err != nil {
 				return
 			}
 		}

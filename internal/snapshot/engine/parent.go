@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // parentWindow is how recent a change may be, relative to the parent
@@ -38,9 +39,9 @@ type parent struct {
 	start   int64                 // when it began, Unix ns
 
 	rc   io.ReadCloser
-	d    *decoder
-	v    *validator
-	cur  entry
+	d    *manifest.Decoder
+	v    *manifest.Validator
+	cur  manifest.Entry
 	ok   bool // cur holds the next entry not yet passed
 	done bool
 }
@@ -52,22 +53,22 @@ type parent struct {
 // a look-up failing) fails the Create, as it would for a chunk cut.
 func (c *creator) loadParent(ctx context.Context, key string) (*parent, error) {
 	sums := map[[32]byte]struct{}{}
-	info, err := scan(ctx, c.store, key, func(en *entry) error {
-		for _, x := range en.extents {
-			sums[x.chunk.sum] = struct{}{}
+	info, err := scan(ctx, c.store, key, func(en *manifest.Entry) error {
+		for _, x := range en.Extents {
+			sums[x.Chunk.Sum] = struct{}{}
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, &parentError{err}
 	}
-	if info.version < 2 {
+	if info.Version < 2 {
 		return nil, &parentError{ErrParentVersion}
 	}
-	if info.space != c.opts.Space {
+	if info.Space != c.opts.Space {
 		return nil, &parentError{ErrParentSpace}
 	}
-	p := &parent{present: make(map[[32]byte]struct{}, len(sums)), start: info.start}
+	p := &parent{present: make(map[[32]byte]struct{}, len(sums)), start: info.Start}
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.opts.Transfers)
@@ -89,12 +90,12 @@ func (c *creator) loadParent(ctx context.Context, key string) (*parent, error) {
 	if err != nil {
 		return nil, &parentError{err}
 	}
-	d, err := newDecoder(rc)
+	d, err := manifest.NewDecoder(rc)
 	if err != nil {
 		rc.Close()
 		return nil, &parentError{err}
 	}
-	p.rc, p.d, p.v = rc, d, newValidator()
+	p.rc, p.d, p.v = rc, d, manifest.NewValidator()
 	p.advance()
 	return p, nil
 }
@@ -103,7 +104,7 @@ func (c *creator) loadParent(ctx context.Context, key string) (*parent, error) {
 // once pinned and found, it stays there until the snapshot's references
 // go (internal/snapshot's ledger), so a file may point to it unread.
 func (c *creator) lookUp(ctx context.Context, sum [32]byte) (bool, error) {
-	key := chunkKey(c.opts.Space, sum)
+	key := manifest.ChunkKey(c.opts.Space, sum)
 	if c.opts.Pin != nil {
 		if err := c.opts.Pin(ctx, key); err != nil {
 			return false, fmt.Errorf("pin chunk %s: %w", key, err)
@@ -141,9 +142,9 @@ func (p *parent) advance() {
 		p.ok = false
 		return
 	}
-	err := p.d.next(&p.cur)
+	err := p.d.Next(&p.cur)
 	if err == nil {
-		err = p.v.check(&p.cur)
+		err = p.v.Check(&p.cur)
 	}
 	if err != nil {
 		p.close()
@@ -155,31 +156,31 @@ func (p *parent) advance() {
 // match returns the parent's extents for the file en at rel (its stat
 // filled in) when the parent holds the same file unchanged and all its
 // chunks are present; nil otherwise. Calls come in walk order.
-func (p *parent) match(rel string, en *entry) []extent {
-	for p.ok && walkCmp(p.cur.path, rel) < 0 {
+func (p *parent) match(rel string, en *manifest.Entry) []manifest.Extent {
+	for p.ok && walkCmp(p.cur.Path, rel) < 0 {
 		p.advance()
 	}
 	pe := &p.cur
 	switch {
-	case !p.ok || pe.path != rel || pe.kind != kindFile || !pe.stat:
+	case !p.ok || pe.Path != rel || pe.Kind != manifest.KindFile || !pe.Stat:
 		return nil
-	case pe.size != en.size || pe.mtime != en.mtime || pe.ctime != en.ctime || pe.ino != en.ino:
+	case pe.Size != en.Size || pe.Mtime != en.Mtime || pe.Ctime != en.Ctime || pe.Ino != en.Ino:
 		return nil
-	case max(pe.mtime, pe.ctime) >= p.start-parentWindow.Nanoseconds():
+	case max(pe.Mtime, pe.Ctime) >= p.start-parentWindow.Nanoseconds():
 		return nil // changed too close to the parent's reading of it
 	}
-	for _, x := range pe.extents {
-		if _, ok := p.present[x.chunk.sum]; !ok {
+	for _, x := range pe.Extents {
+		if _, ok := p.present[x.Chunk.Sum]; !ok {
 			return nil
 		}
 	}
-	return slices.Clone(pe.extents)
+	return slices.Clone(pe.Extents)
 }
 
 func (p *parent) close() {
 	if !p.done {
 		p.done, p.ok = true, false
-		p.d.close()
+		p.d.Close()
 		p.rc.Close()
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // parentTree is a tree with two large files, one more, and a pack's worth
@@ -173,9 +174,9 @@ func TestParentChunkMissing(t *testing.T) {
 	first := create(t, openRoot(t, tr.dir), store, CreateOptions{Now: later})
 	// The first chunk of r.0.0.mca, and the pack of the small files.
 	var gone []string
-	err := scanKey(t, store, first.ManifestKey, func(en *entry) {
-		if en.path == "world/region/r.0.0.mca" || en.path == "plugins/p30.yml" {
-			gone = append(gone, chunkKey("", en.extents[0].chunk.sum))
+	err := scanKey(t, store, first.ManifestKey, func(en *manifest.Entry) {
+		if en.Path == "world/region/r.0.0.mca" || en.Path == "plugins/p30.yml" {
+			gone = append(gone, manifest.ChunkKey("", en.Extents[0].Chunk.Sum))
 		}
 	})
 	if err != nil {
@@ -219,10 +220,10 @@ func TestParentVersion1(t *testing.T) {
 	store := newStore(t)
 	first := create(t, openRoot(t, tr.dir), store, CreateOptions{Now: later})
 	want := state(t, tr.dir)
-	var entries []entry
-	if err := scanKey(t, store, first.ManifestKey, func(en *entry) {
+	var entries []manifest.Entry
+	if err := scanKey(t, store, first.ManifestKey, func(en *manifest.Entry) {
 		c := *en
-		c.extents = slices.Clone(en.extents)
+		c.Extents = slices.Clone(en.Extents)
 		entries = append(entries, c)
 	}); err != nil {
 		t.Fatal(err)
@@ -262,9 +263,9 @@ func TestWalkCmp(t *testing.T) {
 }
 
 // scanKey hands every entry of the manifest key to fn.
-func scanKey(t *testing.T, store Store, key string, fn func(*entry)) error {
+func scanKey(t *testing.T, store Store, key string, fn func(*manifest.Entry)) error {
 	t.Helper()
-	_, err := scan(t.Context(), store, key, func(en *entry) error { fn(en); return nil })
+	_, err := scan(t.Context(), store, key, func(en *manifest.Entry) error { fn(en); return nil })
 	if errors.Is(err, io.EOF) {
 		return nil
 	}

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // swapFixtures: the tree a snapshot is taken of, and the tree it is
@@ -93,7 +95,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		rootFD := int(dir.Fd())
-		st, p, err := prepare(t.Context(), rootFD, unlimited(t), store, res.ManifestKey, manifestInfo{tot: manifestTotals{bytes: res.SizeBytes}}, opts)
+		st, p, err := prepare(t.Context(), rootFD, unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, opts)
 		if err != nil {
 			t.Fatalf("prepare: %v", err)
 		}
@@ -142,7 +144,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, manifestInfo{tot: manifestTotals{bytes: res.SizeBytes}}, opts)
+	st, _, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"slices"
 	"testing"
+
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // TestRegionFileCuts: a region file (.mca, .mcr) is cut into chunks of
@@ -24,7 +26,7 @@ func TestRegionFileCuts(t *testing.T) {
 	fixed := func(b []byte) []string {
 		var keys []string
 		for off := 0; off < len(b); off += avgChunk {
-			keys = append(keys, chunkKey("", sha256.Sum256(b[off:min(len(b), off+avgChunk)])))
+			keys = append(keys, manifest.ChunkKey("", sha256.Sum256(b[off:min(len(b), off+avgChunk)])))
 		}
 		return keys
 	}

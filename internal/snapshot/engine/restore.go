@@ -24,6 +24,7 @@ import (
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // ErrCorruptChunk is a stored chunk whose content is not what its name
@@ -132,24 +133,24 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	found := false
 	live := newLiveDirs(rootFD)
 	defer live.close()
-	info, err := scan(ctx, store, manifestKey, func(en *entry) error {
-		under, lead := onPath(opts.Only, en.path)
-		if !under && !(lead && en.kind == kindDir) {
+	info, err := scan(ctx, store, manifestKey, func(en *manifest.Entry) error {
+		under, lead := onPath(opts.Only, en.Path)
+		if !under && !(lead && en.Kind == manifest.KindDir) {
 			return nil
 		}
 		found = found || under
-		switch en.kind {
-		case kindFile:
+		switch en.Kind {
+		case manifest.KindFile:
 			if !live.maySkip(en) {
-				need += quota.Cost(en.size)
+				need += quota.Cost(en.Size)
 			}
 			out.Files++
-			out.SizeBytes += en.size
-		case kindDir:
-			live.enter(en.path)
+			out.SizeBytes += en.Size
+		case manifest.KindDir:
+			live.enter(en.Path)
 			need += quota.EntryCost
 			out.Dirs++
-		case kindLink:
+		case manifest.KindLink:
 			need += quota.EntryCost
 			out.Symlinks++
 		}
@@ -162,7 +163,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	if opts.Only != "" && opts.Only != "." && !found {
 		return RestoreResult{}, fmt.Errorf("restore %s: the snapshot holds no %s: %w", manifestKey, files.Display(opts.Only), files.ErrNotFound)
 	}
-	info.tot.bytes = out.SizeBytes // what the progress counts to
+	info.Totals.Bytes = out.SizeBytes // what the progress counts to
 	if need > res.Free() {
 		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
 	}
@@ -187,7 +188,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 // prepare is Restore up to its commit point: the tree staged and synced,
 // the swap planned and its journal in place. On error it leaves nothing
 // behind.
-func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Store, key string, info manifestInfo, opts RestoreOptions) (*staging, swapPlan, error) {
+func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Store, key string, info manifest.Info, opts RestoreOptions) (*staging, swapPlan, error) {
 	st, err := newStaging(rootFD, res)
 	if err != nil {
 		return nil, swapPlan{}, err
@@ -232,47 +233,16 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Stor
 	return st, p, nil
 }
 
-// manifestInfo is what scan tells of a whole manifest.
-type manifestInfo struct {
-	tot     manifestTotals
-	version uint64
-	start   int64  // v2: when the snapshot began, Unix ns
-	space   string // v3: the chunk space ("" before)
-}
-
-// scan reads the manifest under key, checking every entry (validator) and
-// handing it to fn, and returns its totals once its end was checked.
-func scan(ctx context.Context, store Store, key string, fn func(*entry) error) (manifestInfo, error) {
+// scan reads the manifest under key, checking every entry
+// (manifest.Read) and handing it to fn, and returns its totals once its
+// end was checked.
+func scan(ctx context.Context, store Store, key string, fn func(*manifest.Entry) error) (manifest.Info, error) {
 	rc, err := store.Get(ctx, key)
 	if err != nil {
-		return manifestInfo{}, fmt.Errorf("read manifest: %w", err)
+		return manifest.Info{}, fmt.Errorf("read manifest: %w", err)
 	}
 	defer rc.Close()
-	d, err := newDecoder(rc)
-	if err != nil {
-		return manifestInfo{}, err
-	}
-	defer d.close()
-	v := newValidator()
-	var en entry
-	for {
-		if err := ctx.Err(); err != nil {
-			return manifestInfo{}, err
-		}
-		err := d.next(&en)
-		if errors.Is(err, io.EOF) {
-			return manifestInfo{tot: d.tot, version: d.version, start: d.start, space: d.space}, nil
-		}
-		if err != nil {
-			return manifestInfo{}, err
-		}
-		if err := v.check(&en); err != nil {
-			return manifestInfo{}, err
-		}
-		if err := fn(&en); err != nil {
-			return manifestInfo{}, err
-		}
-	}
+	return manifest.Read(ctx, rc, fn)
 }
 
 // ChunkKeys returns the keys of the chunks the manifest under key
@@ -281,11 +251,11 @@ func scan(ctx context.Context, store Store, key string, fn func(*entry) error) (
 func ChunkKeys(ctx context.Context, store Store, key string) ([]string, error) {
 	seen := make(map[[32]byte]struct{})
 	var sums [][32]byte
-	info, err := scan(ctx, store, key, func(en *entry) error {
-		for _, x := range en.extents {
-			if _, ok := seen[x.chunk.sum]; !ok {
-				seen[x.chunk.sum] = struct{}{}
-				sums = append(sums, x.chunk.sum)
+	info, err := scan(ctx, store, key, func(en *manifest.Entry) error {
+		for _, x := range en.Extents {
+			if _, ok := seen[x.Chunk.Sum]; !ok {
+				seen[x.Chunk.Sum] = struct{}{}
+				sums = append(sums, x.Chunk.Sum)
 			}
 		}
 		return nil
@@ -295,7 +265,7 @@ func ChunkKeys(ctx context.Context, store Store, key string) ([]string, error) {
 	}
 	keys := make([]string, len(sums))
 	for i, sum := range sums {
-		keys[i] = chunkKey(info.space, sum)
+		keys[i] = manifest.ChunkKey(info.Space, sum)
 	}
 	return keys, nil
 }
@@ -447,7 +417,7 @@ type stagedFile struct {
 
 // fetch is one chunk for a worker, and the parts of files it fills.
 type fetch struct {
-	ref   chunkRef
+	ref   manifest.ChunkRef
 	parts []part
 }
 
@@ -470,11 +440,11 @@ const maxParts = packMaxFiles
 // build reads the manifest again (checking it again: the store might not
 // answer the same) and builds the tree, leaving out the files of the tree
 // (rootFD) proven equal to their entries: those are listed in keepName.
-func (s *staging) build(ctx context.Context, rootFD int, store Store, key string, info manifestInfo, opts RestoreOptions) error {
+func (s *staging) build(ctx context.Context, rootFD int, store Store, key string, info manifest.Info, opts RestoreOptions) error {
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.NumCPU()
 	}
-	b := &builder{st: s, store: store, opts: opts, total: info.tot.bytes, space: info.space,
+	b := &builder{st: s, store: store, opts: opts, total: info.Totals.Bytes, space: info.Space,
 		stack: []stagedDir{{path: ".", fd: s.tree, live: rootFD}},
 		jobs:  make(chan fetch, 2*opts.Workers),
 		files: semaphore.NewWeighted(maxStagedOpen),
@@ -495,8 +465,8 @@ func (s *staging) build(ctx context.Context, rootFD int, store Store, key string
 	g.Go(func() error {
 		defer close(b.jobs)
 		return panics.Catch(func() error {
-			if _, err := scan(gctx, store, key, func(en *entry) error {
-				if under, lead := onPath(opts.Only, en.path); under || lead && en.kind == kindDir {
+			if _, err := scan(gctx, store, key, func(en *manifest.Entry) error {
+				if under, lead := onPath(opts.Only, en.Path); under || lead && en.Kind == manifest.KindDir {
 					return b.add(gctx, en)
 				}
 				return nil
@@ -550,35 +520,35 @@ func (b *builder) popTo(parent string) error {
 		}
 	}
 	if b.stack[len(b.stack)-1].path != parent {
-		return fmt.Errorf("%w: %q is not an open directory", ErrInvalidManifest, parent)
+		return fmt.Errorf("%w: %q is not an open directory", manifest.ErrInvalid, parent)
 	}
 	return nil
 }
 
 // add stages one entry.
-func (b *builder) add(ctx context.Context, en *entry) error {
-	if err := b.popTo(path.Dir(en.path)); err != nil {
+func (b *builder) add(ctx context.Context, en *manifest.Entry) error {
+	if err := b.popTo(path.Dir(en.Path)); err != nil {
 		return err
 	}
 	dir, live := b.stack[len(b.stack)-1].fd, b.stack[len(b.stack)-1].live
-	name := path.Base(en.path)
-	switch en.kind {
-	case kindDir:
+	name := path.Base(en.Path)
+	switch en.Kind {
+	case manifest.KindDir:
 		if err := b.st.grow(quota.EntryCost); err != nil {
 			return err
 		}
 		if err := unix.Mkdirat(dir, name, 0o700); err != nil {
-			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+			return fmt.Errorf("stage %s: %w", files.Display(en.Path), err)
 		}
 		b.st.made(quota.EntryCost)
 		fd, err := openDirAt(dir, name)
 		if err != nil {
-			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+			return fmt.Errorf("stage %s: %w", files.Display(en.Path), err)
 		}
 		// A directory always keeps its owner's rwx (files' rule).
-		if err := unix.Fchmod(fd, uint32(en.mode.Perm()|0o700)); err != nil {
+		if err := unix.Fchmod(fd, uint32(en.Mode.Perm()|0o700)); err != nil {
 			unix.Close(fd)
-			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+			return fmt.Errorf("stage %s: %w", files.Display(en.Path), err)
 		}
 		// The tree's directory of that path, if it is one (never through
 		// a symlink): the files in it may stay.
@@ -588,26 +558,26 @@ func (b *builder) add(ctx context.Context, en *entry) error {
 				sub = -1
 			}
 		}
-		b.stack = append(b.stack, stagedDir{path: en.path, fd: fd, live: sub, mtime: en.mtime})
-	case kindLink:
+		b.stack = append(b.stack, stagedDir{path: en.Path, fd: fd, live: sub, mtime: en.Mtime})
+	case manifest.KindLink:
 		if err := b.st.grow(quota.EntryCost); err != nil {
 			return err
 		}
-		if err := unix.Symlinkat(en.target, dir, name); err != nil {
-			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+		if err := unix.Symlinkat(en.Target, dir, name); err != nil {
+			return fmt.Errorf("stage %s: %w", files.Display(en.Path), err)
 		}
 		b.st.made(quota.EntryCost)
-		if err := unix.UtimesNanoAt(dir, name, timespec(en.mtime), unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+		if err := unix.UtimesNanoAt(dir, name, timespec(en.Mtime), unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stage %s: %w", files.Display(en.Path), err)
 		}
-	case kindFile:
+	case manifest.KindFile:
 		if live >= 0 {
 			k, err := b.prove.prove(ctx, live, name, en)
 			if err != nil {
-				return fmt.Errorf("check %s in place: %w", files.Display(en.path), err)
+				return fmt.Errorf("check %s in place: %w", files.Display(en.Path), err)
 			}
 			if k != nil {
-				b.report(en.size)
+				b.report(en.Size)
 				return b.keep.add(k)
 			}
 		}
@@ -620,8 +590,8 @@ func (b *builder) add(ctx context.Context, en *entry) error {
 // file's whole cost is reserved first: its size is the sum of its chunks,
 // and every chunk is checked to be exactly its length before it is
 // written, so what is reserved is what is written.
-func (b *builder) addFile(ctx context.Context, dir int, name string, en *entry) error {
-	cost := quota.Cost(en.size)
+func (b *builder) addFile(ctx context.Context, dir int, name string, en *manifest.Entry) error {
+	cost := quota.Cost(en.Size)
 	if err := b.st.grow(cost); err != nil {
 		return err
 	}
@@ -635,31 +605,31 @@ func (b *builder) addFile(ctx context.Context, dir int, name string, en *entry) 
 			return err
 		}
 	}
-	fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(en.mode.Perm()))
+	fd, err := unix.Openat(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(en.Mode.Perm()))
 	if err != nil {
 		b.files.Release(1)
-		return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+		return fmt.Errorf("stage %s: %w", files.Display(en.Path), err)
 	}
 	b.st.made(cost)
-	f := &stagedFile{fd: fd, path: en.path, mtime: en.mtime, b: b}
+	f := &stagedFile{fd: fd, path: en.Path, mtime: en.Mtime, b: b}
 	b.mu.Lock()
 	b.open[f] = struct{}{}
 	b.mu.Unlock()
 	// The umask may have narrowed the mode openat was given.
-	if err := unix.Fchmod(fd, uint32(en.mode.Perm())); err != nil {
-		return fmt.Errorf("stage %s: %w", files.Display(en.path), err)
+	if err := unix.Fchmod(fd, uint32(en.Mode.Perm())); err != nil {
+		return fmt.Errorf("stage %s: %w", files.Display(en.Path), err)
 	}
-	f.left.Store(int64(len(en.extents)) + 1)
+	f.left.Store(int64(len(en.Extents)) + 1)
 	var at int64
-	for _, x := range en.extents {
-		if len(b.cur.parts) > 0 && (b.cur.ref != x.chunk || len(b.cur.parts) >= maxParts) {
+	for _, x := range en.Extents {
+		if len(b.cur.parts) > 0 && (b.cur.ref != x.Chunk || len(b.cur.parts) >= maxParts) {
 			if err := b.dispatch(ctx); err != nil {
 				return err
 			}
 		}
-		b.cur.ref = x.chunk
-		b.cur.parts = append(b.cur.parts, part{f: f, off: x.off, len: x.len, at: at})
-		at += x.len
+		b.cur.ref = x.Chunk
+		b.cur.parts = append(b.cur.parts, part{f: f, off: x.Off, len: x.Len, at: at})
+		at += x.Len
 	}
 	return f.finish()
 }
@@ -739,15 +709,15 @@ func (b *builder) report(n int64) {
 }
 
 // fetch reads chunk ref of the manifest's space (fetchChunk).
-func (b *builder) fetch(ctx context.Context, dec *zstd.Decoder, ref chunkRef, comp *[]byte, data []byte) ([]byte, error) {
+func (b *builder) fetch(ctx context.Context, dec *zstd.Decoder, ref manifest.ChunkRef, comp *[]byte, data []byte) ([]byte, error) {
 	return fetchChunk(ctx, b.store, b.space, dec, ref, comp, data)
 }
 
 // fetchChunk reads chunk ref of chunk space space from store into data
 // (reused; its compressed bytes into *comp, reused too) and checks it: it
 // must decompress to exactly ref.len bytes whose SHA-256 is its name.
-func fetchChunk(ctx context.Context, store Store, space string, dec *zstd.Decoder, ref chunkRef, comp *[]byte, data []byte) ([]byte, error) {
-	key := chunkKey(space, ref.sum)
+func fetchChunk(ctx context.Context, store Store, space string, dec *zstd.Decoder, ref manifest.ChunkRef, comp *[]byte, data []byte) ([]byte, error) {
+	key := manifest.ChunkKey(space, ref.Sum)
 	rc, err := store.Get(ctx, key)
 	if err != nil {
 		return data, fmt.Errorf("read chunk %s: %w", key, err)
@@ -768,7 +738,7 @@ func fetchChunk(ctx context.Context, store Store, space string, dec *zstd.Decode
 	if err != nil {
 		return data, fmt.Errorf("%w: %s: %w", ErrCorruptChunk, key, err)
 	}
-	if int64(len(data)) != ref.len || sha256.Sum256(data) != ref.sum {
+	if int64(len(data)) != ref.Len || sha256.Sum256(data) != ref.Sum {
 		return data, fmt.Errorf("%w: %s does not hold what its name says", ErrCorruptChunk, key)
 	}
 	return data, nil

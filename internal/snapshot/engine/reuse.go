@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // Reuse (doc.go, "Restore over a tree"): a file of the tree whose content
@@ -232,10 +233,10 @@ func (p *prover) close() {
 // regular file with one link whose content is en's; nil when it is not
 // (or cannot be read: it is then restored). Errors are the store's and
 // ctx's, from fetching a pack to compare with.
-func (p *prover) prove(ctx context.Context, dir int, name string, en *entry) (*kept, error) {
+func (p *prover) prove(ctx context.Context, dir int, name string, en *manifest.Entry) (*kept, error) {
 	var st unix.Stat_t
 	if err := unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil ||
-		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Size != en.size {
+		st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || st.Size != en.Size {
 		return nil, nil
 	}
 	fd, err := openRead(dir, name)
@@ -246,9 +247,9 @@ func (p *prover) prove(ctx context.Context, dir int, name string, en *entry) (*k
 	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, nil
 	}
-	k := &kept{path: en.path, ino: st.Ino, size: st.Size, mtime: unix.TimespecToNsec(st.Mtim),
-		ctime: unix.TimespecToNsec(st.Ctim), mode: uint32(en.mode.Perm()), wantMtime: en.mtime}
-	if !k.sameStat(&st) || st.Size != en.size {
+	k := &kept{path: en.Path, ino: st.Ino, size: st.Size, mtime: unix.TimespecToNsec(st.Mtim),
+		ctime: unix.TimespecToNsec(st.Ctim), mode: uint32(en.Mode.Perm()), wantMtime: en.Mtime}
+	if !k.sameStat(&st) || st.Size != en.Size {
 		return nil, nil
 	}
 	same, err := p.compare(ctx, fd, en)
@@ -281,33 +282,33 @@ func openRead(dir int, name string) (int, error) {
 
 // compare reports whether file fd holds exactly en's extents: a whole
 // chunk by its SHA-256, a slice of one against the chunk's bytes.
-func (p *prover) compare(ctx context.Context, fd int, en *entry) (bool, error) {
+func (p *prover) compare(ctx context.Context, fd int, en *manifest.Entry) (bool, error) {
 	var at int64
 	type whole struct {
-		ref chunkRef
+		ref manifest.ChunkRef
 		at  int64
 	}
 	var wholes []whole
-	for _, x := range en.extents {
-		if x.off == 0 && x.len == x.chunk.len {
-			wholes = append(wholes, whole{x.chunk, at})
+	for _, x := range en.Extents {
+		if x.Off == 0 && x.Len == x.Chunk.Len {
+			wholes = append(wholes, whole{x.Chunk, at})
 		} else {
-			data, err := p.chunk(ctx, x.chunk)
+			data, err := p.chunk(ctx, x.Chunk)
 			if err != nil {
 				return false, err
 			}
-			if same, err := p.equal(fd, data[x.off:x.off+x.len], at); err != nil || !same {
+			if same, err := p.equal(fd, data[x.Off:x.Off+x.Len], at); err != nil || !same {
 				return false, nil
 			}
 		}
-		at += x.len
+		at += x.Len
 	}
 	if len(wholes) == 0 {
 		return true, nil
 	}
 	if len(wholes) == 1 { // most files: no goroutine
-		sum, err := p.hash(fd, wholes[0].at, wholes[0].ref.len)
-		return err == nil && sum == wholes[0].ref.sum, nil
+		sum, err := p.hash(fd, wholes[0].at, wholes[0].ref.Len)
+		return err == nil && sum == wholes[0].ref.Sum, nil
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.workers)
@@ -318,7 +319,7 @@ func (p *prover) compare(ctx context.Context, fd int, en *entry) (bool, error) {
 				return err
 			}
 			// A read error is a difference too: the file is restored.
-			if sum, err := p.hash(fd, w.at, w.ref.len); err != nil || sum != w.ref.sum {
+			if sum, err := p.hash(fd, w.at, w.ref.Len); err != nil || sum != w.ref.Sum {
 				differs.Store(true)
 				return errDiffers // stops the others
 			}
@@ -382,9 +383,9 @@ func (p *prover) equal(fd int, want []byte, off int64) (bool, error) {
 }
 
 // chunk returns chunk ref's bytes, checked, from the cache or the store.
-func (p *prover) chunk(ctx context.Context, ref chunkRef) ([]byte, error) {
+func (p *prover) chunk(ctx context.Context, ref manifest.ChunkRef) ([]byte, error) {
 	for _, c := range p.packs {
-		if c.sum == ref.sum {
+		if c.sum == ref.Sum {
 			return c.data, nil
 		}
 	}
@@ -404,7 +405,7 @@ func (p *prover) chunk(ctx context.Context, ref chunkRef) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.packs = append(p.packs, cachedChunk{sum: ref.sum, data: data})
+	p.packs = append(p.packs, cachedChunk{sum: ref.Sum, data: data})
 	return data, nil
 }
 
@@ -451,14 +452,14 @@ func (l *liveDirs) enter(rel string) {
 
 // maySkip reports whether the tree holds, at en's path, a regular file
 // with one link of en's size: one the second pass may keep in place.
-func (l *liveDirs) maySkip(en *entry) bool {
-	fd := l.parent(en.path)
+func (l *liveDirs) maySkip(en *manifest.Entry) bool {
+	fd := l.parent(en.Path)
 	if fd < 0 {
 		return false
 	}
 	var st unix.Stat_t
-	return unix.Fstatat(fd, path.Base(en.path), &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
-		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 && st.Size == en.size
+	return unix.Fstatat(fd, path.Base(en.Path), &st, unix.AT_SYMLINK_NOFOLLOW) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Nlink == 1 && st.Size == en.Size
 }
 
 func (l *liveDirs) close() {

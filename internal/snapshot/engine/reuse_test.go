@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // inodes maps every regular file of dir to its inode number.
@@ -281,7 +282,7 @@ func TestKeptFileChangedBeforeSwap(t *testing.T) {
 	rootFD := int(dir.Fd())
 	st, err := newStaging(rootFD, unlimited(t))
 	must(err)
-	must(st.build(t.Context(), rootFD, store, snap.ManifestKey, manifestInfo{tot: manifestTotals{bytes: snap.SizeBytes}}, RestoreOptions{}))
+	must(st.build(t.Context(), rootFD, store, snap.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: snap.SizeBytes}}, RestoreOptions{}))
 	// Written between the check and the plan.
 	must(os.WriteFile(filepath.Join(live, "a.txt"), []byte("written!!!"), 0o644))
 	old := withoutStaging(state(t, live))
@@ -309,7 +310,7 @@ func TestRecoverJournalV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, p, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, manifestInfo{tot: manifestTotals{bytes: res.SizeBytes}}, RestoreOptions{})
+	st, p, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package manifest
 
 import (
 	"path"
@@ -8,13 +8,13 @@ import (
 	"github.com/kilnhq/kiln/internal/quota"
 )
 
-// validator checks the entries of a manifest as they are read, in
+// Validator checks the entries of a manifest as they are read, in
 // constant memory per directory level: entries come in walk order
 // (parents first, the names of a directory in byte order), so a path is
 // a duplicate, or lies under something that is not a directory, exactly
 // when its parent is not one of the directories still open or its name
 // is not after its previous sibling's.
-type validator struct {
+type Validator struct {
 	stack []openDir // "." first
 }
 
@@ -24,16 +24,16 @@ type openDir struct {
 	path, last string
 }
 
-func newValidator() *validator { return &validator{stack: []openDir{{path: "."}}} }
+func NewValidator() *Validator { return &Validator{stack: []openDir{{path: "."}}} }
 
-// check refuses (ErrInvalidManifest) an entry that a restore must not
+// Check refuses (ErrInvalid) an entry that a restore must not
 // create: a path that is not clean and relative ("..", absolute, empty,
 // "."), a name Kiln keeps for its own temporary files, a duplicate or an
 // entry out of order, an entry under anything but a directory of the
 // manifest, a link whose target is absolute, leads out of the root, or
 // has a ".." after a name (it could climb out through another link).
-func (v *validator) check(en *entry) error {
-	p := en.path
+func (v *Validator) Check(en *Entry) error {
+	p := en.Path
 	if c, err := files.Clean("path", p); err != nil || c != p || p == "." {
 		return invalidf("path %q is not a clean relative path", p)
 	}
@@ -54,25 +54,25 @@ func (v *validator) check(en *entry) error {
 		return invalidf("%q is a duplicate or out of order", p)
 	}
 	top.last = name
-	switch en.kind {
-	case kindDir:
+	switch en.Kind {
+	case KindDir:
 		v.stack = append(v.stack, openDir{path: p})
-	case kindLink:
-		if !linkAllowed(p, en.target) {
-			return invalidf("link %q -> %q leads out of the root", p, en.target)
+	case KindLink:
+		if !LinkAllowed(p, en.Target) {
+			return invalidf("link %q -> %q leads out of the root", p, en.Target)
 		}
 	}
 	return nil
 }
 
-// linkAllowed is the rule for links a snapshot records and restores
+// LinkAllowed is the rule for links a snapshot records and restores
 // (archive's too): the target is relative, stays inside lexically from
 // the link's place (files.LinkTarget), and has all its ".." first. Its
 // leading ".." climb the real directories the link lies in (a restore
 // creates every parent as a directory); a ".." after a name could climb
 // out of whatever that name is, another link perhaps ("up" -> "..", then
 // "x" -> "up/../.." stays inside on paper and leads out on disk).
-func linkAllowed(rel, target string) bool {
+func LinkAllowed(rel, target string) bool {
 	if files.LinkTarget("target", rel, target) != nil {
 		return false
 	}

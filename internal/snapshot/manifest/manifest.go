@@ -1,8 +1,9 @@
-package engine
+package manifest
 
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -15,7 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// The manifest format, version 3 (doc.go tells why it is shaped so). The
+// The manifest format, version 3 (internal/snapshot/engine/doc.go tells why it is shaped so). The
 // stored blob is one zstd stream of:
 //
 //	magic    "KILNSNAP"
@@ -24,7 +25,7 @@ import (
 //	start    varint: when the snapshot began, Unix nanoseconds (v2 and up)
 //	space    string: the chunk space its chunks are named in (v3 only;
 //	         "" in v3 and every v1 and v2 manifest: the shared space;
-//	         see chunkKey)
+//	         see ChunkKey)
 //	entries  one record each, in walk order (see below)
 //	end      'e', uvarint entries, uvarint files, uvarint bytes of content,
 //	         then the SHA-256 of every byte before it (magic to the counts)
@@ -54,49 +55,45 @@ import (
 // length. A file cut alone has extents that are whole chunks; small files
 // share packs (doc.go).
 const (
-	manifestMagic   = "KILNSNAP"
-	manifestVersion = 3
+	manifestMagic = "KILNSNAP"
+	Version       = 3
 )
 
 // Record kinds.
 const (
-	kindDir  byte = 'd'
-	kindFile byte = 'f'
-	kindLink byte = 'l'
+	KindDir  byte = 'd'
+	KindFile byte = 'f'
+	KindLink byte = 'l'
 	kindEnd  byte = 'e'
 )
 
 // Bounds a manifest must keep; beyond them it is refused as corrupt, so a
 // hostile one cannot make the reader allocate without bound.
 const (
+	// MaxChunk is the largest chunk a manifest may name (the cutter's
+	// largest).
+	MaxChunk       = 4 << 20
 	maxStringLen   = 4096    // a path or a link target (files.MaxPathLen)
 	maxFileChunks  = 1 << 20 // extents of one file: > 1 TiB at the mean chunk size
 	maxHeaderField = 256
-	maxSpaceLen    = 64
+	MaxSpaceLen    = 64
 )
 
-// chunkerHeader names the cutter and its sizes; a restore does not need
-// it (chunks are named by content), but a later version that cuts
-// differently can tell the snapshots apart.
-func chunkerHeader() string {
-	return fmt.Sprintf("%s/%d/%d/%d", chunkAlgorithm, minChunk, avgChunk, maxChunk)
-}
-
-// chunkRef is one chunk of a file: the SHA-256 of its bytes (its name in
+// ChunkRef is one chunk of a file: the SHA-256 of its bytes (its name in
 // its chunk space) and its length.
-type chunkRef struct {
-	sum [32]byte
-	len int64
+type ChunkRef struct {
+	Sum [32]byte
+	Len int64
 }
 
-// chunkKey is the blob key of the chunk of SHA-256 sum in chunk space
+// ChunkKey is the blob key of the chunk of SHA-256 sum in chunk space
 // space: chunks/<first 2 hex>/<64 hex> in the shared space (""),
 // chunks/<space>/<first 2 hex>/<64 hex> in any other. A chunk is stored
 // once per space: snapshots of one space share it, snapshots of two
 // spaces each store their own (internal/snapshot gives each team its
 // space, so a team cannot learn from what it stores whether another
 // team holds the same content).
-func chunkKey(space string, sum [32]byte) string {
+func ChunkKey(space string, sum [32]byte) string {
 	n := len("chunks/")
 	if space != "" {
 		n += len(space) + 1
@@ -118,8 +115,8 @@ func chunkKey(space string, sum [32]byte) string {
 // of the blob store (whose keys are lower case), so nothing else may
 // reach it.
 func ValidSpace(space string) error {
-	if len(space) > maxSpaceLen {
-		return fmt.Errorf("chunk space %q: longer than %d characters", space, maxSpaceLen)
+	if len(space) > MaxSpaceLen {
+		return fmt.Errorf("chunk space %q: longer than %d characters", space, MaxSpaceLen)
 	}
 	for i := 0; i < len(space); i++ {
 		c := space[i]
@@ -130,63 +127,71 @@ func ValidSpace(space string) error {
 	return nil
 }
 
-// extent is a slice of a chunk, part of a file's content.
-type extent struct {
-	chunk    chunkRef
-	off, len int64
+// Extent is a slice of a chunk, part of a file's content.
+type Extent struct {
+	Chunk    ChunkRef
+	Off, Len int64
 }
 
-// entry is one record of a manifest.
-type entry struct {
-	kind    byte
-	path    string      // root-relative, cleaned, never "."
-	mode    fs.FileMode // permission bits only
-	mtime   int64       // Unix nanoseconds
-	size    int64       // files: bytes of content (the sum of the extents)
-	extents []extent    // files, in order
-	target  string      // links
-	// Files, v2: what a later snapshot compares (stat is false in v1).
-	stat  bool
-	ctime int64 // Unix nanoseconds
-	ino   uint64
+// Entry is one record of a manifest.
+type Entry struct {
+	Kind    byte
+	Path    string      // root-relative, cleaned, never "."
+	Mode    fs.FileMode // permission bits only
+	Mtime   int64       // Unix nanoseconds
+	Size    int64       // files: bytes of content (the sum of the extents)
+	Extents []Extent    // files, in order
+	Target  string      // links
+	// Files, v2: what a later snapshot compares (Stat is false in v1).
+	Stat  bool
+	Ctime int64 // Unix nanoseconds
+	Ino   uint64
 }
 
-// manifestTotals is what the end record counts.
-type manifestTotals struct {
-	entries, files, bytes int64
+// Totals is what the end record counts.
+type Totals struct {
+	Entries, Files, Bytes int64
 }
 
-// encoder writes a manifest. It writes what it is given: checking entries
+// Encoder writes a manifest. It writes what it is given: checking entries
 // is the reader's job (a restore trusts nothing it reads), which is also
 // how tests craft hostile manifests.
-type encoder struct {
+type Encoder struct {
 	zw        *zstd.Encoder
 	bw        *bufio.Writer
 	sum       hash.Hash
 	mw        io.Writer // bw and sum
 	buf       []byte
-	tot       manifestTotals
+	tot       Totals
 	err       error
 	done      bool
 	version   int
 	prevIno   uint64
 	prevMtime int64
-	prev      extent // the last extent written
+	prev      Extent // the last extent written
 	hasPrev   bool
 }
 
-// newEncoder starts a manifest on w and writes its magic and header;
-// start is when the snapshot began (Unix nanoseconds), space the chunk
-// space its chunks are named in.
-func newEncoder(w io.Writer, start int64, space string) (*encoder, error) {
-	return newEncoderVersion(w, manifestVersion, start, space)
+// Header is what a manifest says before its entries.
+type Header struct {
+	// Chunker names the cutter and its sizes: a restore does not need it
+	// (chunks are named by content), but a later version that cuts
+	// differently can tell the snapshots apart.
+	Chunker string
+	Start   int64  // when the snapshot began, Unix nanoseconds (v2 and up)
+	Space   string // the chunk space its chunks are named in (v3 only)
 }
 
-// newEncoderVersion writes a manifest of an older version (tests: a
+// NewEncoder starts a manifest on w and writes its magic and header.
+func NewEncoder(w io.Writer, h Header) (*Encoder, error) {
+	return NewEncoderVersion(w, Version, h)
+}
+
+// NewEncoderVersion writes a manifest of an older version (tests: a
 // store holds manifests of every version this Kiln reads); versions
 // before 3 have no space (it must be "").
-func newEncoderVersion(w io.Writer, version int, start int64, space string) (*encoder, error) {
-	if version < 3 && space != "" {
+func NewEncoderVersion(w io.Writer, version int, h Header) (*Encoder, error) {
+	if version < 3 && h.Space != "" {
 		return nil, fmt.Errorf("manifest version %d has no chunk space", version)
 	}
 	// The default level: 1.5 % smaller than the fastest on a world's
@@ -197,16 +202,16 @@ func newEncoderVersion(w io.Writer, version int, start int64, space string) (*en
 	if err != nil {
 		return nil, fmt.Errorf("manifest encoder: %w", err)
 	}
-	e := &encoder{zw: zw, bw: bufio.NewWriterSize(zw, 64<<10), sum: sha256.New(), version: version}
+	e := &Encoder{zw: zw, bw: bufio.NewWriterSize(zw, 64<<10), sum: sha256.New(), version: version}
 	e.mw = io.MultiWriter(e.bw, e.sum)
 	e.buf = append(e.buf[:0], manifestMagic...)
 	e.buf = binary.AppendUvarint(e.buf, uint64(version))
-	e.buf = appendString(e.buf, chunkerHeader())
+	e.buf = appendString(e.buf, h.Chunker)
 	if version >= 2 {
-		e.buf = binary.AppendVarint(e.buf, start)
+		e.buf = binary.AppendVarint(e.buf, h.Start)
 	}
 	if version >= 3 {
-		e.buf = appendString(e.buf, space)
+		e.buf = appendString(e.buf, h.Space)
 	}
 	e.flush()
 	return e, e.err
@@ -217,79 +222,79 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func (e *encoder) flush() {
+func (e *Encoder) flush() {
 	if e.err == nil {
 		_, e.err = e.mw.Write(e.buf)
 	}
 	e.buf = e.buf[:0]
 }
 
-// add writes one record.
-func (e *encoder) add(en *entry) error {
-	b := append(e.buf[:0], en.kind)
-	b = appendString(b, en.path)
-	mtime := en.mtime
+// Add writes one record.
+func (e *Encoder) Add(en *Entry) error {
+	b := append(e.buf[:0], en.Kind)
+	b = appendString(b, en.Path)
+	mtime := en.Mtime
 	if e.version >= 2 {
 		mtime -= e.prevMtime
 	}
-	switch en.kind {
-	case kindDir:
-		b = binary.AppendUvarint(b, uint64(en.mode.Perm()))
+	switch en.Kind {
+	case KindDir:
+		b = binary.AppendUvarint(b, uint64(en.Mode.Perm()))
 		b = binary.AppendVarint(b, mtime)
-	case kindFile:
-		b = binary.AppendUvarint(b, uint64(en.mode.Perm()))
+	case KindFile:
+		b = binary.AppendUvarint(b, uint64(en.Mode.Perm()))
 		b = binary.AppendVarint(b, mtime)
 		if e.version >= 2 {
-			b = binary.AppendVarint(b, en.ctime-en.mtime)
-			b = binary.AppendVarint(b, int64(en.ino-e.prevIno))
-			e.prevIno = en.ino
+			b = binary.AppendVarint(b, en.Ctime-en.Mtime)
+			b = binary.AppendVarint(b, int64(en.Ino-e.prevIno))
+			e.prevIno = en.Ino
 		}
-		b = binary.AppendUvarint(b, uint64(en.size))
-		b = binary.AppendUvarint(b, uint64(len(en.extents)))
-		for _, x := range en.extents {
-			same := e.version >= 2 && e.hasPrev && x.chunk == e.prev.chunk
+		b = binary.AppendUvarint(b, uint64(en.Size))
+		b = binary.AppendUvarint(b, uint64(len(en.Extents)))
+		for _, x := range en.Extents {
+			same := e.version >= 2 && e.hasPrev && x.Chunk == e.prev.Chunk
 			switch {
-			case same && x.off == e.prev.off+e.prev.len:
+			case same && x.Off == e.prev.Off+e.prev.Len:
 				b = append(b, 2)
 			case same:
 				b = append(b, 1)
-				b = binary.AppendUvarint(b, uint64(x.off))
+				b = binary.AppendUvarint(b, uint64(x.Off))
 			default:
 				if e.version >= 2 {
 					b = append(b, 0)
 				}
-				b = append(b, x.chunk.sum[:]...)
-				b = binary.AppendUvarint(b, uint64(x.chunk.len))
-				b = binary.AppendUvarint(b, uint64(x.off))
+				b = append(b, x.Chunk.Sum[:]...)
+				b = binary.AppendUvarint(b, uint64(x.Chunk.Len))
+				b = binary.AppendUvarint(b, uint64(x.Off))
 			}
 			e.prev, e.hasPrev = x, true
-			b = binary.AppendUvarint(b, uint64(x.len))
+			b = binary.AppendUvarint(b, uint64(x.Len))
 		}
-		e.tot.files++
-		e.tot.bytes += en.size
-	case kindLink:
+		e.tot.Files++
+		e.tot.Bytes += en.Size
+	case KindLink:
 		b = binary.AppendVarint(b, mtime)
-		b = appendString(b, en.target)
+		b = appendString(b, en.Target)
 	default:
-		return fmt.Errorf("manifest encoder: unknown kind %q", en.kind)
+		return fmt.Errorf("manifest encoder: unknown kind %q", en.Kind)
 	}
-	e.prevMtime = en.mtime
-	e.tot.entries++
+	e.prevMtime = en.Mtime
+	e.tot.Entries++
 	e.buf = b
 	e.flush()
 	return e.err
 }
 
-// close writes the end record and ends the zstd stream (not w).
-func (e *encoder) close() error {
+// Close writes the end record and ends the zstd stream (not w).
+func (e *Encoder) Close() error {
 	if e.done {
 		return e.err
 	}
 	e.done = true
 	b := append(e.buf[:0], kindEnd)
-	b = binary.AppendUvarint(b, uint64(e.tot.entries))
-	b = binary.AppendUvarint(b, uint64(e.tot.files))
-	b = binary.AppendUvarint(b, uint64(e.tot.bytes))
+	b = binary.AppendUvarint(b, uint64(e.tot.Entries))
+	b = binary.AppendUvarint(b, uint64(e.tot.Files))
+	b = binary.AppendUvarint(b, uint64(e.tot.Bytes))
 	e.buf = b
 	e.flush()
 	if e.err != nil {
@@ -304,22 +309,22 @@ func (e *encoder) close() error {
 	return e.zw.Close()
 }
 
-// ErrInvalidManifest is a manifest refused before anything was written:
+// ErrInvalid is a manifest refused before anything was written:
 // corrupt (truncated, a wrong checksum, an unknown version) or hostile (a
 // path that is not clean and relative, a duplicate, an entry under
 // something that is not a directory, a link leading out of the root,
 // chunks that do not add up to the file's size). It is wrapped with the
 // reason.
-var ErrInvalidManifest = errors.New("invalid snapshot manifest")
+var ErrInvalid = errors.New("invalid snapshot manifest")
 
 func invalidf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidManifest, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// decoder reads a manifest record by record, without holding more than
+// Decoder reads a manifest record by record, without holding more than
 // one: a manifest of any size is read in bounded memory. It checks the
 // format only; validator checks what the entries say.
-type decoder struct {
+type Decoder struct {
 	zr        *zstd.Decoder
 	br        *bufio.Reader
 	sum       hash.Hash
@@ -327,32 +332,32 @@ type decoder struct {
 	header    string
 	start     int64  // v2: when the snapshot began, Unix ns; 0 in v1
 	space     string // v3: the chunk space; "" before
-	tot       manifestTotals
+	tot       Totals
 	end       bool
 	buf       []byte
 	one       [1]byte
 	prevIno   uint64
 	prevMtime int64
-	prev      extent // the last extent read
+	prev      Extent // the last extent read
 	hasPrev   bool
 }
 
-// newDecoder starts reading the manifest r and checks its magic and
+// NewDecoder starts reading the manifest r and checks its magic and
 // version. The caller closes it.
-func newDecoder(r io.Reader) (*decoder, error) {
+func NewDecoder(r io.Reader) (*Decoder, error) {
 	zr, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(8<<20), zstd.WithDecoderLowmem(true))
 	if err != nil {
 		return nil, fmt.Errorf("manifest decoder: %w", err)
 	}
-	d := &decoder{zr: zr, br: bufio.NewReaderSize(zr, 64<<10), sum: sha256.New()}
+	d := &Decoder{zr: zr, br: bufio.NewReaderSize(zr, 64<<10), sum: sha256.New()}
 	magic := make([]byte, len(manifestMagic))
 	if err := d.full(magic); err != nil || string(magic) != manifestMagic {
 		zr.Close()
 		return nil, invalidf("not a snapshot manifest")
 	}
 	v, err := d.uvarint()
-	if err == nil && (v < 1 || v > manifestVersion) {
-		err = invalidf("version %d (this Kiln reads versions 1 to %d)", v, manifestVersion)
+	if err == nil && (v < 1 || v > Version) {
+		err = invalidf("version %d (this Kiln reads versions 1 to %d)", v, Version)
 	}
 	d.version = v
 	if err == nil {
@@ -362,7 +367,7 @@ func newDecoder(r io.Reader) (*decoder, error) {
 		d.start, err = d.varint()
 	}
 	if err == nil && v >= 3 {
-		if d.space, err = d.string(maxSpaceLen); err == nil && ValidSpace(d.space) != nil {
+		if d.space, err = d.string(MaxSpaceLen); err == nil && ValidSpace(d.space) != nil {
 			err = invalidf("chunk space %q", d.space)
 		}
 	}
@@ -373,22 +378,22 @@ func newDecoder(r io.Reader) (*decoder, error) {
 	return d, nil
 }
 
-func (d *decoder) close() { d.zr.Close() }
+func (d *Decoder) Close() { d.zr.Close() }
 
-// corrupt turns a read error into ErrInvalidManifest (a manifest that
+// corrupt turns a read error into ErrInvalid (a manifest that
 // ends early or does not decompress is corrupt), keeping the cause.
 func corrupt(err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return invalidf("truncated")
 	}
-	if errors.Is(err, ErrInvalidManifest) {
+	if errors.Is(err, ErrInvalid) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidManifest, err)
+	return fmt.Errorf("%w: %w", ErrInvalid, err)
 }
 
 // full reads len(p) bytes into the checksum.
-func (d *decoder) full(p []byte) error {
+func (d *Decoder) full(p []byte) error {
 	if _, err := io.ReadFull(d.br, p); err != nil {
 		return corrupt(err)
 	}
@@ -396,7 +401,7 @@ func (d *decoder) full(p []byte) error {
 	return nil
 }
 
-func (d *decoder) byte() (byte, error) {
+func (d *Decoder) byte() (byte, error) {
 	b, err := d.br.ReadByte()
 	if err != nil {
 		return 0, corrupt(err)
@@ -407,11 +412,11 @@ func (d *decoder) byte() (byte, error) {
 }
 
 // sumReader feeds what binary.ReadUvarint reads into the checksum.
-type sumReader struct{ d *decoder }
+type sumReader struct{ d *Decoder }
 
 func (s sumReader) ReadByte() (byte, error) { return s.d.byte() }
 
-func (d *decoder) uvarint() (uint64, error) {
+func (d *Decoder) uvarint() (uint64, error) {
 	v, err := binary.ReadUvarint(sumReader{d})
 	if err != nil {
 		return 0, corrupt(err)
@@ -419,7 +424,7 @@ func (d *decoder) uvarint() (uint64, error) {
 	return v, nil
 }
 
-func (d *decoder) varint() (int64, error) {
+func (d *Decoder) varint() (int64, error) {
 	v, err := binary.ReadVarint(sumReader{d})
 	if err != nil {
 		return 0, corrupt(err)
@@ -427,7 +432,7 @@ func (d *decoder) varint() (int64, error) {
 	return v, nil
 }
 
-func (d *decoder) string(max int) (string, error) {
+func (d *Decoder) string(max int) (string, error) {
 	n, err := d.uvarint()
 	if err != nil {
 		return "", err
@@ -445,10 +450,10 @@ func (d *decoder) string(max int) (string, error) {
 	return string(b), nil
 }
 
-// next reads the next record into en (reusing its extent slice), or
+// Next reads the Next record into en (reusing its extent slice), or
 // returns io.EOF after the end record, once its counts and the checksum
 // were found right and nothing follows it.
-func (d *decoder) next(en *entry) error {
+func (d *Decoder) Next(en *Entry) error {
 	if d.end {
 		return io.EOF
 	}
@@ -459,24 +464,24 @@ func (d *decoder) next(en *entry) error {
 	if kind == kindEnd {
 		return d.finish()
 	}
-	*en = entry{kind: kind, extents: en.extents[:0]}
-	if en.path, err = d.string(maxStringLen); err != nil {
+	*en = Entry{Kind: kind, Extents: en.Extents[:0]}
+	if en.Path, err = d.string(maxStringLen); err != nil {
 		return err
 	}
 	switch kind {
-	case kindDir, kindFile:
+	case KindDir, KindFile:
 		mode, err := d.uvarint()
 		if err != nil {
 			return err
 		}
 		if mode&^0o777 != 0 {
-			return invalidf("%q: mode %o has bits beyond rwxrwxrwx", en.path, mode)
+			return invalidf("%q: mode %o has bits beyond rwxrwxrwx", en.Path, mode)
 		}
-		en.mode = fs.FileMode(mode)
-		if en.mtime, err = d.mtime(); err != nil {
+		en.Mode = fs.FileMode(mode)
+		if en.Mtime, err = d.mtime(); err != nil {
 			return err
 		}
-		if kind == kindFile && d.version >= 2 {
+		if kind == KindFile && d.version >= 2 {
 			dc, err := d.varint()
 			if err != nil {
 				return err
@@ -485,31 +490,31 @@ func (d *decoder) next(en *entry) error {
 			if err != nil {
 				return err
 			}
-			en.stat, en.ctime, en.ino = true, en.mtime+dc, d.prevIno+uint64(di)
-			d.prevIno = en.ino
+			en.Stat, en.Ctime, en.Ino = true, en.Mtime+dc, d.prevIno+uint64(di)
+			d.prevIno = en.Ino
 		}
-		if kind == kindFile {
+		if kind == KindFile {
 			if err := d.fileExtents(en); err != nil {
 				return err
 			}
 		}
-	case kindLink:
-		if en.mtime, err = d.mtime(); err != nil {
+	case KindLink:
+		if en.Mtime, err = d.mtime(); err != nil {
 			return err
 		}
-		if en.target, err = d.string(maxStringLen); err != nil {
+		if en.Target, err = d.string(maxStringLen); err != nil {
 			return err
 		}
 	default:
 		return invalidf("unknown record kind %#x", kind)
 	}
-	d.tot.entries++
+	d.tot.Entries++
 	return nil
 }
 
 // mtime reads a record's mtime (v2: the difference from the previous
 // record's).
-func (d *decoder) mtime() (int64, error) {
+func (d *Decoder) mtime() (int64, error) {
 	v, err := d.varint()
 	if err != nil {
 		return 0, err
@@ -522,9 +527,9 @@ func (d *decoder) mtime() (int64, error) {
 }
 
 // fileExtents reads a file record's size and extents, checking that
-// every chunk is 1 to maxChunk bytes, that every extent is a non-empty
+// every chunk is 1 to MaxChunk bytes, that every extent is a non-empty
 // slice of its chunk, and that they add up to the size.
-func (d *decoder) fileExtents(en *entry) error {
+func (d *Decoder) fileExtents(en *Entry) error {
 	size, err := d.uvarint()
 	if err != nil {
 		return err
@@ -534,60 +539,60 @@ func (d *decoder) fileExtents(en *entry) error {
 		return err
 	}
 	if n > maxFileChunks || size > 1<<62 {
-		return invalidf("%q: %d extents, %d bytes", en.path, n, size)
+		return invalidf("%q: %d extents, %d bytes", en.Path, n, size)
 	}
 	var total uint64
 	for range n {
-		var x extent
+		var x Extent
 		var flag byte
 		if d.version >= 2 {
 			if flag, err = d.byte(); err != nil {
 				return err
 			}
 			if flag > 2 || (flag > 0 && !d.hasPrev) {
-				return invalidf("%q: an extent's chunk flag %d", en.path, flag)
+				return invalidf("%q: an extent's chunk flag %d", en.Path, flag)
 			}
 		}
 		var clen, off, l uint64
 		switch flag {
 		case 0:
-			if err := d.full(x.chunk.sum[:]); err != nil {
+			if err := d.full(x.Chunk.Sum[:]); err != nil {
 				return err
 			}
 			if clen, err = d.uvarint(); err != nil {
 				return err
 			}
 		default:
-			x.chunk = d.prev.chunk
-			clen = uint64(x.chunk.len)
+			x.Chunk = d.prev.Chunk
+			clen = uint64(x.Chunk.Len)
 		}
 		if flag == 2 {
-			off = uint64(d.prev.off + d.prev.len)
+			off = uint64(d.prev.Off + d.prev.Len)
 		} else if off, err = d.uvarint(); err != nil {
 			return err
 		}
 		if l, err = d.uvarint(); err != nil {
 			return err
 		}
-		if clen == 0 || clen > maxChunk || l == 0 || off >= clen || l > clen-off {
-			return invalidf("%q: an extent of %d bytes at %d of a chunk of %d", en.path, l, off, clen)
+		if clen == 0 || clen > MaxChunk || l == 0 || off >= clen || l > clen-off {
+			return invalidf("%q: an extent of %d bytes at %d of a chunk of %d", en.Path, l, off, clen)
 		}
-		x.chunk.len, x.off, x.len = int64(clen), int64(off), int64(l)
+		x.Chunk.Len, x.Off, x.Len = int64(clen), int64(off), int64(l)
 		d.prev, d.hasPrev = x, true
 		total += l
-		en.extents = append(en.extents, x)
+		en.Extents = append(en.Extents, x)
 	}
 	if total != size {
-		return invalidf("%q: extents of %d bytes for a size of %d", en.path, total, size)
+		return invalidf("%q: extents of %d bytes for a size of %d", en.Path, total, size)
 	}
-	en.size = int64(size)
-	d.tot.files++
-	d.tot.bytes += en.size
+	en.Size = int64(size)
+	d.tot.Files++
+	d.tot.Bytes += en.Size
 	return nil
 }
 
 // finish reads the end record: counts, checksum, then nothing.
-func (d *decoder) finish() error {
+func (d *Decoder) finish() error {
 	var got [3]uint64
 	for i := range got {
 		v, err := d.uvarint()
@@ -596,8 +601,8 @@ func (d *decoder) finish() error {
 		}
 		got[i] = v
 	}
-	if got != [3]uint64{uint64(d.tot.entries), uint64(d.tot.files), uint64(d.tot.bytes)} {
-		return invalidf("the end record counts %v, the manifest holds %d entries, %d files, %d bytes", got, d.tot.entries, d.tot.files, d.tot.bytes)
+	if got != [3]uint64{uint64(d.tot.Entries), uint64(d.tot.Files), uint64(d.tot.Bytes)} {
+		return invalidf("the end record counts %v, the manifest holds %d entries, %d files, %d bytes", got, d.tot.Entries, d.tot.Files, d.tot.Bytes)
 	}
 	want := d.sum.Sum(nil)
 	var sum [32]byte
@@ -615,4 +620,44 @@ func (d *decoder) finish() error {
 	}
 	d.end = true
 	return io.EOF
+}
+
+// Info is what Read tells of a whole manifest.
+type Info struct {
+	Totals  Totals
+	Version uint64
+	Start   int64  // v2: when the snapshot began, Unix ns
+	Space   string // v3: the chunk space ("" before)
+}
+
+// Read reads the manifest r, checking every entry (Validator) and
+// handing it to fn (the entry is reused for the next one), and returns
+// its totals once its end was checked. It stops at the first error:
+// ErrInvalid for a manifest that is corrupt or hostile, fn's, ctx's.
+func Read(ctx context.Context, r io.Reader, fn func(*Entry) error) (Info, error) {
+	d, err := NewDecoder(r)
+	if err != nil {
+		return Info{}, err
+	}
+	defer d.Close()
+	v := NewValidator()
+	var en Entry
+	for {
+		if err := ctx.Err(); err != nil {
+			return Info{}, err
+		}
+		err := d.Next(&en)
+		if errors.Is(err, io.EOF) {
+			return Info{Totals: d.tot, Version: d.version, Start: d.start, Space: d.space}, nil
+		}
+		if err != nil {
+			return Info{}, err
+		}
+		if err := v.Check(&en); err != nil {
+			return Info{}, err
+		}
+		if err := fn(&en); err != nil {
+			return Info{}, err
+		}
+	}
 }
