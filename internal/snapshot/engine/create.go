@@ -93,7 +93,7 @@ type CreateOptions struct {
 	// CompressionFastest. An unknown level is an error.
 	Compression Compression
 	// Space is the chunk space the snapshot's chunks are named and
-	// stored in (chunkKey): a chunk is shared by the snapshots of one
+	// stored in (manifest.ChunkKey): a chunk is shared by the snapshots of one
 	// space only. "" is the shared space; a name must pass ValidSpace.
 	// A Parent of another space is not used (its chunks are not this
 	// space's): every file is read.
@@ -135,7 +135,7 @@ type Skipped struct {
 	// them.
 	HardLinks int
 	// Links are symlinks whose target leads outside the root, or could
-	// (linkAllowed): a restore would refuse them.
+	// (manifest.LinkAllowed): a restore would refuse them.
 	Links int
 	// Special are devices, FIFOs and sockets.
 	Special int

@@ -35,7 +35,7 @@ type Export struct {
 // restored is refused before anything is written. only narrows the export
 // to one path of the snapshot and everything under it (a clean relative
 // path, files.Clean's; "." or "" for the whole snapshot). Errors:
-// ErrInvalidManifest, files.ErrNotFound (the snapshot holds nothing at
+// manifest.ErrInvalid, files.ErrNotFound (the snapshot holds nothing at
 // only), the store's (blob.ErrNotFound), ctx.Err(); wrapped.
 func OpenExport(ctx context.Context, store Store, manifestKey, only string) (*Export, error) {
 	if only == "" {

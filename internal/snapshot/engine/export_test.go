@@ -74,10 +74,10 @@ func TestExportRefuses(t *testing.T) {
 	}
 
 	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "dotdot", file("../etc/passwd", good)), ""); !errors.Is(err, manifest.ErrInvalid) {
-		t.Errorf("a path out of the root: OpenExport = %v, want ErrInvalidManifest", err)
+		t.Errorf("a path out of the root: OpenExport = %v, want manifest.ErrInvalid", err)
 	}
 	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "link", manifest.Entry{Kind: manifest.KindLink, Path: "l", Target: "/etc"}), ""); !errors.Is(err, manifest.ErrInvalid) {
-		t.Errorf("an absolute link: OpenExport = %v, want ErrInvalidManifest", err)
+		t.Errorf("an absolute link: OpenExport = %v, want manifest.ErrInvalid", err)
 	}
 	if _, err := OpenExport(t.Context(), store, "manifests/nope", ""); !errors.Is(err, blob.ErrNotFound) {
 		t.Errorf("no manifest: OpenExport = %v, want blob.ErrNotFound", err)

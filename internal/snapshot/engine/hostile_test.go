@@ -195,7 +195,7 @@ func TestCorruptManifests(t *testing.T) {
 			}
 			_, err := Restore(t.Context(), openRoot(t, tr.dir), unlimited(t), store, key, RestoreOptions{})
 			if !errors.Is(err, manifest.ErrInvalid) {
-				t.Fatalf("Restore = %v, want ErrInvalidManifest", err)
+				t.Fatalf("Restore = %v, want manifest.ErrInvalid", err)
 			}
 			if d := diffState(before, state(t, tr.dir)); d != "" {
 				t.Errorf("a refused restore changed the tree:\n%s", d)

@@ -101,7 +101,7 @@ const (
 // manifestKey (see doc.go, "Restore"): every path the snapshot holds gets
 // its content, mode and mtime; every other path is removed unless
 // opts.Ignore excludes it, which is left as it is. The manifest is read
-// and checked whole first (ErrInvalidManifest, nothing written); the tree
+// and checked whole first (manifest.ErrInvalid, nothing written); the tree
 // is then built in a staging directory inside the root, every chunk
 // checked against its name (ErrCorruptChunk), and swapped in under a
 // journal. Until the journal is written (the commit point) an error or
@@ -114,7 +114,7 @@ const (
 // removed is recorded as a negative change. The caller commits or
 // releases res.
 //
-// Errors: ErrInvalidManifest, ErrCorruptChunk, files.ErrQuota,
+// Errors: manifest.ErrInvalid, ErrCorruptChunk, files.ErrQuota,
 // ErrRestorePending, the store's errors (blob.ErrNotFound for a missing manifest or chunk),
 // ctx.Err(), file system errors; all wrapped.
 func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, store Store, manifestKey string, opts RestoreOptions) (RestoreResult, error) {
@@ -247,7 +247,7 @@ func scan(ctx context.Context, store Store, key string, fn func(*manifest.Entry)
 
 // ChunkKeys returns the keys of the chunks the manifest under key
 // references, in manifest order, each once (what a collector must keep
-// for it). Errors: ErrInvalidManifest, the store's errors.
+// for it). Errors: manifest.ErrInvalid, the store's errors.
 func ChunkKeys(ctx context.Context, store Store, key string) ([]string, error) {
 	seen := make(map[[32]byte]struct{})
 	var sums [][32]byte
