@@ -289,6 +289,29 @@ func LinkTarget(field, rel, target string) error {
 	return nil
 }
 
+// DotDotsFirst reports whether every ".." segment of a link's target
+// comes before its first name. Leading ".." climb the real directories a
+// link lies in; a ".." after a name climbs out of whatever that name is,
+// perhaps another link ("up" -> "..", then "x" -> "up/../.." stays inside
+// on paper and leads out on disk), so links restored or extracted in bulk
+// (snapshots, archives), whose neighbours are not known yet, must have
+// their ".." first.
+func DotDotsFirst(target string) bool {
+	named := false
+	for seg := range strings.SplitSeq(target, "/") {
+		switch seg {
+		case "", ".":
+		case "..":
+			if named {
+				return false
+			}
+		default:
+			named = true
+		}
+	}
+	return true
+}
+
 // Symlink creates a symbolic link at rel pointing to target, which must
 // pass LinkTarget and lead inside the root as the tree is, following the
 // links on its way and its directory's (LinkInside: "up" -> ".." and then

@@ -23,7 +23,7 @@ func linkRefusal(rel, target string) string {
 	if err := files.LinkTarget("entry", rel, target); err != nil {
 		return issue(err, "has an invalid link target")
 	}
-	if !dotDotsFirst(target) {
+	if !files.DotDotsFirst(target) {
 		return "links to " + quoteCut(target) + `, with a ".." after a name: it could lead out of the server's root through another link`
 	}
 	return ""
@@ -35,24 +35,6 @@ func quoteCut(s string) string {
 		s = s[:200] + "…"
 	}
 	return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"`
-}
-
-// dotDotsFirst reports whether every ".." segment of target comes before
-// its first name.
-func dotDotsFirst(target string) bool {
-	named := false
-	for seg := range strings.SplitSeq(target, "/") {
-		switch seg {
-		case "", ".":
-		case "..":
-			if named {
-				return false
-			}
-		default:
-			named = true
-		}
-	}
-	return true
 }
 
 // keepLink tells whether Compress stores symlink rel (root-relative),
