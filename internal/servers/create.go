@@ -513,7 +513,14 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 func (s *Service) remove(ctx context.Context, teamID, id string) (err error) {
 	gone := false
 	defer func() {
-		if err != nil && !gone {
+		switch {
+		case gone:
+			// Its row is gone: every later look-up answers ErrNotFound, so
+			// what the hooks keep to refuse work on it may go.
+			for _, fn := range s.onDeleted {
+				fn(id)
+			}
+		case err != nil:
 			// The server stays: what the hooks ended for good may go on.
 			for _, fn := range s.onAborted {
 				fn(id)
@@ -561,6 +568,15 @@ func (s *Service) remove(ctx context.Context, teamID, id string) (err error) {
 // their work on the server: remote downloads). Call it before Run.
 func (s *Service) OnDelete(fn func(ctx context.Context, id string) error) {
 	s.onDelete = append(s.onDelete, fn)
+}
+
+// OnDeleted registers fn to run once a delete that ran the OnDelete hooks
+// removed the server's row (and, when it succeeded, its files): no look-up
+// finds the server any more, so the marks a hook keeps to refuse work on
+// it (SFTP logins, restores) can be dropped instead of kept for the
+// process's life. Call it before Run.
+func (s *Service) OnDeleted(fn func(id string)) {
+	s.onDeleted = append(s.onDeleted, fn)
 }
 
 // OnDeleteAborted registers fn to run when a delete that ran the OnDelete

@@ -158,6 +158,7 @@ type Service struct {
 	recoverErr error         // set before recovered is closed
 	onDelete   []func(ctx context.Context, id string) error
 	onAborted  []func(id string) // a delete that ran onDelete failed
+	onDeleted  []func(id string) // a delete that ran onDelete removed the row
 	onHold     []func(id string) // a root was held (Hold)
 
 	ctx    context.Context // of Run; background work stops with it

@@ -863,3 +863,41 @@ func TestSecretEnvSealed(t *testing.T) {
 		waitFor(t, svc, teamID, sv.ID, "installed", func(s servers.Server) bool { return s.Status == servers.StatusOffline && s.InstallError == nil })
 	})
 }
+
+// TestDeleteHooks: a delete runs the OnDelete hooks first; one that fails
+// keeps the server and runs OnDeleteAborted, not OnDeleted; one that
+// goes through runs OnDeleted once the row and the files are gone, not
+// OnDeleteAborted.
+func TestDeleteHooks(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{})
+	svc := env.Service
+	var calls []string
+	failing := true
+	svc.OnDelete(func(_ context.Context, id string) error {
+		calls = append(calls, "delete "+id)
+		if failing {
+			return errors.New("the disk is read-only")
+		}
+		return nil
+	})
+	svc.OnDeleteAborted(func(id string) { calls = append(calls, "aborted "+id) })
+	svc.OnDeleted(func(id string) {
+		_, err := svc.Get(context.Background(), teamID, id)
+		_, statErr := os.Stat(env.Node.Root(id))
+		calls = append(calls, fmt.Sprintf("deleted %s (get: %v, root gone: %v)", id, errors.Is(err, servers.ErrNotFound), os.IsNotExist(statErr)))
+	})
+	sv := newTestServer(t, svc, teamID)
+	if err := svc.Delete(t.Context(), teamID, sv.ID); err == nil {
+		t.Fatal("Delete succeeded with a failing hook")
+	}
+	failing = false
+	if err := svc.Delete(t.Context(), teamID, sv.ID); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"delete " + sv.ID, "aborted " + sv.ID, "delete " + sv.ID, "deleted " + sv.ID + " (get: true, root gone: true)"}
+	if !slices.Equal(calls, want) {
+		t.Errorf("hooks ran %q, want %q", calls, want)
+	}
+}

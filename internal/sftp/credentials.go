@@ -240,7 +240,13 @@ func (s *Service) ServerHeld(serverID string) {
 
 // DeleteAborted undoes RevokeServer when the server's delete failed and
 // the server stays (servers.OnDeleteAborted).
-func (s *Service) DeleteAborted(serverID string) { s.sessions.reopenServer(serverID) }
+func (s *Service) DeleteAborted(serverID string) { s.sessions.forget(serverID) }
+
+// ServerDeleted drops RevokeServer's mark once the server's row is gone
+// (servers.OnDeleted): a login with its credentials finds nothing from
+// then on, and a session that got past the login before finds no server
+// root, so the mark would only be memory kept for the process's life.
+func (s *Service) ServerDeleted(serverID string) { s.sessions.forget(serverID) }
 
 // RevokeToken ends at once every SFTP session opened with credentials of
 // token tokenID (a revocation in this process; one made by another

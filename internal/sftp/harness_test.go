@@ -92,6 +92,7 @@ func newEnv(t *testing.T, db *store.DB, cfg Config) *env {
 	svc := NewService(db, box, se.Service, ServiceOptions{PublicHost: "127.0.0.1", Port: port}, log)
 	se.Service.OnDelete(svc.RevokeServer)
 	se.Service.OnDeleteAborted(svc.DeleteAborted)
+	se.Service.OnDeleted(svc.ServerDeleted)
 	se.Service.OnHold(svc.ServerHeld)
 	e := &env{t: t, db: db, servers: se.Service, auth: a, svc: svc, addr: ln.Addr().String(), port: port,
 		teamID: tok.TeamID, tokenID: tok.ID, label: "alice", clock: &testClock{}, dataDir: t.TempDir()}

@@ -32,7 +32,7 @@ type registry struct {
 	byCred map[string]map[*session]struct{}
 	total  int
 	// closed holds the servers being deleted: no session opens on them
-	// (closeServer, reopenServer).
+	// (closeServer; forget once the delete failed or the row is gone).
 	closed map[string]bool
 }
 
@@ -89,8 +89,9 @@ func (g *registry) closeServer(serverID, reason string) int {
 	return len(found)
 }
 
-// reopenServer undoes closeServer.
-func (g *registry) reopenServer(serverID string) {
+// forget drops closeServer's mark: the delete failed and the server
+// stays, or its row is gone and a login finds no server anyway.
+func (g *registry) forget(serverID string) {
 	g.mu.Lock()
 	delete(g.closed, serverID)
 	g.mu.Unlock()

@@ -177,6 +177,12 @@ func TestDeleteAborted(t *testing.T) {
 		if err := db.Read().QueryRowContext(t.Context(), `SELECT count(*) FROM sftp_credentials WHERE server_id = $1`, sv.ID).Scan(&n); err != nil || n != 0 {
 			t.Errorf("credential rows of the deleted server: %d (%v), want 0", n, err)
 		}
+		e.svc.sessions.mu.Lock()
+		marked := e.svc.sessions.closed[sv.ID]
+		e.svc.sessions.mu.Unlock()
+		if marked {
+			t.Error("the deleted server is still marked closed: a mark kept for the process's life (servers.OnDeleted)")
+		}
 	})
 }
 

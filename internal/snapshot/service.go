@@ -207,7 +207,7 @@ type Service struct {
 	mu        sync.Mutex
 	running   map[string]context.CancelFunc // snapshots being taken here, by id
 	restoring map[string]*restoreRun        // servers being restored, by id
-	deleted   map[string]bool               // servers deleted (or being deleted) since the start, by id
+	deleted   map[string]bool               // servers being deleted, by id (CancelServer to DeleteAborted or ServerDeleted)
 	ctx       context.Context               // ends at Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -827,6 +827,16 @@ func (s *Service) CancelServer(ctx context.Context, id string) error {
 // failed and the server stays (servers.OnDeleteAborted): restores into it
 // are accepted again.
 func (s *Service) DeleteAborted(id string) {
+	s.mu.Lock()
+	delete(s.deleted, id)
+	s.mu.Unlock()
+}
+
+// ServerDeleted drops CancelServer's mark once the server's row is gone
+// (servers.OnDeleted): a restore that begins after it finds no server to
+// hold (servers.Hold answers ErrNotFound), so the mark would only be
+// memory kept for the process's life.
+func (s *Service) ServerDeleted(id string) {
 	s.mu.Lock()
 	delete(s.deleted, id)
 	s.mu.Unlock()
