@@ -94,7 +94,7 @@ type CreateOptions struct {
 	Compression Compression
 	// Space is the chunk space the snapshot's chunks are named and
 	// stored in (manifest.ChunkKey): a chunk is shared by the snapshots of one
-	// space only. "" is the shared space; a name must pass ValidSpace.
+	// space only. "" is the shared space; a name must pass manifest.ValidSpace.
 	// A Parent of another space is not used (its chunks are not this
 	// space's): every file is read.
 	Space string
@@ -169,7 +169,7 @@ func slabCount(n int) int { return n + 2 + spareSlabs }
 // the manifest writer waits for it (done) and writes it.
 type item struct {
 	en     manifest.Entry
-	reused bool   // a file whose extents (en.extents) came from the parent
+	reused bool   // a file whose extents (en.Extents) came from the parent
 	f      *rfile // a regular file to cut (&file); nil for others
 	file   rfile
 	ext    []pendingExtent
@@ -177,7 +177,7 @@ type item struct {
 	done   chan struct{}
 }
 
-// pendingExtent is an extent whose chunk a worker names (ref.sum) later.
+// pendingExtent is an extent whose chunk a worker names (ref.Sum) later.
 type pendingExtent struct {
 	ref      *manifest.ChunkRef
 	off, len int64
