@@ -6,10 +6,10 @@
 // references, Export writes a stored snapshot as a tar stream (PAX:
 // exact mtimes; the manifest checked whole first, every chunk checked
 // against its name, workers fetching at most four chunks ahead of the
-// writer, so memory stays bounded whatever the snapshot's size). It owns the chunking and the swap, and uses the manifest format of
-// internal/snapshot/manifest (encoder, decoder, the checks of what a
-// manifest says); it
-// knows nothing of snapshot records, schedules, HTTP or the database (the
+// writer, so memory stays bounded whatever the snapshot's size). It owns
+// the chunking and the swap, and reads and writes manifests through
+// internal/snapshot/manifest (the format and the checks of what a
+// manifest says); it knows nothing of snapshot records, schedules, HTTP or the database (the
 // lifecycle above it keeps those, and the ignore text: ignore.Parse's
 // Match is what CreateOptions.Ignore and RestoreOptions.Ignore take).
 //

@@ -35,9 +35,9 @@ func TestRegionFileCuts(t *testing.T) {
 			t.Errorf("no chunk %s: the region file was not cut every %d bytes", k, avgChunk)
 		}
 	}
-	// The .mcr's fixed chunks are those of data from avgChunk on; the
-	// .dat, cut by content, shares none of the region file's but the
-	// last, fixed ones: all chunks = 6 fixed + the .dat's own.
+	// The .mcr holds data from avgChunk on: its fixed chunks are the
+	// .mca's from the second on. The .dat, the same bytes cut by content,
+	// adds chunks of its own to the .mca's 6.
 	if want := 6 + 1; len(first.Chunks) <= want {
 		t.Errorf("%d chunks, want the region files' 6 and the .dat's own", len(first.Chunks))
 	}

@@ -16,8 +16,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// The manifest format, version 3 (internal/snapshot/engine/doc.go tells why it is shaped so). The
-// stored blob is one zstd stream of:
+// The manifest format, version 3 (internal/snapshot/engine/doc.go tells
+// why it is shaped so). The stored blob is one zstd stream of:
 //
 //	magic    "KILNSNAP"
 //	version  uvarint (3; 1 and 2 are still read)
@@ -450,7 +450,7 @@ func (d *Decoder) string(max int) (string, error) {
 	return string(b), nil
 }
 
-// Next reads the Next record into en (reusing its extent slice), or
+// Next reads the next record into en (reusing its extent slice), or
 // returns io.EOF after the end record, once its counts and the checksum
 // were found right and nothing follows it.
 func (d *Decoder) Next(en *Entry) error {
