@@ -21,9 +21,11 @@ type zstdGuard struct {
 	after   zstdState
 	hdr     [18]byte // the part of a header read so far
 	have    int
-	want    int  // header bytes wanted in zstdMagic, zstdFrameHeader, zstdBlockHeader
-	check   bool // the current frame ends with a checksum
-	skipped bool // the current skippable frame's size is being read
+	want    int    // header bytes wanted in zstdMagic, zstdFrameHeader, zstdBlockHeader
+	check   bool   // the current frame ends with a checksum
+	skipped bool   // the current skippable frame's size is being read
+	pos     uint64 // the offset in the stream of the byte being followed
+	frame   uint64 // the offset of the current frame's magic
 }
 
 type zstdState int
@@ -67,6 +69,7 @@ func (g *zstdGuard) follow(b []byte) int {
 		case zstdSkip:
 			k := min(uint64(len(b)-i), g.skip)
 			i += int(k)
+			g.pos += k
 			g.skip -= k
 			if g.skip == 0 {
 				g.to(g.after)
@@ -78,6 +81,7 @@ func (g *zstdGuard) follow(b []byte) int {
 				return i
 			}
 			i++
+			g.pos++
 		}
 	}
 	return -1
@@ -115,6 +119,7 @@ func (g *zstdGuard) header() bool {
 			g.skipped = false
 			g.skipThen(uint64(m), zstdMagic) // the skippable frame's size
 		case m == zstdFrameMagic:
+			g.frame = g.pos - 3
 			g.to(zstdFrameHeader)
 		case m&^0xF == zstdSkippableMagic:
 			g.skipped = true

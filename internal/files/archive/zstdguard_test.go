@@ -170,10 +170,10 @@ func FuzzZstdGuard(f *testing.F) {
 			}
 			return
 		}
-		// The refused frame starts at the last magic before the refusal.
-		start := bytes.LastIndex(got, binary.LittleEndian.AppendUint32(nil, zstdFrameMagic))
-		if start < 0 {
-			t.Fatalf("refused (%v) with no frame magic before", err)
+		// The refused frame is the one the guard was in.
+		start := int(g.frame)
+		if start+4 > len(got) || !bytes.Equal(b[start:start+4], binary.LittleEndian.AppendUint32(nil, zstdFrameMagic)) {
+			t.Fatalf("refused (%v) with no frame magic at %d", err, start)
 		}
 		var h zstd.Header
 		if herr := h.Decode(b[start:]); herr != nil {
