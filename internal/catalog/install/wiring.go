@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -617,9 +618,13 @@ func WireBackend(files map[string][]byte, b BackendWiring) (map[string][]byte, e
 		if string(data) == "{}\n" && !exists {
 			return nil
 		}
-		if !exists || !bytes.Equal(data, old) {
-			out[name] = data
+		if exists && sameYAML(src, data) {
+			// Nothing to change: the operator's file stays as written
+			// (yaml.v3 would lay it out its own way, a little
+			// differently each time for some comments).
+			return nil
 		}
+		out[name] = data
 		return nil
 	}
 	velocityOn := b.Forwarding == ForwardingModern
@@ -655,6 +660,15 @@ func WireBackend(files map[string][]byte, b BackendWiring) (map[string][]byte, e
 		return nil, err
 	}
 	return out, nil
+}
+
+// sameYAML tells whether two YAML documents hold the same values.
+func sameYAML(a, b []byte) bool {
+	var va, vb any
+	if yaml.Unmarshal(a, &va) != nil || yaml.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
 }
 
 // checkBackend reads the wired files back as Paper, Spigot and the

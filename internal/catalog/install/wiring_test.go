@@ -404,3 +404,30 @@ func TestConfigsReadWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestWireBackendLeavesSettledFiles: a config file whose values already
+// say what the wiring says is left byte for byte as the operator wrote
+// it (comments, layout, flow style), whatever yaml.v3 would make of it;
+// one that changes is written once and then left alone.
+func TestWireBackendLeavesSettledFiles(t *testing.T) {
+	paper := []byte("# my settings\nproxies: {velocity: {enabled: false}}  # off\n? t\n#\n")
+	files := map[string][]byte{PaperGlobalConfig: paper, PropertiesConfig: []byte("online-mode=false\n")}
+	out, err := WireBackend(files, BackendWiring{Forwarding: ForwardingNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 0 {
+		t.Errorf("nothing to change, but WireBackend rewrote %v", slices.Sorted(maps.Keys(out)))
+	}
+	out, err = WireBackend(files, BackendWiring{Forwarding: ForwardingModern, Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := out[PaperGlobalConfig]; !ok {
+		t.Fatal("modern forwarding did not change paper-global.yml")
+	}
+	maps.Copy(files, out)
+	if again, err := WireBackend(files, BackendWiring{Forwarding: ForwardingModern, Secret: testSecret}); err != nil || len(again) != 0 {
+		t.Errorf("the second wiring changed %v (%v), want nothing", slices.Sorted(maps.Keys(again)), err)
+	}
+}
