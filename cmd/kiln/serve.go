@@ -435,8 +435,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverSvc.OnDelete(pulls.CancelServer)
 	sftpSvc := sftp.NewService(db, box, serverSvc, sftp.ServiceOptions{PublicHost: cfg.PublicHost, Port: sftpPort}, log)
 	serverSvc.OnDelete(sftpSvc.RevokeServer)
-	serverSvc.OnDeleteAborted(sftpSvc.DeleteAborted)
-	serverSvc.OnDeleted(sftpSvc.ServerDeleted)
+	serverSvc.OnDeleteEnded(sftpSvc.DeleteEnded)
 	serverSvc.OnHold(sftpSvc.ServerHeld)
 	// Mod catalogs: their requests obey the remote downloads' SSRF rules.
 	catalogs, err := modcatalog.New(netguard.NewPolicy(cfg.pullAllow, nil), modcatalog.Options{
@@ -466,8 +465,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Compression: cfg.snapshotCompress, Dedup: cfg.snapshotDedup}, log)
 	// A deleted server's restore stops before its root goes.
 	serverSvc.OnDelete(snaps.CancelServer)
-	serverSvc.OnDeleteAborted(snaps.DeleteAborted)
-	serverSvc.OnDeleted(snaps.ServerDeleted)
+	serverSvc.OnDeleteEnded(snaps.DeleteEnded)
 	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs,
 		Snapshots: snaps, Log: log})
 

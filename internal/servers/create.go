@@ -510,21 +510,13 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 
 // remove stops a server, forgets it and removes its files (Delete's work
 // once the server may go).
-func (s *Service) remove(ctx context.Context, teamID, id string) (err error) {
-	gone := false
+func (s *Service) remove(ctx context.Context, teamID, id string) error {
 	defer func() {
-		switch {
-		case gone:
-			// Its row is gone: every later look-up answers ErrNotFound, so
-			// what the hooks keep to refuse work on it may go.
-			for _, fn := range s.onDeleted {
-				fn(id)
-			}
-		case err != nil:
-			// The server stays: what the hooks ended for good may go on.
-			for _, fn := range s.onAborted {
-				fn(id)
-			}
+		// The server stays (a failure before its row went: what the
+		// hooks ended may go on) or no look-up finds it any more: either
+		// way what they hold to refuse work on it can go.
+		for _, fn := range s.onEnded {
+			fn(id)
 		}
 	}()
 	for _, fn := range s.onDelete {
@@ -549,7 +541,6 @@ func (s *Service) remove(ctx context.Context, teamID, id string) (err error) {
 	if err != nil {
 		return fmt.Errorf("delete server %s: %w", id, err)
 	}
-	gone = true // deleted now, or by another request meanwhile
 	if n, _ := res.RowsAffected(); n == 0 {
 		return ErrNotFound
 	}
@@ -570,19 +561,14 @@ func (s *Service) OnDelete(fn func(ctx context.Context, id string) error) {
 	s.onDelete = append(s.onDelete, fn)
 }
 
-// OnDeleted registers fn to run once a delete that ran the OnDelete hooks
-// removed the server's row (and, when it succeeded, its files): no look-up
-// finds the server any more, so the marks a hook keeps to refuse work on
-// it (SFTP logins, restores) can be dropped instead of kept for the
-// process's life. Call it before Run.
-func (s *Service) OnDeleted(fn func(id string)) {
-	s.onDeleted = append(s.onDeleted, fn)
-}
-
-// OnDeleteAborted registers fn to run when a delete that ran the OnDelete
-// hooks (some or all of them) fails while the server still exists: what a
-// hook ended for good on the server (a snapshot service refusing restores
-// into it) may start again. Call it before Run.
-func (s *Service) OnDeleteAborted(fn func(id string)) {
-	s.onAborted = append(s.onAborted, fn)
+// OnDeleteEnded registers fn to run when a delete that ran the OnDelete
+// hooks (some or all of them) ends, whichever way: it failed and the
+// server stays, or its row is gone and no look-up finds it any more
+// (then after its files were removed). Either way the marks a hook keeps
+// to refuse work on the server while it is deleted (SFTP logins,
+// restores) can go: on a kept server that work may start again, and on a
+// deleted one a mark would only be memory kept for the process's life.
+// Call it before Run.
+func (s *Service) OnDeleteEnded(fn func(id string)) {
+	s.onEnded = append(s.onEnded, fn)
 }

@@ -157,8 +157,7 @@ type Service struct {
 	started    time.Time     // temporary files older than this are crash leftovers
 	recoverErr error         // set before recovered is closed
 	onDelete   []func(ctx context.Context, id string) error
-	onAborted  []func(id string) // a delete that ran onDelete failed
-	onDeleted  []func(id string) // a delete that ran onDelete removed the row
+	onEnded    []func(id string) // a delete that ran onDelete ended (failed or done)
 	onHold     []func(id string) // a root was held (Hold)
 
 	ctx    context.Context // of Run; background work stops with it

@@ -864,10 +864,9 @@ func TestSecretEnvSealed(t *testing.T) {
 	})
 }
 
-// TestDeleteHooks: a delete runs the OnDelete hooks first; one that fails
-// keeps the server and runs OnDeleteAborted, not OnDeleted; one that
-// goes through runs OnDeleted once the row and the files are gone, not
-// OnDeleteAborted.
+// TestDeleteHooks: a delete runs the OnDelete hooks first; when it ends,
+// whichever way, OnDeleteEnded runs once: after a failed hook with the
+// server kept, after a good delete with its row and its files gone.
 func TestDeleteHooks(t *testing.T) {
 	db := storetest.SQLite(t)
 	teamID := team(t, db)
@@ -882,11 +881,10 @@ func TestDeleteHooks(t *testing.T) {
 		}
 		return nil
 	})
-	svc.OnDeleteAborted(func(id string) { calls = append(calls, "aborted "+id) })
-	svc.OnDeleted(func(id string) {
+	svc.OnDeleteEnded(func(id string) {
 		_, err := svc.Get(context.Background(), teamID, id)
 		_, statErr := os.Stat(env.Node.Root(id))
-		calls = append(calls, fmt.Sprintf("deleted %s (get: %v, root gone: %v)", id, errors.Is(err, servers.ErrNotFound), os.IsNotExist(statErr)))
+		calls = append(calls, fmt.Sprintf("ended %s (gone: %v, root gone: %v)", id, errors.Is(err, servers.ErrNotFound), os.IsNotExist(statErr)))
 	})
 	sv := newTestServer(t, svc, teamID)
 	if err := svc.Delete(t.Context(), teamID, sv.ID); err == nil {
@@ -896,7 +894,10 @@ func TestDeleteHooks(t *testing.T) {
 	if err := svc.Delete(t.Context(), teamID, sv.ID); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"delete " + sv.ID, "aborted " + sv.ID, "delete " + sv.ID, "deleted " + sv.ID + " (get: true, root gone: true)"}
+	want := []string{
+		"delete " + sv.ID, "ended " + sv.ID + " (gone: false, root gone: false)",
+		"delete " + sv.ID, "ended " + sv.ID + " (gone: true, root gone: true)",
+	}
 	if !slices.Equal(calls, want) {
 		t.Errorf("hooks ran %q, want %q", calls, want)
 	}

@@ -223,7 +223,7 @@ func (s *Service) rotate(ctx context.Context, c credRow) (credRow, error) {
 // shape of servers.Service.OnDelete's hook: Kiln calls it before a server
 // is deleted. The credentials' rows go with the server's row (ON DELETE
 // CASCADE), not here: a delete that fails after this leaves the server
-// with its credentials, and DeleteAborted lets them log in again.
+// with its credentials, and DeleteEnded lets them log in again.
 func (s *Service) RevokeServer(_ context.Context, serverID string) error {
 	s.sessions.closeServer(serverID, "server deleted")
 	return nil
@@ -238,15 +238,12 @@ func (s *Service) ServerHeld(serverID string) {
 	s.sessions.cut(func(se *session) bool { return se.cred.serverID == serverID }, "a snapshot is being restored into the server")
 }
 
-// DeleteAborted undoes RevokeServer when the server's delete failed and
-// the server stays (servers.OnDeleteAborted).
-func (s *Service) DeleteAborted(serverID string) { s.sessions.forget(serverID) }
-
-// ServerDeleted drops RevokeServer's mark once the server's row is gone
-// (servers.OnDeleted): a login with its credentials finds nothing from
-// then on, and a session that got past the login before finds no server
+// DeleteEnded drops RevokeServer's mark when the server's delete ends
+// (servers.OnDeleteEnded). If it failed and the server stays, its
+// credentials log in again; if its row is gone, a login with them finds
+// nothing and a session that got past the login before finds no server
 // root, so the mark would only be memory kept for the process's life.
-func (s *Service) ServerDeleted(serverID string) { s.sessions.forget(serverID) }
+func (s *Service) DeleteEnded(serverID string) { s.sessions.forget(serverID) }
 
 // RevokeToken ends at once every SFTP session opened with credentials of
 // token tokenID (a revocation in this process; one made by another

@@ -37,8 +37,8 @@
 //     (RevokeServer: its sessions cut, its logins refused with a banner
 //     and not counted as failures) but leaves its credentials' rows to
 //     go with the server's row (ON DELETE CASCADE). A delete that fails
-//     and leaves the server reopens it (DeleteAborted,
-//     servers.OnDeleteAborted): the same credentials log in again.
+//     and leaves the server reopens it (DeleteEnded,
+//     servers.OnDeleteEnded): the same credentials log in again.
 //   - A snapshot restore's hold on a server (servers.OnHold, ServerHeld)
 //     ends its sessions at once: a file a session holds open for writing
 //     would take writes the restore's swap discards. Sessions opened

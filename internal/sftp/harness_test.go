@@ -91,8 +91,7 @@ func newEnv(t *testing.T, db *store.DB, cfg Config) *env {
 	port := ln.Addr().(*net.TCPAddr).Port
 	svc := NewService(db, box, se.Service, ServiceOptions{PublicHost: "127.0.0.1", Port: port}, log)
 	se.Service.OnDelete(svc.RevokeServer)
-	se.Service.OnDeleteAborted(svc.DeleteAborted)
-	se.Service.OnDeleted(svc.ServerDeleted)
+	se.Service.OnDeleteEnded(svc.DeleteEnded)
 	se.Service.OnHold(svc.ServerHeld)
 	e := &env{t: t, db: db, servers: se.Service, auth: a, svc: svc, addr: ln.Addr().String(), port: port,
 		teamID: tok.TeamID, tokenID: tok.ID, label: "alice", clock: &testClock{}, dataDir: t.TempDir()}

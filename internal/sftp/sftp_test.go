@@ -163,7 +163,7 @@ func TestDeleteAborted(t *testing.T) {
 		if st := e.srv.Stats(); st.Failures != failures || st.Lockouts != 0 {
 			t.Errorf("Stats = %+v after logins into a server being deleted, want no failure counted (had %d)", st, failures)
 		}
-		e.svc.DeleteAborted(sv.ID)
+		e.svc.DeleteEnded(sv.ID)
 		e.mustDial(c).Close()
 
 		failing = false
@@ -181,7 +181,7 @@ func TestDeleteAborted(t *testing.T) {
 		marked := e.svc.sessions.closed[sv.ID]
 		e.svc.sessions.mu.Unlock()
 		if marked {
-			t.Error("the deleted server is still marked closed: a mark kept for the process's life (servers.OnDeleted)")
+			t.Error("the deleted server is still marked closed: a mark kept for the process's life (servers.OnDeleteEnded)")
 		}
 	})
 }

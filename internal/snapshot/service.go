@@ -207,7 +207,7 @@ type Service struct {
 	mu        sync.Mutex
 	running   map[string]context.CancelFunc // snapshots being taken here, by id
 	restoring map[string]*restoreRun        // servers being restored, by id
-	deleted   map[string]bool               // servers being deleted, by id (CancelServer to DeleteAborted or ServerDeleted)
+	deleted   map[string]bool               // servers being deleted, by id (CancelServer to DeleteEnded)
 	ctx       context.Context               // ends at Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -805,7 +805,7 @@ func (s *Service) endRestore(id string, run *restoreRun) {
 // point removes its staging directory and fails with ErrServerDeleted;
 // one past it finishes its swap (a few renames) first. A delete that
 // fails after this and leaves the server undoes the refusal
-// (DeleteAborted). Errors: ctx's, if it ends first.
+// (DeleteEnded). Errors: ctx's, if it ends first.
 func (s *Service) CancelServer(ctx context.Context, id string) error {
 	s.mu.Lock()
 	s.deleted[id] = true
@@ -823,20 +823,12 @@ func (s *Service) CancelServer(ctx context.Context, id string) error {
 	}
 }
 
-// DeleteAborted undoes CancelServer's refusal when the server's delete
-// failed and the server stays (servers.OnDeleteAborted): restores into it
-// are accepted again.
-func (s *Service) DeleteAborted(id string) {
-	s.mu.Lock()
-	delete(s.deleted, id)
-	s.mu.Unlock()
-}
-
-// ServerDeleted drops CancelServer's mark once the server's row is gone
-// (servers.OnDeleted): a restore that begins after it finds no server to
-// hold (servers.Hold answers ErrNotFound), so the mark would only be
-// memory kept for the process's life.
-func (s *Service) ServerDeleted(id string) {
+// DeleteEnded drops CancelServer's mark when the server's delete ends
+// (servers.OnDeleteEnded). If it failed and the server stays, restores
+// into it are accepted again; if its row is gone, a restore that begins
+// finds no server to hold (servers.Hold answers ErrNotFound), so the mark
+// would only be memory kept for the process's life.
+func (s *Service) DeleteEnded(id string) {
 	s.mu.Lock()
 	delete(s.deleted, id)
 	s.mu.Unlock()

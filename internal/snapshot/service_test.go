@@ -751,8 +751,8 @@ func TestRestoreIntoDeletedServer(t *testing.T) {
 
 // TestDeleteAbortedRestoresAgain: a server delete that fails after the
 // hooks ran (here a hook after CancelServer fails it) leaves the server,
-// and restores into it are accepted again (DeleteAborted, through
-// servers.OnDeleteAborted), where they were refused until a restart; one
+// and restores into it are accepted again (DeleteEnded, through
+// servers.OnDeleteEnded), where they were refused until a restart; one
 // that goes through refuses them for good, without a mark kept in memory.
 func TestDeleteAbortedRestoresAgain(t *testing.T) {
 	e := newSvcEnv(t, storetest.SQLite(t))
@@ -765,8 +765,7 @@ func TestDeleteAbortedRestoresAgain(t *testing.T) {
 		}
 		return nil
 	})
-	e.srv.OnDeleteAborted(e.svc.DeleteAborted)
-	e.srv.OnDeleted(e.svc.ServerDeleted)
+	e.srv.OnDeleteEnded(e.svc.DeleteEnded)
 	sv := e.server("kept", map[string]string{"world/custom.dat": "v1"})
 	snap, err := e.svc.Create(ctx, e.team, sv.ID, "before", "")
 	if err != nil {
@@ -794,7 +793,7 @@ func TestDeleteAbortedRestoresAgain(t *testing.T) {
 	if err := e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, servers.ErrNotFound) {
 		t.Errorf("RestoreNow after the delete = %v, want servers.ErrNotFound", err)
 	}
-	// ... with no mark kept for it (servers.OnDeleted): the row's absence
+	// ... with no mark kept for it (servers.OnDeleteEnded): the row's absence
 	// refuses them.
 	e.svc.mu.Lock()
 	marks := len(e.svc.deleted)
