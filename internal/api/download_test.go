@@ -8,8 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -169,13 +171,35 @@ func TestSnapshotDownload(t *testing.T) {
 		}
 
 		// A delete while one is open goes ahead (the seed's delete has no
-		// 409); that download then fails rather than end short.
+		// 409): the record goes at once, the storage stays until that
+		// download ended whole, then goes.
 		st, _, body = h.do("DELETE", Prefix+"/snapshots/"+snapID, h.token, nil)
-		if st != 200 || mustJSON(body)["storage_deleted"] != true {
-			t.Fatalf("delete during a download: %d %s", st, body)
+		deletion := map[string]any{"ok": true, "deleted": true, "storage_deleted": false, "storage_cleanup_skipped": true,
+			"storage_cleanup_reason": "in_use", "freed_bytes": 0.0, "shared_bytes": 0.0}
+		if got := mustJSON(body); st != 200 || !reflect.DeepEqual(got, deletion) {
+			t.Fatalf("delete during a download: %d %s, want 200 %v", st, body, deletion)
 		}
-		if err := open[0].WriteTo(t.Context(), io.Discard, snapshot.ExportTar); err == nil {
-			t.Errorf("a download of a snapshot deleted under it ended without an error")
+		st, _, body = h.do("GET", Prefix+"/snapshots/"+snapID+"/download", h.token, nil)
+		wantError(t, st, body, 404, "SNAPSHOT_NOT_FOUND", "snapshot")
+		var whole bytes.Buffer
+		if err := open[0].WriteTo(t.Context(), &whole, snapshot.ExportTar); err != nil {
+			t.Fatalf("the download of a snapshot deleted under it: %v", err)
+		}
+		kept := t.TempDir()
+		cmd = exec.Command(tarBin, "-x", "-p", "-C", kept)
+		cmd.Stdin = &whole
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("tar -x of the download of a deleted snapshot: %v\n%s", err, out)
+		}
+		if got := below(kept); got != want {
+			t.Errorf("the download of a snapshot deleted under it:\n%s\nwant the server's:\n%s", got, want)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for manifests, _ := filepath.Glob(filepath.Join(h.blobDir, "manifests", "*")); len(manifests) > 0; manifests, _ = filepath.Glob(filepath.Join(h.blobDir, "manifests", "*")) {
+			if time.Now().After(deadline) {
+				t.Fatalf("30 s after the download ended, the deleted snapshot's manifest is still stored: %v", manifests)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		snapID = h.readySnapshot(id, "again")
 

@@ -43,7 +43,13 @@
 //     snapshot not ready is stopped; its record goes and what it stored is
 //     reaped by the collector (storage_cleanup_skipped, not_stored). A
 //     store that fails midway leaves the rest to the collector
-//     (storage_unavailable).
+//     (storage_unavailable). A snapshot a restore or a download is
+//     reading loses its record at once (gone from the API, no new reader
+//     begins) but keeps its storage until its last reader ends, which
+//     then cleans it up (storage_cleanup_skipped, in_use; reads.go):
+//     what an experienced user expects of a retention bot deleting old
+//     backups while someone downloads one — the download ends whole, as
+//     a file unlinked while open stays readable to its last close.
 //   - Download (Export, GET /snapshots/{id}/download): a ready snapshot
 //     as one archive, made by the engine (engine.Export) from the chunks
 //     while it is sent, never staged. tar.gz is the default (every panel's
@@ -58,7 +64,7 @@
 //     process, each holding up to 16 MiB of chunks fetched ahead (and
 //     its compressor's buffers: 29–57 MiB of peak RSS a download)
 //     (ErrExportsBusy beyond). A snapshot deleted during its download
-//     ends it the same way: nothing holds its chunks for a reader.
+//     keeps its storage until the download ends (see Deleting).
 //   - Partial restore (RestorePath): one path of the snapshot and what is
 //     under it becomes the snapshot's, the rest of the tree is left as it
 //     is (engine RestoreOptions.Only: outside the path the swap treats

@@ -72,6 +72,7 @@ type Download struct {
 	ex       *engine.Export
 	slots    chan struct{}
 	held     bool
+	read     *reader // a delete meanwhile leaves the storage to Close
 }
 
 // Export opens one of the team's snapshots for download, taking one of
@@ -93,6 +94,10 @@ func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Downloa
 		return nil, ErrExportsBusy
 	}
 	d := &Download{Snapshot: snap, slots: s.exports, held: true}
+	if d.read, err = s.beginRead(ctx, snap.UUID); err != nil {
+		d.Close()
+		return nil, err
+	}
 	d.ex, err = engine.OpenExport(ctx, s.store, engine.ManifestKey(snap.UUID), only)
 	if err != nil {
 		d.Close()
@@ -101,11 +106,16 @@ func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Downloa
 	return d, nil
 }
 
-// Close lets go of the download's slot; it may be called more than once.
+// Close lets go of the download's slot and of the snapshot (a delete
+// while it was read leaves the storage to the last reader: reads.go); it
+// may be called more than once.
 func (d *Download) Close() {
 	if d.held {
 		d.held = false
 		<-d.slots
+	}
+	if d.read != nil {
+		d.read.end()
 	}
 }
 

@@ -270,19 +270,25 @@ func (s *Service) refsOf(ctx context.Context, uuid string) ([]string, error) {
 }
 
 // collect is one pass of the background collector: snapshots whose
-// creator died are failed and unpinned; chunk rows no one references
-// (left by a crash, or deleting when it struck) are reaped; blobs with no
-// row and manifests with no snapshot, older than grace, are deleted (a
-// crash between a put and its record, or a database restored from an
-// older backup).
+// creator died are failed and unpinned; readers whose process died are
+// dropped (reads.go) and the references of deleted snapshots no one reads
+// go; chunk rows no one references (left by a crash, or deleting when it
+// struck) are reaped; blobs with no row and manifests with neither a
+// snapshot nor a reader, older than grace, are deleted (a crash between a
+// put and its record, or a database restored from an older backup).
 func (s *Service) collect(ctx context.Context, grace time.Duration) error {
 	if err := s.failAbandoned(ctx); err != nil {
 		return err
 	}
+	if err := s.dropDeadReaders(ctx); err != nil {
+		return err
+	}
 	// References of snapshots whose record is gone (a crash during a
-	// delete, or a snapshot deleted while it was taken) go too.
+	// delete, or a snapshot deleted while it was taken) go too, unless a
+	// restore or a download still reads it (reads.go).
 	if _, err := s.db.Write().ExecContext(ctx, `DELETE FROM snapshot_chunks
-		WHERE NOT EXISTS (SELECT 1 FROM snapshots s WHERE s.uuid = snapshot_chunks.snapshot_uuid)`); err != nil {
+		WHERE NOT EXISTS (SELECT 1 FROM snapshots s WHERE s.uuid = snapshot_chunks.snapshot_uuid)
+		AND NOT EXISTS (SELECT 1 FROM snapshot_reads r WHERE r.snapshot_uuid = snapshot_chunks.snapshot_uuid)`); err != nil {
 		return fmt.Errorf("drop the references of deleted snapshots: %w", err)
 	}
 	rows, err := s.db.Read().QueryContext(ctx, `SELECT c.key FROM chunks c
@@ -357,8 +363,9 @@ func (s *Service) collect(ctx context.Context, grace time.Duration) error {
 	}
 	for _, k := range manifests {
 		var n int
-		if err := s.db.Read().QueryRowContext(ctx, `SELECT count(*) FROM snapshots WHERE uuid = $1`,
-			strings.TrimPrefix(k, manifestPrefix)).Scan(&n); err != nil {
+		uuid := strings.TrimPrefix(k, manifestPrefix)
+		if err := s.db.Read().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM snapshots WHERE uuid = $1)
+			+ (SELECT count(*) FROM snapshot_reads WHERE snapshot_uuid = $1)`, uuid).Scan(&n); err != nil {
 			return err
 		}
 		if n == 0 {

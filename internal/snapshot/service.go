@@ -621,17 +621,20 @@ type Deletion struct {
 	Deleted        bool
 	StorageDeleted bool
 	CleanupSkipped bool
-	CleanupReason  *string // "not_stored", "storage_unavailable"; nil when nothing was skipped
+	CleanupReason  *string // "not_stored", "in_use", "storage_unavailable"; nil when nothing was skipped
 	FreedBytes     int64
 	SharedBytes    int64
 }
 
 // Delete deletes one of the team's snapshots: the record, then (for a
-// ready one) its manifest and every chunk no other snapshot references.
-// A snapshot still being taken is stopped; what it stored is collected
-// in the background. Errors: ErrNotFound.
+// ready one) its manifest and every chunk no other snapshot references —
+// unless a restore or a download reads it: then its last reader does
+// that when it ends (reason in_use; reads.go). A snapshot still being
+// taken is stopped; what it stored is collected in the background.
+// Errors: ErrNotFound.
 func (s *Service) Delete(ctx context.Context, teamID, id string) (Deletion, error) {
 	var snap Snapshot
+	read := false // a restore or a download reads it: its storage stays for now
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
 		var err error
 		snap, err = scan(tx.QueryRowContext(ctx, `SELECT `+columns+` FROM snapshots WHERE id = $1 AND team_id = $2`, id, teamID))
@@ -641,7 +644,10 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) (Deletion, erro
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `DELETE FROM snapshots WHERE id = $1`, id)
+		if _, err = tx.ExecContext(ctx, `DELETE FROM snapshots WHERE id = $1`, id); err != nil {
+			return err
+		}
+		read, err = s.readersLeft(ctx, tx, snap.UUID)
 		return err
 	})
 	if err != nil {
@@ -666,17 +672,15 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) (Deletion, erro
 		s.Wake()
 		return d, nil
 	}
+	if read {
+		// Its last reader cleans it up when it ends (reads.go).
+		reason := "in_use"
+		d.CleanupSkipped, d.CleanupReason = true, &reason
+		return d, nil
+	}
 	ctx = context.WithoutCancel(ctx) // the record is gone: finish the cleanup
-	manifest := engine.ManifestKey(snap.UUID)
-	var msize int64
-	if in, err := s.store.Stat(ctx, manifest); err == nil {
-		msize = in.Size
-	}
-	if err := s.store.Delete(ctx, manifest); err != nil {
-		return s.unavailable(d, id, err), nil
-	}
-	freed, shared, err := s.unpin(ctx, snap.UUID)
-	d.FreedBytes, d.SharedBytes = freed+msize, shared
+	freed, shared, err := s.dropStorage(ctx, snap.UUID)
+	d.FreedBytes, d.SharedBytes = freed, shared
 	if err != nil {
 		return s.unavailable(d, id, err), nil
 	}
@@ -721,6 +725,18 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 	if snap.Status != StatusReady {
 		return ErrNotReady
 	}
+	// Registered as its reader first: a delete from now on leaves the
+	// storage until the restore ends (reads.go).
+	read, err := s.beginRead(ctx, snap.UUID)
+	if err != nil {
+		return err
+	}
+	started := false
+	defer func() {
+		if !started {
+			read.end()
+		}
+	}()
 	if only != "" && only != "." {
 		// A path the snapshot lacks is refused now, before the server is
 		// stopped: OpenExport reads the manifest, checks it and finds the
@@ -754,7 +770,9 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 		s.endRestore(sv.ID, run)
 		return err
 	}
+	started = true
 	s.wg.Go(func() {
+		defer read.end()
 		defer s.endRestore(sv.ID, run)
 		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only) }); err != nil {
 			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
@@ -843,6 +861,11 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 	if snap.Status != StatusReady {
 		return ErrNotReady
 	}
+	read, err := s.beginRead(ctx, snap.UUID)
+	if err != nil {
+		return err
+	}
+	defer read.end()
 	sv, err := s.servers.Get(ctx, teamID, targetID)
 	if err != nil {
 		return err

@@ -636,13 +636,15 @@ func newGatedEnv(t *testing.T) (*svcEnv, *gatedStore) {
 	return newSvcEnvOn(t, storetest.SQLite(t), gate), gate
 }
 
-// gatedStore holds every chunk read, once armed, until its context ends:
-// a store slow enough for a test to act in the middle of a restore.
+// gatedStore holds every chunk read, once armed, until its context ends
+// (or release is closed, when the test made one): a store slow enough for
+// a test to act in the middle of a restore.
 type gatedStore struct {
 	blob.Store
-	armed chan struct{} // closed: chunk reads wait
-	hit   chan struct{} // closed at the first chunk read held
-	once  sync.Once
+	armed   chan struct{} // closed: chunk reads wait
+	hit     chan struct{} // closed at the first chunk read held
+	release chan struct{} // closed: the reads held go on (nil: never)
+	once    sync.Once
 }
 
 func (g *gatedStore) Get(ctx context.Context, key string) (io.ReadCloser, error) {
@@ -650,8 +652,11 @@ func (g *gatedStore) Get(ctx context.Context, key string) (io.ReadCloser, error)
 	case <-g.armed:
 		if strings.HasPrefix(key, chunkPrefix) {
 			g.once.Do(func() { close(g.hit) })
-			<-ctx.Done()
-			return nil, fmt.Errorf("read %s: %w", key, context.Cause(ctx))
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("read %s: %w", key, context.Cause(ctx))
+			case <-g.release:
+			}
 		}
 	default:
 	}
