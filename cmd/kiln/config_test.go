@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSettingsPrecedence(t *testing.T) {
@@ -54,6 +55,24 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 	if _, err := parseServe([]string{"--config", filepath.Join(dir, "x.ini")}, io.Discard, io.Discard); err == nil {
 		t.Error("a .ini config was accepted")
+	}
+}
+
+// TestRestoreWriterWaitFlag: --restore-writer-wait reaches the snapshot
+// service's option; 60 s by default, 1s to 1h accepted.
+func TestRestoreWriterWaitFlag(t *testing.T) {
+	c, err := parseServe(nil, io.Discard, io.Discard)
+	if err != nil || c.RestoreWriterWait != time.Minute {
+		t.Fatalf("default = %v, %v; want 1m0s", c.RestoreWriterWait, err)
+	}
+	c, err = parseServe([]string{"--restore-writer-wait", "5m"}, io.Discard, io.Discard)
+	if err != nil || c.RestoreWriterWait != 5*time.Minute {
+		t.Fatalf("--restore-writer-wait 5m = %v, %v", c.RestoreWriterWait, err)
+	}
+	for _, bad := range []string{"0s", "500ms", "2h", "-1m", "soon"} {
+		if _, err := parseServe([]string{"--restore-writer-wait", bad}, io.Discard, io.Discard); err == nil || !strings.Contains(err.Error(), "restore-writer-wait") {
+			t.Errorf("--restore-writer-wait %s: %v, want refused", bad, err)
+		}
 	}
 }
 

@@ -124,6 +124,7 @@ type serveConfig struct {
 	snapshotCompress   engine.Compression
 	SnapshotDedup      string
 	snapshotDedup      snapshot.Dedup
+	RestoreWriterWait  time.Duration
 }
 
 var serveCommand = command{
@@ -161,6 +162,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
 	s.fs.StringVar(&c.SnapshotCompress, "snapshot-compression", "fastest", "how hard snapshots compress: fastest (the quickest; about 0.8 % larger than zstd -1 on a world), default (as small as zstd -1, about 1.2 CPU-seconds more a GB) or better (0.25 % smaller than default, 1 % than fastest; 2.5 CPU-seconds more a GB than fastest)")
 	s.fs.StringVar(&c.SnapshotDedup, "snapshot-dedup", "team", "which snapshots share the chunks they hold in common: team (each team stores its own, so no team learns what another holds) or global (every snapshot in the blob store: less space, but a snapshot's stored_bytes tell its team whether content is in the store already, anyone's)")
+	s.fs.DurationVar(&c.RestoreWriterWait, "restore-writer-wait", snapshot.DefaultWriterWait, "how long a snapshot restore waits, the server stopped, for the uploads, downloads and mod installs already writing into it to end before it fails (1s to 1h)")
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
@@ -207,6 +209,9 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	}
 	if c.snapshotDedup, err = snapshot.ParseDedup(c.SnapshotDedup); err != nil {
 		return c, usageError{"--snapshot-dedup: " + err.Error()}
+	}
+	if c.RestoreWriterWait < time.Second || c.RestoreWriterWait > time.Hour {
+		return c, usageError{fmt.Sprintf("--restore-writer-wait %s: want 1s to 1h", c.RestoreWriterWait)}
 	}
 	if _, err := node.ParsePortRange(c.PortRange); err != nil {
 		return c, usageError{"--port-range: " + err.Error()}
@@ -462,7 +467,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Snapshots: taken, restored and deleted in the background; the
 	// executor takes one before a replace or delete.
 	snaps := snapshot.New(db, blobs, serverSvc, cat, snapshot.Options{Owner: self.ID, Node: cfg.NodeName,
-		Compression: cfg.snapshotCompress, Dedup: cfg.snapshotDedup}, log)
+		Compression: cfg.snapshotCompress, Dedup: cfg.snapshotDedup, WriterWait: cfg.RestoreWriterWait}, log)
 	// A deleted server's restore stops before its root goes.
 	serverSvc.OnDelete(snaps.CancelServer)
 	serverSvc.OnDeleteEnded(snaps.DeleteEnded)

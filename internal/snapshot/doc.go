@@ -87,7 +87,7 @@
 //     sftp.Service.ServerHeld): a file an upload holds open would take
 //     writes the swap then discards, silently; a cut session is an error
 //     the client sees. Then, the server stopped, the restore waits up to
-//     Options.WriterWait (60 s) for the writes that got their access
+//     Options.WriterWait (60 s; --restore-writer-wait) for the writes that got their access
 //     before the hold (an API upload, a download, a mod install: every
 //     one holds a reservation on the server's disk ledger until it ends,
 //     quota.Figures.Writers) to end, so none is acknowledged and then

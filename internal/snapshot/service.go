@@ -107,7 +107,8 @@ type Options struct {
 	Compression engine.Compression
 	// WriterWait bounds a restore's wait for the writes in flight into
 	// its server when the hold was taken (an upload, a download, an
-	// install) to end before it replaces the files (60 s).
+	// install) to end before it replaces the files (DefaultWriterWait;
+	// kiln serve --restore-writer-wait).
 	WriterWait time.Duration
 	// Dedup says which snapshots share chunks ("" is DedupTeam).
 	Dedup Dedup
@@ -167,6 +168,11 @@ func (o Options) chunkSpace(teamID string) string {
 	return "h" + hex.EncodeToString(sum[:16])
 }
 
+// DefaultWriterWait is Options.WriterWait's default: a minute, long
+// enough for an API upload of a few hundred MB or a mod install to end,
+// short enough that a restore asked for does not seem to hang.
+const DefaultWriterWait = time.Minute
+
 func (o *Options) defaults() {
 	if o.Parallel <= 0 {
 		o.Parallel = 2
@@ -184,7 +190,7 @@ func (o *Options) defaults() {
 		o.StopTimeout = 2 * time.Minute
 	}
 	if o.WriterWait <= 0 {
-		o.WriterWait = time.Minute
+		o.WriterWait = DefaultWriterWait
 	}
 	if o.MaxExports <= 0 {
 		o.MaxExports = 4
