@@ -28,8 +28,10 @@ import (
 // so a reader either registers before the delete counts the readers or
 // finds no record; and the reader that ends last either sees the record
 // still there (the delete, after it, counts no reader and cleans) or gone
-// (the delete counted it and left the cleanup to it). SQLite's one writer
-// transaction orders them the same way.
+// (the delete counted it and left the cleanup to it); readers of one
+// snapshot end one at a time (an advisory lock on its uuid), so the last
+// one sees no other. SQLite's one writer transaction orders them all the
+// same way.
 
 // reader is one registered restore or download of a snapshot.
 type reader struct {
@@ -98,6 +100,15 @@ func (r *reader) end() {
 		defer cancel()
 		last := false
 		err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+			if s.db.Dialect() == store.Postgres {
+				// The ends of one snapshot's readers one at a time: two
+				// ending together after the delete would each still see
+				// the other's row (deleted, not committed) and neither
+				// would clean up. The record, gone, locks nothing.
+				if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(hashtext($1))`, "snapshot-read:"+r.uuid); err != nil {
+					return err
+				}
+			}
 			status, err := s.lockRecord(ctx, tx, r.uuid)
 			if err != nil {
 				return err

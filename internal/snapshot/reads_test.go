@@ -236,6 +236,53 @@ func TestDeadReaderHoldsNothing(t *testing.T) {
 	}
 }
 
+// TestReadersEndTogether, on both stores: a snapshot deleted while two
+// downloads read it is cleaned up by whichever ends last, also when both
+// end at once (each must not count the other as still reading).
+func TestReadersEndTogether(t *testing.T) {
+	rounds := 10
+	if testing.Short() {
+		rounds = 3
+	}
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newSvcEnv(t, db)
+		ctx := t.Context()
+		sv := e.server("two", map[string]string{"a": randomText(300 << 10)})
+		for round := range rounds {
+			e.write(sv.ID, map[string]string{"a": randomText(300 << 10)})
+			snap, err := e.svc.Create(ctx, e.team, sv.ID, fmt.Sprintf("r%d", round), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap = e.wait(snap.ID)
+			var ds []*Download
+			for range 2 {
+				d, err := e.svc.Export(ctx, e.team, snap.ID, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				ds = append(ds, d)
+			}
+			d, err := e.svc.Delete(ctx, e.team, snap.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkInUse(t, d)
+			start := make(chan struct{})
+			var wg sync.WaitGroup
+			for _, d := range ds {
+				wg.Go(func() {
+					<-start
+					d.Close()
+				})
+			}
+			close(start)
+			wg.Wait()
+			e.waitGone()
+		}
+	})
+}
+
 // TestConcurrentReadDelete, on both stores: downloads and deletes of the
 // same snapshots race, rounds after rounds, beside a collector looping and
 // snapshots sharing chunks: a download either is refused (not found) or
