@@ -298,21 +298,7 @@ func TestConcurrentReadDelete(t *testing.T) {
 		ctx := t.Context()
 		shared := randomText(700 << 10)
 		sv := e.server("world", map[string]string{"a": shared, "c": randomText(40 << 10)})
-		stop := make(chan struct{})
-		var bg sync.WaitGroup
-		bg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if err := e.svc.collect(ctx, time.Nanosecond); err != nil && ctx.Err() == nil {
-					t.Errorf("collect: %v", err)
-					return
-				}
-			}
-		})
+		stopCollecting := e.collectLoop()
 		var keep Snapshot // the latest: its chunks are shared with the one deleted
 		inUse := 0
 		for round := range rounds {
@@ -366,8 +352,7 @@ func TestConcurrentReadDelete(t *testing.T) {
 			keep = e.wait(keep.ID)
 			e.checkComplete(keep)
 		}
-		close(stop)
-		bg.Wait()
+		stopCollecting()
 		t.Logf("%d of %d deletes came while the download read", inUse, rounds)
 		if _, err := e.svc.Delete(ctx, e.team, keep.ID); err != nil {
 			t.Fatal(err)

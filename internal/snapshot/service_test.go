@@ -384,21 +384,7 @@ func TestConcurrentCreateDelete(t *testing.T) {
 		e := newSvcEnv(t, db)
 		ctx := t.Context()
 		sv := e.server("world", map[string]string{"a": randomText(600 << 10), "b": randomText(600 << 10), "c": randomText(40 << 10)})
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if err := e.svc.collect(ctx, time.Nanosecond); err != nil && ctx.Err() == nil {
-					t.Errorf("collect: %v", err)
-					return
-				}
-			}
-		})
+		stopCollecting := e.collectLoop()
 		var prev string
 		for round := range rounds {
 			e.write(sv.ID, map[string]string{"c": randomText(40 << 10)})
@@ -415,8 +401,7 @@ func TestConcurrentCreateDelete(t *testing.T) {
 			e.checkComplete(snap)
 			prev = snap.ID
 		}
-		close(stop)
-		wg.Wait()
+		stopCollecting()
 		if _, err := e.svc.Delete(ctx, e.team, prev); err != nil {
 			t.Fatal(err)
 		}
@@ -427,6 +412,31 @@ func TestConcurrentCreateDelete(t *testing.T) {
 			t.Errorf("%d blobs left", n)
 		}
 	})
+}
+
+// collectLoop runs the collector (grace 1 ns) over and over until the
+// returned stop is called, which waits for the pass in progress.
+func (e *svcEnv) collectLoop() (stop func()) {
+	ctx, t := e.t.Context(), e.t
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := e.svc.collect(ctx, time.Nanosecond); err != nil && ctx.Err() == nil {
+				t.Errorf("collect: %v", err)
+				return
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
 }
 
 // checkComplete fails the test if a chunk the snapshot's manifest names
