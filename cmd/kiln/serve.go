@@ -433,6 +433,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 		Injected: dbs, Javas: javas, Secrets: box,
 	}, log)
+	// Snapshots: taken, restored and deleted in the background; the
+	// executor takes one before a replace or delete.
+	snaps := snapshot.New(db, blobs, serverSvc, cat, snapshot.Options{Owner: self.ID, Node: cfg.NodeName,
+		Compression: cfg.snapshotCompress, Dedup: cfg.snapshotDedup, WriterWait: cfg.RestoreWriterWait}, log)
+	// The first of a delete's hooks, as it may refuse the delete (a
+	// snapshot of the server being taken) before any other ended
+	// anything; else the server's restore stops before its root goes.
+	serverSvc.OnDelete(snaps.ServerDeleting)
+	serverSvc.OnDeleteEnded(snaps.DeleteEnded)
 	pulls := pull.NewManager(db, serverSvc, netguard.NewPolicy(cfg.pullAllow, nil),
 		pull.Options{UserAgent: install.UserAgent(ver)}, log)
 	// A deleted server's downloads end first (and their partial files go
@@ -464,13 +473,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// process's instance id (another replica takes a run over when this
 	// one dies mid-run and its lease expires).
 	runQueue := runs.New(db, runs.Options{})
-	// Snapshots: taken, restored and deleted in the background; the
-	// executor takes one before a replace or delete.
-	snaps := snapshot.New(db, blobs, serverSvc, cat, snapshot.Options{Owner: self.ID, Node: cfg.NodeName,
-		Compression: cfg.snapshotCompress, Dedup: cfg.snapshotDedup, WriterWait: cfg.RestoreWriterWait}, log)
-	// A deleted server's restore stops before its root goes.
-	serverSvc.OnDelete(snaps.CancelServer)
-	serverSvc.OnDeleteEnded(snaps.DeleteEnded)
 	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs,
 		Snapshots: snaps, Log: log})
 

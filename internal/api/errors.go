@@ -101,6 +101,9 @@ func apiError(err error) (int, errorBody) {
 	if oe, ok := errors.AsType[*servers.OtherNodeError](err); ok {
 		return http.StatusConflict, errorBody{Error: oe.Error(), Code: codeConflict}
 	}
+	if te, ok := errors.AsType[*snapshot.TakingError](err); ok {
+		return http.StatusConflict, errorBody{Error: te.Error(), Code: codeConflict}
+	}
 	if pe, ok := errors.AsType[*servers.PortTakenError](err); ok {
 		return http.StatusConflict, errorBody{Error: pe.Error(), Code: codeConflict}
 	}

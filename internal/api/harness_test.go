@@ -165,6 +165,17 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	// Remote downloads may reach 127.0.0.1 only (the tests' upstreams), as
 	// with --pull-allow-cidr 127.0.0.1/32; test names resolve locally.
 	allow, _ := netguard.ParseAllowList([]string{"127.0.0.1/32"})
+	// Snapshots on a file blob store, as kiln serve's default; their
+	// delete hook first, as kiln serve's.
+	blobDir := t.TempDir()
+	blobs, err := blob.Open(ctx, "file://"+blobDir, blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := snapshot.New(db, blobs, env.Service, env.Catalog, snapshot.Options{Owner: "inst_api"}, log)
+	t.Cleanup(snaps.Close)
+	env.Service.OnDelete(snaps.ServerDeleting)
+	env.Service.OnDeleteEnded(snaps.DeleteEnded)
 	pulls := pull.NewManager(db, env.Service, netguard.NewPolicy(allow, testResolver{}),
 		pull.Options{IdleTimeout: 5 * time.Second}, log)
 	env.Service.OnDelete(pulls.CancelServer)
@@ -178,14 +189,6 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 			t.Errorf("pull.Run = %v", err)
 		}
 	})
-	// Snapshots on a file blob store, as kiln serve's default.
-	blobDir := t.TempDir()
-	blobs, err := blob.Open(ctx, "file://"+blobDir, blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snaps := snapshot.New(db, blobs, env.Service, env.Catalog, snapshot.Options{Owner: "inst_api"}, log)
-	t.Cleanup(snaps.Close)
 	box, err := secretbox.New([]byte("0123456789abcdef0123456789abcdef"))
 	if err != nil {
 		t.Fatal(err)

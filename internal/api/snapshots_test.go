@@ -208,3 +208,37 @@ func TestRestoreHoldAPI(t *testing.T) {
 		t.Errorf("write after the restore = %d %s", st, body)
 	}
 }
+
+// TestDeleteServerWhileSnapshotted: a server a snapshot is being taken of
+// (its record pending or creating) is not deleted: 409 CONFLICT naming
+// the snapshot, the server and its files kept; once the snapshot is final
+// the delete goes through.
+func TestDeleteServerWhileSnapshotted(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		h := newHarness(t, db)
+		id, root := h.fileServer(1024)
+		me, err := h.auth.TeamByName(t.Context(), "default")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A snapshot queued behind others (pending), as its record is.
+		if _, err := db.Write().ExecContext(t.Context(), `INSERT INTO snapshots (id, uuid, team_id, source_server_id, name, ignore, status, created_at, updated_at)
+			VALUES ('snap_queued00000000000', 'c0ffee00-0000-4000-8000-000000000000', $1, $2, 'queued', '', 'pending', 1, 1)`, me.ID, id); err != nil {
+			t.Fatal(err)
+		}
+		st, _, body := h.do("DELETE", Prefix+"/servers/"+id, h.token, nil)
+		wantError(t, st, body, 409, "CONFLICT", "snapshot snap_queued00000000000 of this server is being taken")
+		if st, _ := h.sendJSON("GET", "/servers/"+id, nil); st != 200 {
+			t.Fatalf("the server after a refused delete: %d", st)
+		}
+		if _, err := os.Stat(root); err != nil {
+			t.Fatalf("the server's files after a refused delete: %v", err)
+		}
+		if _, err := db.Write().ExecContext(t.Context(), `UPDATE snapshots SET status = 'failed' WHERE id = 'snap_queued00000000000'`); err != nil {
+			t.Fatal(err)
+		}
+		if st, _, body := h.do("DELETE", Prefix+"/servers/"+id, h.token, nil); st != 200 {
+			t.Fatalf("delete once the snapshot is final: %d %s", st, body)
+		}
+	})
+}

@@ -95,7 +95,7 @@
 //     (ErrWritersBusy) with nothing restored. The hold covers the ledger
 //     too (quota.Hold): a writer that got its access earlier makes no new
 //     reservation (servers.ErrRestoring), so none starts after the wait. A server deleted while a restore
-//     writes into it (CancelServer, run by servers.OnDelete before the
+//     writes into it (ServerDeleting, run by servers.OnDelete before the
 //     root goes) cancels the restore and waits for it: before its commit
 //     point the staging directory is removed and the restore fails with
 //     ErrServerDeleted, after it the swap is finished first; the server
@@ -108,7 +108,15 @@
 //     what a database restored from an older backup, or a crash between a
 //     manifest's upload and its record's update, leaves.
 //   - Snapshots are kept when their server is deleted (source_server_id
-//     stays; a restore needs a target then).
+//     stays; a restore needs a target then). A server a snapshot is being
+//     taken of (pending or creating) is not deleted: ServerDeleting, the
+//     first of the servers service's delete hooks, refuses with
+//     *TakingError (409 CONFLICT naming the snapshot), since the walk
+//     would find the files going and the snapshot — often the one taken
+//     to delete the server safely — would end ready with part of them (it
+//     did, before). A snapshot whose record is written while a delete is
+//     under way fails (ErrSourceDeleted) rather than walk the root being
+//     removed.
 //   - A team keeps at most its operator-set count of snapshots
 //     (servers.TeamLimits.Snapshots, kiln admin team limits --snapshots):
 //     pending, creating and ready ones count, failed ones (no storage) do

@@ -44,7 +44,20 @@ var (
 	// restore did not end within Options.WriterWait; nothing was
 	// restored.
 	ErrWritersBusy = errors.New("writes into the server did not end")
+	// ErrSourceDeleted: the server a snapshot was to be taken of was
+	// being deleted when the snapshot started; nothing was stored.
+	ErrSourceDeleted = errors.New("the server was being deleted when the snapshot was to be taken")
 )
+
+// TakingError refuses the delete of a server a snapshot is being taken
+// of (pending or creating): its files would go under the walk, and the
+// snapshot — perhaps the one a user took to delete the server safely —
+// would end with part of them.
+type TakingError struct{ SnapshotID string }
+
+func (e *TakingError) Error() string {
+	return fmt.Sprintf("snapshot %s of this server is being taken; delete the server once it is ready or failed (or delete the snapshot first)", e.SnapshotID)
+}
 
 // Statuses of a snapshot.
 const (
@@ -213,7 +226,7 @@ type Service struct {
 	mu        sync.Mutex
 	running   map[string]context.CancelFunc // snapshots being taken here, by id
 	restoring map[string]*restoreRun        // servers being restored, by id
-	deleted   map[string]bool               // servers being deleted, by id (CancelServer to DeleteEnded)
+	deleted   map[string]bool               // servers being deleted, by id (ServerDeleting to DeleteEnded)
 	ctx       context.Context               // ends at Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -453,6 +466,12 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 	m, err := ignore.Parse(snap.Ignore)
 	if err != nil {
 		return err
+	}
+	s.mu.Lock()
+	deleting := s.deleted[snap.SourceServerID]
+	s.mu.Unlock()
+	if deleting {
+		return ErrSourceDeleted // its files are going (ServerDeleting)
 	}
 	a, err := s.servers.Access(ctx, snap.TeamID, snap.SourceServerID, false)
 	if err != nil {
@@ -787,7 +806,7 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 	return nil
 }
 
-// restoreRun is a restore running here: CancelServer stops it and waits
+// restoreRun is a restore running here: ServerDeleting stops it and waits
 // for done.
 type restoreRun struct {
 	cancel context.CancelCauseFunc
@@ -822,17 +841,36 @@ func (s *Service) endRestore(id string, run *restoreRun) {
 	close(run.done)
 }
 
-// CancelServer stops the restore writing into server id, if any, and
-// waits for it to end; restores into it are refused from then on. The
-// servers service calls it before it deletes a server (servers.OnDelete),
-// so no restore writes into a root being removed: one before its commit
-// point removes its staging directory and fails with ErrServerDeleted;
-// one past it finishes its swap (a few renames) first. A delete that
-// fails after this and leaves the server undoes the refusal
-// (DeleteEnded). Errors: ctx's, if it ends first.
-func (s *Service) CancelServer(ctx context.Context, id string) error {
+// ServerDeleting is what the servers service runs before it deletes
+// server id (servers.OnDelete, the first hook: it may refuse, and then
+// nothing else was ended). A snapshot of the server being taken (pending
+// or creating) refuses the delete (*TakingError). Otherwise the restore
+// writing into the server, if any, is stopped and waited for, and from
+// then on restores into it are refused and snapshots of it not yet
+// started fail (ErrSourceDeleted), so nothing reads or writes a root
+// being removed: a restore before its commit point removes its staging
+// directory and fails with ErrServerDeleted; one past it finishes its
+// swap (a few renames) first. A delete that fails after this and leaves
+// the server undoes the refusals (DeleteEnded). Errors: *TakingError,
+// the database's, ctx's if it ends first.
+//
+// The mark is set before the snapshots are looked up, and a snapshot
+// checks it (take) only after its record was written: either the lookup
+// sees the record, or the snapshot sees the mark.
+func (s *Service) ServerDeleting(ctx context.Context, id string) error {
 	s.mu.Lock()
 	s.deleted[id] = true
+	s.mu.Unlock()
+	var taking string
+	err := s.db.Read().QueryRowContext(ctx, `SELECT id FROM snapshots WHERE source_server_id = $1 AND status IN ($2, $3)
+		ORDER BY created_at LIMIT 1`, id, StatusPending, StatusCreating).Scan(&taking)
+	switch {
+	case err == nil:
+		return &TakingError{SnapshotID: taking}
+	case !errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("look up the server's snapshots being taken: %w", err)
+	}
+	s.mu.Lock()
 	run := s.restoring[id]
 	s.mu.Unlock()
 	if run == nil {
@@ -847,7 +885,7 @@ func (s *Service) CancelServer(ctx context.Context, id string) error {
 	}
 }
 
-// DeleteEnded drops CancelServer's mark when the server's delete ends
+// DeleteEnded drops ServerDeleting's mark when the server's delete ends
 // (servers.OnDeleteEnded). If it failed and the server stays, restores
 // into it are accepted again; if its row is gone, a restore that begins
 // finds no server to hold (servers.Hold answers ErrNotFound), so the mark

@@ -682,9 +682,9 @@ func (g *gatedStore) Get(ctx context.Context, key string) (io.ReadCloser, error)
 func TestRestoreIntoDeletedServer(t *testing.T) {
 	e, gate := newGatedEnv(t)
 	ctx := t.Context()
-	e.srv.OnDelete(e.svc.CancelServer)
+	e.srv.OnDelete(e.svc.ServerDeleting)
 	// What the root holds when the server's files are about to be removed
-	// (the hooks run in order: this one after CancelServer returned).
+	// (the hooks run in order: this one after ServerDeleting returned).
 	type seen struct {
 		staging []string
 		custom  string
@@ -765,14 +765,14 @@ func TestRestoreIntoDeletedServer(t *testing.T) {
 }
 
 // TestDeleteAbortedRestoresAgain: a server delete that fails after the
-// hooks ran (here a hook after CancelServer fails it) leaves the server,
+// hooks ran (here a hook after ServerDeleting fails it) leaves the server,
 // and restores into it are accepted again (DeleteEnded, through
 // servers.OnDeleteEnded), where they were refused until a restart; one
 // that goes through refuses them for good, without a mark kept in memory.
 func TestDeleteAbortedRestoresAgain(t *testing.T) {
 	e := newSvcEnv(t, storetest.SQLite(t))
 	ctx := t.Context()
-	e.srv.OnDelete(e.svc.CancelServer)
+	e.srv.OnDelete(e.svc.ServerDeleting)
 	failing := true
 	e.srv.OnDelete(func(ctx context.Context, id string) error {
 		if failing {

@@ -1,0 +1,163 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/store/storetest"
+)
+
+// putGate holds every chunk upload, once armed, until release is closed
+// (or the upload's context ends): a snapshot caught in the middle of its
+// walk.
+type putGate struct {
+	blob.Store
+	armed, hit, release chan struct{}
+	once                sync.Once
+}
+
+func (g *putGate) Put(ctx context.Context, key string, r io.Reader, size int64) (bool, error) {
+	select {
+	case <-g.armed:
+		if strings.HasPrefix(key, chunkPrefix) {
+			g.once.Do(func() { close(g.hit) })
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-g.release:
+			}
+		}
+	default:
+	}
+	return g.Store.Put(ctx, key, r, size)
+}
+
+// finalOf waits until snapshot id is ready or failed.
+func (e *svcEnv) finalOf(id string) Snapshot {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := e.svc.Get(e.t.Context(), e.team, id)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if s.Status == StatusReady || s.Status == StatusFailed {
+			return s
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("snapshot %s still %s after 60 s", id, s.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestServerDeleteWhileTaken: deleting a server a snapshot is being taken
+// of is refused (*TakingError, nothing of the server ended or removed) —
+// before the fix the delete went ahead and the snapshot became ready with
+// part of the files; the snapshot then ends ready with every file, and
+// the delete goes through. A snapshot whose record was written while a
+// delete had begun fails (ErrSourceDeleted) instead of walking a root
+// being removed; once the delete failed and ended, snapshots are taken
+// again.
+func TestServerDeleteWhileTaken(t *testing.T) {
+	fileStore, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &putGate{Store: fileStore, armed: make(chan struct{}), hit: make(chan struct{}), release: make(chan struct{})}
+	e := newSvcEnvOn(t, storetest.SQLite(t), gate)
+	e.srv.OnDelete(e.svc.ServerDeleting)
+	e.srv.OnDeleteEnded(e.svc.DeleteEnded)
+	ctx := t.Context()
+	files := map[string]string{}
+	for i := range 40 {
+		files[fmt.Sprintf("world/f%02d.dat", i)] = randomText(150 << 10)
+	}
+	sv := e.server("doomed", files)
+	root := e.node.Node.Root(sv.ID)
+	var total int64 // every file's bytes: what the snapshot must hold
+	if err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			in, err := d.Info()
+			if err != nil {
+				return err
+			}
+			total += in.Size()
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.armed)
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "last", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gate.hit:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the snapshot stored no chunk within 60 s")
+	}
+	err = e.srv.Delete(ctx, e.team, sv.ID)
+	if te, ok := errors.AsType[*TakingError](err); !ok || te.SnapshotID != snap.ID {
+		t.Fatalf("delete of a server being snapshotted = %v, want *TakingError naming %s", err, snap.ID)
+	}
+	if _, err := e.srv.Get(ctx, e.team, sv.ID); err != nil {
+		t.Fatalf("the server after a refused delete: %v", err)
+	}
+	if _, err := os.Stat(root); err != nil {
+		t.Fatalf("the server's root after a refused delete: %v", err)
+	}
+	close(gate.release)
+	snap = e.finalOf(snap.ID)
+	if snap.Status != StatusReady || snap.SizeBytes == nil || *snap.SizeBytes != total {
+		t.Fatalf("the snapshot = %s, size %v, error %q; want ready with all %d bytes", snap.Status, deref64(snap.SizeBytes), deref(snap.Error), total)
+	}
+	e.checkComplete(snap)
+
+	// A delete that began (its mark set) before the snapshot's walk:
+	// the snapshot fails, nothing read.
+	if err := e.svc.ServerDeleting(ctx, sv.ID); err != nil {
+		t.Fatal(err)
+	}
+	late, err := e.svc.Create(ctx, e.team, sv.ID, "late", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late = e.finalOf(late.ID); late.Status != StatusFailed || !strings.Contains(deref(late.Error), "being deleted") {
+		t.Errorf("a snapshot begun during the delete = %s, %q; want failed, the server being deleted", late.Status, deref(late.Error))
+	}
+	e.svc.DeleteEnded(sv.ID) // the delete failed, the server stays
+	again, err := e.svc.Create(ctx, e.team, sv.ID, "again", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again = e.finalOf(again.ID); again.Status != StatusReady {
+		t.Errorf("a snapshot after the delete ended = %s, %q; want ready", again.Status, deref(again.Error))
+	}
+
+	if err := e.srv.Delete(ctx, e.team, sv.ID); err != nil {
+		t.Fatalf("delete once no snapshot is being taken: %v", err)
+	}
+	if _, err := e.srv.Get(ctx, e.team, sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Errorf("the server after its delete: %v", err)
+	}
+}
+
+func deref64(n *int64) int64 {
+	if n == nil {
+		return -1
+	}
+	return *n
+}
