@@ -227,7 +227,7 @@ func TestDeleteServerWhileSnapshotted(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, _, body := h.do("DELETE", Prefix+"/servers/"+id, h.token, nil)
-		wantError(t, st, body, 409, "CONFLICT", "snapshot snap_queued00000000000 of this server is being taken")
+		wantError(t, st, body, 409, "CONFLICT", "snapshot snap_queued00000000000 of this server is being taken; try again once it is ready or failed")
 		if st, _ := h.sendJSON("GET", "/servers/"+id, nil); st != 200 {
 			t.Fatalf("the server after a refused delete: %d", st)
 		}

@@ -77,7 +77,14 @@
 //     ledger (staged inside the root, swapped in under a journal), and it
 //     is started again if it was running — also when the restore failed,
 //     which leaves the previous files. One restore per server at a time
-//     (ErrBusy, RestoreNow included). From the call until the files are
+//     (ErrBusy, RestoreNow included). A restore and a snapshot of one
+//     server never overlap (beginTake, beginRestore): the swap under a
+//     walk would leave a ready snapshot holding part of each tree. A
+//     restore asked for while a snapshot is taken is refused
+//     (*TakingError: the user chose the moment, and the server is left
+//     as it is); a snapshot whose turn comes during a restore waits for
+//     it and holds the restored files (the request stands, and what it
+//     asks for is the server as it will be). From the call until the files are
 //     restored the server is held (servers.Hold, taken before Restore
 //     answers): every other writer (files API, SFTP, downloads, mod
 //     installs, the executor), a start and a reinstall get

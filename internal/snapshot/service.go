@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -50,13 +51,14 @@ var (
 )
 
 // TakingError refuses the delete of a server a snapshot is being taken
-// of (pending or creating): its files would go under the walk, and the
-// snapshot — perhaps the one a user took to delete the server safely —
-// would end with part of them.
+// of (pending or creating), or a restore into it (creating): its files
+// would go or change under the walk, and the snapshot — perhaps the one
+// a user took to delete the server safely — would end ready with part of
+// them.
 type TakingError struct{ SnapshotID string }
 
 func (e *TakingError) Error() string {
-	return fmt.Sprintf("snapshot %s of this server is being taken; delete the server once it is ready or failed (or delete the snapshot first)", e.SnapshotID)
+	return fmt.Sprintf("snapshot %s of this server is being taken; try again once it is ready or failed", e.SnapshotID)
 }
 
 // Statuses of a snapshot.
@@ -224,10 +226,11 @@ type Service struct {
 	exports chan struct{} // one per download being written (Export)
 
 	mu        sync.Mutex
-	running   map[string]context.CancelFunc // snapshots being taken here, by id
-	restoring map[string]*restoreRun        // servers being restored, by id
-	deleted   map[string]bool               // servers being deleted, by id (ServerDeleting to DeleteEnded)
-	ctx       context.Context               // ends at Close
+	running   map[string]context.CancelFunc  // snapshots being taken here, by id
+	restoring map[string]*restoreRun         // servers being restored, by id
+	taking    map[string]map[string]struct{} // snapshots being taken here, by server id (beginTake)
+	deleted   map[string]bool                // servers being deleted, by id (ServerDeleting to DeleteEnded)
+	ctx       context.Context                // ends at Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	wake      chan struct{}
@@ -242,6 +245,7 @@ func New(db *store.DB, st blob.Store, srv Servers, cat Catalog, opts Options, lo
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{db: db, store: st, servers: srv, cat: cat, log: log, opts: opts,
 		slots: make(chan struct{}, opts.Parallel), exports: make(chan struct{}, opts.MaxExports), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
+		taking:  map[string]map[string]struct{}{},
 		deleted: map[string]bool{},
 		ctx:     ctx, cancel: cancel, wake: make(chan struct{}, 1)}
 }
@@ -467,12 +471,11 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	deleting := s.deleted[snap.SourceServerID]
-	s.mu.Unlock()
-	if deleting {
-		return ErrSourceDeleted // its files are going (ServerDeleting)
+	done, err := s.beginTake(ctx, snap)
+	if err != nil {
+		return err
 	}
+	defer done()
 	a, err := s.servers.Access(ctx, snap.TeamID, snap.SourceServerID, false)
 	if err != nil {
 		return fmt.Errorf("open the server's files: %w", err)
@@ -806,6 +809,45 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 	return nil
 }
 
+// beginTake registers snapshot snap as being taken of its server, so no
+// restore begins into the server until done is called (beginRestore
+// answers *TakingError): a restore swapping the tree under the walk would
+// leave a ready snapshot holding part of each tree. A restore already
+// running is waited for first, so the snapshot holds the restored files.
+// Errors: ErrSourceDeleted (the server is being deleted), ctx's.
+func (s *Service) beginTake(ctx context.Context, snap Snapshot) (done func(), err error) {
+	id := snap.SourceServerID
+	for {
+		s.mu.Lock()
+		if s.deleted[id] {
+			s.mu.Unlock()
+			return nil, ErrSourceDeleted // its files are going (ServerDeleting)
+		}
+		run := s.restoring[id]
+		if run == nil {
+			if s.taking[id] == nil {
+				s.taking[id] = map[string]struct{}{}
+			}
+			s.taking[id][snap.ID] = struct{}{}
+			s.mu.Unlock()
+			return func() {
+				s.mu.Lock()
+				delete(s.taking[id], snap.ID)
+				if len(s.taking[id]) == 0 {
+					delete(s.taking, id)
+				}
+				s.mu.Unlock()
+			}, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-run.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 // restoreRun is a restore running here: ServerDeleting stops it and waits
 // for done.
 type restoreRun struct {
@@ -814,8 +856,9 @@ type restoreRun struct {
 }
 
 // beginRestore registers a restore into server id: ErrBusy while another
-// runs, servers.ErrNotFound once the server was deleted (or is being
-// deleted: its files are about to go). The returned context ends with
+// runs, *TakingError while a snapshot of it is being taken here
+// (beginTake), servers.ErrNotFound once the server was deleted (or is
+// being deleted: its files are about to go). The returned context ends with
 // the cause ErrServerDeleted when the server is deleted.
 func (s *Service) beginRestore(parent context.Context, id string) (context.Context, *restoreRun, error) {
 	s.mu.Lock()
@@ -825,6 +868,9 @@ func (s *Service) beginRestore(parent context.Context, id string) (context.Conte
 	}
 	if s.restoring[id] != nil {
 		return nil, nil, ErrBusy
+	}
+	if taking := s.taking[id]; len(taking) > 0 {
+		return nil, nil, &TakingError{SnapshotID: slices.Sorted(maps.Keys(taking))[0]}
 	}
 	ctx, cancel := context.WithCancelCause(parent)
 	run := &restoreRun{cancel: cancel, done: make(chan struct{})}

@@ -161,3 +161,105 @@ func deref64(n *int64) int64 {
 	}
 	return *n
 }
+
+// TestRestoreWhileTaken: a restore into a server a snapshot is being
+// taken of is refused (*TakingError) before the server is touched — it
+// would swap the tree under the walk, and the snapshot would hold part of
+// each tree; once the snapshot is ready the restore runs.
+func TestRestoreWhileTaken(t *testing.T) {
+	fileStore, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := &putGate{Store: fileStore, armed: make(chan struct{}), hit: make(chan struct{}), release: make(chan struct{})}
+	e := newSvcEnvOn(t, storetest.SQLite(t), gate)
+	ctx := t.Context()
+	sv := e.server("busy", map[string]string{"world/level.dat": "old", "world/big.dat": randomText(400 << 10)})
+	first, err := e.svc.Create(ctx, e.team, sv.ID, "first", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first = e.finalOf(first.ID)
+	e.write(sv.ID, map[string]string{"world/level.dat": "new", "world/big.dat": randomText(400 << 10)})
+	close(gate.armed)
+	second, err := e.svc.Create(ctx, e.team, sv.ID, "second", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gate.hit:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the snapshot stored no chunk within 60 s")
+	}
+	for _, restore := range []func() error{
+		func() error { return e.svc.Restore(ctx, e.team, first.ID, sv.ID) },
+		func() error { return e.svc.RestoreNow(ctx, e.team, first.ID, sv.ID) },
+	} {
+		err := restore()
+		if te, ok := errors.AsType[*TakingError](err); !ok || te.SnapshotID != second.ID {
+			t.Fatalf("restore into a server being snapshotted = %v, want *TakingError naming %s", err, second.ID)
+		}
+	}
+	close(gate.release)
+	if second = e.finalOf(second.ID); second.Status != StatusReady {
+		t.Fatalf("the snapshot = %s, %q", second.Status, deref(second.Error))
+	}
+	if err := e.svc.RestoreNow(ctx, e.team, first.ID, sv.ID); err != nil {
+		t.Fatalf("restore once the snapshot is ready: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.node.Node.Root(sv.ID), "world/level.dat")); string(b) != "old" {
+		t.Errorf("world/level.dat after the restore = %q, want old", b)
+	}
+}
+
+// TestTakeWaitsForRestore: a snapshot of a server a restore is writing
+// into waits for the restore, then holds the restored tree whole (not the
+// old tree's files beside the new one's).
+func TestTakeWaitsForRestore(t *testing.T) {
+	e, gate := newGatedEnv(t)
+	gate.release = make(chan struct{})
+	ctx := t.Context()
+	oldFiles := map[string]string{"world/level.dat": "old", "world/a.dat": randomText(300 << 10), "world/b.dat": randomText(300 << 10)}
+	sv := e.server("r", oldFiles)
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "old", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = e.finalOf(snap.ID)
+	e.write(sv.ID, map[string]string{"world/level.dat": "new", "world/a.dat": "new a", "world/b.dat": "new b"})
+
+	close(gate.armed)
+	if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gate.hit:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the restore read no chunk within 60 s")
+	}
+	during, err := e.svc.Create(ctx, e.team, sv.ID, "during", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // time for the snapshot to start: it must wait
+	if got, _ := e.svc.Get(ctx, e.team, during.ID); got.Status == StatusReady || got.Status == StatusFailed {
+		t.Fatalf("the snapshot ended (%s, %q) while the restore was held", got.Status, deref(got.Error))
+	}
+	close(gate.release)
+	e.waitRestored(sv.ID)
+	during = e.finalOf(during.ID)
+	if during.Status != StatusReady {
+		t.Fatalf("the snapshot taken during the restore = %s, %q", during.Status, deref(during.Error))
+	}
+	// It holds the restored tree: restored into a fresh server, every
+	// file is the old one.
+	other := e.server("other", nil)
+	if err := e.svc.RestoreNow(ctx, e.team, during.ID, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range oldFiles {
+		if b, _ := os.ReadFile(filepath.Join(e.node.Node.Root(other.ID), name)); string(b) != want {
+			t.Errorf("%s in the snapshot taken during the restore: %d bytes, want the restored %d", name, len(b), len(want))
+		}
+	}
+}
