@@ -102,14 +102,32 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	list, err := s.deps.Snapshots.List(r.Context(), principal(r).TeamID, serverID)
+	limit := 0
+	if v, err := query(r, "limit", false, ""); err != nil {
+		return err
+	} else if v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return validationf("limit", "must be a whole number between 1 and %d", snapshot.MaxList)
+		}
+		if n == 0 {
+			n = -1 // 0 is out of range, not "the default"
+		}
+		limit = n
+	}
+	cursor, err := query(r, "cursor", false, "")
+	if err != nil {
+		return err
+	}
+	list, next, err := s.deps.Snapshots.Page(r.Context(), principal(r).TeamID, serverID, limit, cursor)
 	if err != nil {
 		return err
 	}
 	out := struct {
-		Snapshots []snapshotJSON `json:"snapshots"`
-		Count     int            `json:"count"`
-	}{Snapshots: make([]snapshotJSON, len(list)), Count: len(list)}
+		Snapshots  []snapshotJSON `json:"snapshots"`
+		Count      int            `json:"count"`
+		NextCursor string         `json:"next_cursor"`
+	}{Snapshots: make([]snapshotJSON, len(list)), Count: len(list), NextCursor: next}
 	for i, sn := range list {
 		out.Snapshots[i] = toSnapshotJSON(sn)
 	}

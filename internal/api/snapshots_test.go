@@ -111,6 +111,34 @@ func TestSnapshotsAPI(t *testing.T) {
 		if st, out := h.sendJSON("GET", "/snapshots?server_id=6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c", nil); st != 200 || out["count"].(float64) != 0 {
 			t.Errorf("list of another server = %d %v", st, out)
 		}
+		// Pages: a second snapshot, then pages of one, newest first.
+		second := h.readySnapshot(id, "second")
+		var paged []any
+		cursor := ""
+		for range 3 {
+			st, out := h.sendJSON("GET", "/snapshots?limit=1&cursor="+cursor, nil)
+			if st != 200 || out["count"].(float64) != float64(len(out["snapshots"].([]any))) {
+				t.Fatalf("a page = %d %v", st, out)
+			}
+			for _, sn := range out["snapshots"].([]any) {
+				paged = append(paged, sn.(map[string]any)["snapshot_id"])
+			}
+			if cursor = out["next_cursor"].(string); cursor == "" {
+				break
+			}
+		}
+		if !reflect.DeepEqual(paged, []any{second, snapID}) {
+			t.Errorf("pages of one = %v, want %v", paged, []any{second, snapID})
+		}
+		st, _, body = h.do("GET", Prefix+"/snapshots?limit=0", h.token, nil)
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "limit")
+		st, _, body = h.do("GET", Prefix+"/snapshots?limit=1001", h.token, nil)
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "limit")
+		st, _, body = h.do("GET", Prefix+"/snapshots?cursor=v12", h.token, nil)
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "cursor")
+		if st, _, body := h.do("DELETE", Prefix+"/snapshots/"+second, h.token, nil); st != 200 {
+			t.Fatalf("delete the second snapshot: %d %s", st, body)
+		}
 
 		// Restore: the changed file comes back, the new one goes, the
 		// ignored log stays.

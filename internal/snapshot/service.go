@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,7 +74,8 @@ const (
 const (
 	MaxName   = 100
 	MaxIgnore = 64 << 10
-	// MaxList is how many snapshots a list returns (newest first).
+	// MaxList is how many snapshots a page of a list holds at most, and
+	// by default (newest first).
 	MaxList = 1000
 )
 
@@ -372,27 +374,84 @@ func (s *Service) Get(ctx context.Context, teamID, id string) (Snapshot, error) 
 }
 
 // List returns the team's snapshots, of one server when serverID is not
-// "", newest first, at most MaxList.
+// "", newest first: the first page of Page, at most MaxList.
 func (s *Service) List(ctx context.Context, teamID, serverID string) ([]Snapshot, error) {
+	out, _, err := s.Page(ctx, teamID, serverID, 0, "")
+	return out, err
+}
+
+// Page returns one page of the team's snapshots (of one server when
+// serverID is not ""), newest first: at most limit (1–MaxList, 0 for
+// MaxList) after cursor ("" for the first page), and the cursor of the
+// next page ("" after the last). A cursor is the creation time and id
+// of the last snapshot of a page, so a page follows the one before it
+// whatever was created or deleted meanwhile: nothing that stays is
+// listed twice or skipped. Errors: *validate.Error (limit, cursor).
+func (s *Service) Page(ctx context.Context, teamID, serverID string, limit int, cursor string) ([]Snapshot, string, error) {
+	var c validate.Collector
+	if limit == 0 {
+		limit = MaxList
+	}
+	if limit < 1 || limit > MaxList {
+		c.Add("limit", "must be between 1 and %d", MaxList)
+	}
 	q, args := `SELECT `+columns+` FROM snapshots WHERE team_id = $1`, []any{teamID}
 	if serverID != "" {
-		q += ` AND source_server_id = $2`
 		args = append(args, serverID)
+		q += fmt.Sprintf(` AND source_server_id = $%d`, len(args))
 	}
-	rows, err := s.db.Read().QueryContext(ctx, q+fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT %d`, MaxList), args...)
+	if cursor != "" {
+		at, id, ok := parseListCursor(cursor)
+		if !ok {
+			c.Add("cursor", "is not a cursor this API gave (use next_cursor as it is)")
+		}
+		args = append(args, at, id)
+		q += fmt.Sprintf(` AND (created_at < $%d OR (created_at = $%d AND id < $%d))`, len(args)-1, len(args)-1, len(args))
+	}
+	if err := c.Err(); err != nil {
+		return nil, "", err
+	}
+	args = append(args, limit+1)
+	rows, err := s.db.Read().QueryContext(ctx, q+fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
 	if err != nil {
-		return nil, fmt.Errorf("list snapshots: %w", err)
+		return nil, "", fmt.Errorf("list snapshots: %w", err)
 	}
 	defer rows.Close()
 	out := []Snapshot{}
 	for rows.Next() {
 		snap, err := scan(rows)
 		if err != nil {
-			return nil, fmt.Errorf("list snapshots: %w", err)
+			return nil, "", fmt.Errorf("list snapshots: %w", err)
 		}
 		out = append(out, snap)
 	}
-	return out, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, "", fmt.Errorf("list snapshots: %w", err)
+	}
+	next := ""
+	if len(out) > limit {
+		out = out[:limit]
+		last := out[limit-1]
+		next = "c" + strconv.FormatInt(last.CreatedAt, 10) + "." + last.ID
+	}
+	return out, next, nil
+}
+
+// parseListCursor reads a cursor of Page: "c<created_at>.<snapshot id>".
+func parseListCursor(cursor string) (at int64, id string, ok bool) {
+	rest, ok := strings.CutPrefix(cursor, "c")
+	if !ok {
+		return 0, "", false
+	}
+	ms, id, ok := strings.Cut(rest, ".")
+	if !ok || !ids.HasPrefix(id, "snap") {
+		return 0, "", false
+	}
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || at < 0 {
+		return 0, "", false
+	}
+	return at, id, true
 }
 
 // goTake takes snap in the background, at most Parallel at once.
