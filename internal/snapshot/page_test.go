@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -15,7 +16,11 @@ import (
 // on the creation time by id), each page after the one before whatever
 // is deleted meanwhile, the other team's never; limit and cursor checked.
 func TestSnapshotPages(t *testing.T) {
-	e := newSvcEnv(t, storetest.SQLite(t))
+	storetest.Each(t, testSnapshotPages)
+}
+
+func testSnapshotPages(t *testing.T, db *store.DB) {
+	e := newSvcEnv(t, db)
 	ctx := t.Context()
 	server := "11111111-1111-4111-8111-111111111111"
 	other := "22222222-2222-4222-8222-222222222222"
