@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -124,12 +125,13 @@ func referenced(t *testing.T, dir string, uuids ...string) []string {
 }
 
 // TestSnapshotsSurviveKillNine kills a real kiln serve with SIGKILL
-// during a snapshot's creation, during a delete and during a restore,
-// and starts it again each time: the snapshot being taken is failed and
-// what it stored is collected; every ready snapshot's chunks are all
-// there and no other chunk is; the restored server's files are the old
-// tree or the snapshot's, never a mix; a restore after the restart
-// succeeds.
+// during a snapshot's creation, during a delete, during a restore and
+// during the download of a snapshot deleted under it, and starts it again
+// each time: the snapshot being taken is failed and what it stored is
+// collected; every ready snapshot's chunks are all there and no other
+// chunk is (the dead download holds none); the restored server's files
+// are the old tree or the snapshot's, never a mix; a restore after the
+// restart succeeds.
 func TestSnapshotsSurviveKillNine(t *testing.T) {
 	dir := t.TempDir()
 	ports := serverstest.PortRange(t, 5)
@@ -262,6 +264,45 @@ func TestSnapshotsSurviveKillNine(t *testing.T) {
 			t.Fatal("the restore after the restart did not make the tree equal to snapshot a")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// 4. Killed during the download of D, deleted under it (its storage
+	// left to the download: reason in_use): once started again, the dead
+	// download holds nothing and D's own chunks are collected.
+	fillRandom(t, root, "download", 8, 2<<20)
+	dID := snapshotOf(p, "d")
+	if d := waitSnap(t, p.addr, token, dID, "ready", ready); d["status"] != "ready" {
+		t.Fatalf("snapshot d = %v", d)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+p.addr+"/api/client/v1/snapshots/"+dID+"/download?format=tar", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("download d: %v %v", resp, err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 64<<10)); err != nil { // then read no more: the download waits
+		t.Fatal(err)
+	}
+	code, out = call(t, p.addr, token, "DELETE", "/snapshots/"+dID, "")
+	if code != 200 || out["storage_cleanup_reason"] != "in_use" || out["storage_deleted"] != false {
+		t.Fatalf("delete d during its download: %d %v", code, out)
+	}
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	resp.Body.Close()
+	p = startServe(t, args...)
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		got, want := storedChunks(t, dir), referenced(t, dir, aUUID)
+		if slices.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a kill during the download of a deleted snapshot: %d chunks stored, a references %d", len(got), len(want))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	if err := p.stop(os.Interrupt); err != nil {
 		t.Errorf("stop: %v\n%s", err, p.Stderr())
