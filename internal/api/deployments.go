@@ -148,20 +148,7 @@ func (s *Server) pushConfiguration(w http.ResponseWriter, r *http.Request) error
 }
 
 func (s *Server) listConfigurationVersions(w http.ResponseWriter, r *http.Request) error {
-	limit := 0
-	if v, err := query(r, "limit", false, ""); err != nil {
-		return err
-	} else if v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return validationf("limit", "must be a whole number between 1 and %d", deploy.MaxPage)
-		}
-		if n == 0 {
-			n = -1 // 0 is out of range, not "the default"
-		}
-		limit = n
-	}
-	cursor, err := query(r, "cursor", false, "")
+	limit, cursor, err := pageQuery(r, deploy.MaxPage)
 	if err != nil {
 		return err
 	}

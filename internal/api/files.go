@@ -37,6 +37,26 @@ func toFileEntry(e files.Entry) fileEntryJSON {
 // query reads a query parameter; required ones must be present and
 // non-empty. A parameter given twice is refused: which one would win is
 // not obvious to a caller.
+// pageQuery reads the limit and cursor of a paged list whose pages hold
+// at most `most` entries: limit 0 when not given (the domain's default), -1 for a
+// given 0 (out of range, not "the default": the domain refuses it).
+func pageQuery(r *http.Request, most int) (limit int, cursor string, err error) {
+	if v, err := query(r, "limit", false, ""); err != nil {
+		return 0, "", err
+	} else if v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, "", validationf("limit", "must be a whole number between 1 and %d", most)
+		}
+		if n == 0 {
+			n = -1
+		}
+		limit = n
+	}
+	cursor, err = query(r, "cursor", false, "")
+	return limit, cursor, err
+}
+
 func query(r *http.Request, name string, required bool, def string) (string, error) {
 	vals, ok := r.URL.Query()[name]
 	switch {

@@ -102,20 +102,7 @@ func (s *Server) listSnapshots(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	limit := 0
-	if v, err := query(r, "limit", false, ""); err != nil {
-		return err
-	} else if v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return validationf("limit", "must be a whole number between 1 and %d", snapshot.MaxList)
-		}
-		if n == 0 {
-			n = -1 // 0 is out of range, not "the default"
-		}
-		limit = n
-	}
-	cursor, err := query(r, "cursor", false, "")
+	limit, cursor, err := pageQuery(r, snapshot.MaxList)
 	if err != nil {
 		return err
 	}

@@ -115,20 +115,27 @@ func (e *svcEnv) waitServer(id string, cond func(servers.Server) bool) servers.S
 // wait waits for a snapshot to be ready (or fails the test).
 func (e *svcEnv) wait(id string) Snapshot {
 	e.t.Helper()
+	s := e.finalOf(id)
+	if s.Status == StatusFailed {
+		e.t.Fatalf("snapshot %s failed: %s", id, deref(s.Error))
+	}
+	return s
+}
+
+// finalOf waits until snapshot id is ready or failed.
+func (e *svcEnv) finalOf(id string) Snapshot {
+	e.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		s, err := e.svc.Get(e.t.Context(), e.team, id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		switch s.Status {
-		case StatusReady:
+		if s.Status == StatusReady || s.Status == StatusFailed {
 			return s
-		case StatusFailed:
-			e.t.Fatalf("snapshot %s failed: %s", id, *s.Error)
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("snapshot %s still %s", id, s.Status)
+			e.t.Fatalf("snapshot %s still %s after 60 s", id, s.Status)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -43,23 +43,15 @@ func (g *putGate) Put(ctx context.Context, key string, r io.Reader, size int64) 
 	return g.Store.Put(ctx, key, r, size)
 }
 
-// finalOf waits until snapshot id is ready or failed.
-func (e *svcEnv) finalOf(id string) Snapshot {
-	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		s, err := e.svc.Get(e.t.Context(), e.team, id)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		if s.Status == StatusReady || s.Status == StatusFailed {
-			return s
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("snapshot %s still %s after 60 s", id, s.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
+// newPutGateEnv is newSvcEnv (SQLite) on a putGate over a file store.
+func newPutGateEnv(t *testing.T) (*svcEnv, *putGate) {
+	t.Helper()
+	fileStore, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
+	gate := &putGate{Store: fileStore, armed: make(chan struct{}), hit: make(chan struct{}), release: make(chan struct{})}
+	return newSvcEnvOn(t, storetest.SQLite(t), gate), gate
 }
 
 // TestServerDeleteWhileTaken: deleting a server a snapshot is being taken
@@ -71,12 +63,7 @@ func (e *svcEnv) finalOf(id string) Snapshot {
 // being removed; once the delete failed and ended, snapshots are taken
 // again.
 func TestServerDeleteWhileTaken(t *testing.T) {
-	fileStore, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate := &putGate{Store: fileStore, armed: make(chan struct{}), hit: make(chan struct{}), release: make(chan struct{})}
-	e := newSvcEnvOn(t, storetest.SQLite(t), gate)
+	e, gate := newPutGateEnv(t)
 	e.srv.OnDelete(e.svc.ServerDeleting)
 	e.srv.OnDeleteEnded(e.svc.DeleteEnded)
 	ctx := t.Context()
@@ -167,12 +154,7 @@ func deref64(n *int64) int64 {
 // would swap the tree under the walk, and the snapshot would hold part of
 // each tree; once the snapshot is ready the restore runs.
 func TestRestoreWhileTaken(t *testing.T) {
-	fileStore, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gate := &putGate{Store: fileStore, armed: make(chan struct{}), hit: make(chan struct{}), release: make(chan struct{})}
-	e := newSvcEnvOn(t, storetest.SQLite(t), gate)
+	e, gate := newPutGateEnv(t)
 	ctx := t.Context()
 	sv := e.server("busy", map[string]string{"world/level.dat": "old", "world/big.dat": randomText(400 << 10)})
 	first, err := e.svc.Create(ctx, e.team, sv.ID, "first", "")
