@@ -1,0 +1,249 @@
+package snapshot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/panics"
+	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/ignore"
+)
+
+// Restore makes the server targetID (the snapshot's source when "") of
+// the team equal to the snapshot, in the background: a running server is
+// stopped first and started again after; a failure leaves its files as
+// they were. The outcome is written to the server's console. From the
+// call on, the server is held (servers.Hold): its files written by
+// nothing else, its start refused, until the files are restored. Errors:
+// ErrNotFound, ErrNotReady, ErrBusy, *TakingError (a snapshot of the
+// server is being taken: guards.go), servers.ErrNotFound,
+// servers.ErrInstalling, servers.ErrRestoring.
+func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) error {
+	return s.RestorePath(ctx, teamID, id, targetID, "")
+}
+
+// RestorePath is Restore narrowed to one path of the snapshot and what is
+// under it (only: clean and relative, files.Clean's; "" or "." for all):
+// that path becomes what the snapshot holds there, the rest of the
+// server's files are left as they are. The server is stopped and started
+// again as for a whole restore (a running game would save over it).
+// Errors: Restore's, and files.ErrNotFound when the snapshot holds
+// nothing at only (checked before the server is touched).
+func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only string) error {
+	snap, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if snap.Status != StatusReady {
+		return ErrNotReady
+	}
+	// Registered as its reader first: a delete from now on leaves the
+	// storage until the restore ends (reads.go).
+	read, err := s.beginRead(ctx, snap.UUID)
+	if err != nil {
+		return err
+	}
+	started := false
+	defer func() {
+		if !started {
+			read.end()
+		}
+	}()
+	if only != "" && only != "." {
+		// A path the snapshot lacks is refused now, before the server is
+		// stopped: OpenExport reads the manifest, checks it and finds the
+		// path (one read more than the restore's two; a manifest is ~0.4
+		// MB a GiB of world).
+		if _, err := engine.OpenExport(ctx, s.store, engine.ManifestKey(snap.UUID), only); err != nil {
+			return fmt.Errorf("restore snapshot %s: %w", id, err)
+		}
+	}
+	if targetID == "" {
+		targetID = snap.SourceServerID
+	}
+	sv, err := s.servers.Get(ctx, teamID, targetID)
+	if err != nil {
+		return err
+	}
+	if sv.Status == servers.StatusInstalling {
+		return servers.ErrInstalling
+	}
+	if _, err := s.servers.Access(ctx, teamID, targetID, false); err != nil {
+		return err // another node's server: servers.OtherNodeError
+	}
+	rctx, run, err := s.beginRestore(s.ctx, sv.ID)
+	if err != nil {
+		return err
+	}
+	// Held from now (not from when the goroutine runs): a start or a
+	// write sent right after the 202 is refused, not raced.
+	held, err := s.servers.Hold(ctx, teamID, sv.ID)
+	if err != nil {
+		s.endRestore(sv.ID, run)
+		return err
+	}
+	started = true
+	s.wg.Go(func() {
+		defer read.end()
+		defer s.endRestore(sv.ID, run)
+		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only) }); err != nil {
+			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
+		}
+	})
+	return nil
+}
+
+// RestoreNow is Restore waiting for the end (the deployments executor).
+func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) error {
+	snap, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return err
+	}
+	if snap.Status != StatusReady {
+		return ErrNotReady
+	}
+	read, err := s.beginRead(ctx, snap.UUID)
+	if err != nil {
+		return err
+	}
+	defer read.end()
+	sv, err := s.servers.Get(ctx, teamID, targetID)
+	if err != nil {
+		return err
+	}
+	rctx, run, err := s.beginRestore(ctx, sv.ID)
+	if err != nil {
+		return err
+	}
+	defer s.endRestore(sv.ID, run)
+	held, err := s.servers.Hold(ctx, teamID, sv.ID)
+	if err != nil {
+		return err
+	}
+	return s.restore(rctx, snap, sv, held, "")
+}
+
+// restore runs a restore registered by beginRestore (ctx is its own),
+// with the server held (servers.Hold: no write but the restore's, no
+// start): it releases the hold before it starts the server again.
+func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held, only string) (err error) {
+	defer held.Release()
+	what := "snapshot " + snap.ID
+	if only != "" && only != "." {
+		what = "/" + only + " of " + what
+	}
+	s.servers.Note(sv.ID, fmt.Sprintf("restoring %s (%s)", what, snap.Name))
+	defer func() {
+		if errors.Is(context.Cause(ctx), ErrServerDeleted) {
+			// Whatever failed, it failed because the server went: say
+			// so, and write nothing to the console of a server gone.
+			if err != nil {
+				err = fmt.Errorf("restore %s into %s: %w", snap.ID, sv.ID, ErrServerDeleted)
+			}
+			return
+		}
+		if err != nil {
+			s.servers.Note(sv.ID, fmt.Sprintf("the restore of %s failed; the files are as they were: %v", what, err))
+		} else {
+			s.servers.Note(sv.ID, fmt.Sprintf("%s restored", what))
+		}
+	}()
+	wasRunning := sv.Status == servers.StatusRunning || sv.Status == servers.StatusStarting
+	if wasRunning {
+		if err := s.servers.Power(ctx, sv.TeamID, sv.ID, "stop"); err != nil {
+			return fmt.Errorf("stop the server: %w", err)
+		}
+		if err := s.waitStopped(ctx, sv); err != nil {
+			return err
+		}
+	}
+	m, err := ignore.Parse(snap.Ignore)
+	if err != nil {
+		return err
+	}
+	a, err := held.Access(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.drainWriters(ctx, sv.ID, a.Disk); err != nil {
+		return err
+	}
+	rerr := files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
+		_, err := engine.Restore(ctx, r, res, s.store, engine.ManifestKey(snap.UUID), engine.RestoreOptions{Ignore: m.Match, Only: only})
+		return err
+	})
+	if a.Disk != nil {
+		a.Disk.Stale() // the restore replaced the tree: measure it again
+	}
+	held.Release()
+	if wasRunning && !errors.Is(context.Cause(ctx), ErrServerDeleted) {
+		if err := s.servers.Power(context.WithoutCancel(ctx), sv.TeamID, sv.ID, "start"); err != nil {
+			s.log.Warn("start the server again after a restore", "server_id", sv.ID, "err", err)
+		}
+	}
+	if rerr != nil {
+		return fmt.Errorf("restore %s into %s: %w", snap.ID, sv.ID, rerr)
+	}
+	return nil
+}
+
+// drainWriters waits, up to WriterWait, until no writer holds a
+// reservation on the server's disk ledger: the writes that got their
+// access before the hold (an upload, a download, a mod install) end
+// before the restore replaces the files, so none of them lands in the
+// tree the swap discards after it was acknowledged. Every writer into a
+// root reserves from the ledger (internal/quota), so its count of
+// reservations in flight is the count of writers; the hold refuses new
+// ones. Errors: ErrWritersBusy, wrapped, when they do not end in time.
+func (s *Service) drainWriters(ctx context.Context, serverID string, disk *quota.Account) error {
+	if disk == nil {
+		return nil
+	}
+	deadline := time.Now().Add(s.opts.WriterWait)
+	noted := false
+	for {
+		f := disk.Figures()
+		if f.Writers == 0 {
+			return nil
+		}
+		if !noted {
+			s.servers.Note(serverID, fmt.Sprintf("the restore waits for %d write(s) in progress to end", f.Writers))
+			noted = true
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %d still in progress after %s (uploads, downloads or installs into the server); nothing was restored",
+				ErrWritersBusy, f.Writers, s.opts.WriterWait)
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Service) waitStopped(ctx context.Context, sv servers.Server) error {
+	deadline := time.Now().Add(s.opts.StopTimeout)
+	for {
+		cur, err := s.servers.Get(ctx, sv.TeamID, sv.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Status == servers.StatusOffline || cur.Status == servers.StatusCrashed {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the server did not stop within %s", s.opts.StopTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
