@@ -4,6 +4,10 @@
 // collector. The engine (internal/snapshot/engine) turns a server root
 // into chunks and a manifest in a blob store (internal/blob) and back;
 // internal/snapshot/ignore matches the gitignore-syntax exclusions.
+// Files: service.go (records, taking, deleting), restore.go, export.go
+// (downloads), reads.go (readers a delete waits for), guards.go (what
+// may run at once on one server), ledger.go (chunks and the collector),
+// recover.go.
 //
 // What it must never do: let a manifest reference a missing chunk —
 // whatever creates, deletes, restores and collections run at once, on
