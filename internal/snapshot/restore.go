@@ -35,16 +35,7 @@ func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) erro
 // Errors: Restore's, and files.ErrNotFound when the snapshot holds
 // nothing at only (checked before the server is touched).
 func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only string) error {
-	snap, err := s.Get(ctx, teamID, id)
-	if err != nil {
-		return err
-	}
-	if snap.Status != StatusReady {
-		return ErrNotReady
-	}
-	// Registered as its reader first: a delete from now on leaves the
-	// storage until the restore ends (reads.go).
-	read, err := s.beginRead(ctx, snap.UUID)
+	snap, read, err := s.openReady(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
@@ -100,14 +91,7 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 
 // RestoreNow is Restore waiting for the end (the deployments executor).
 func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) error {
-	snap, err := s.Get(ctx, teamID, id)
-	if err != nil {
-		return err
-	}
-	if snap.Status != StatusReady {
-		return ErrNotReady
-	}
-	read, err := s.beginRead(ctx, snap.UUID)
+	snap, read, err := s.openReady(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
@@ -246,4 +230,23 @@ func (s *Service) waitStopped(ctx context.Context, sv servers.Server) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// openReady returns one of the team's ready snapshots registered as read
+// by the caller (a restore), which must end the reader: a delete from now
+// on leaves the storage until it does (reads.go). Errors: ErrNotFound,
+// ErrNotReady, the database's.
+func (s *Service) openReady(ctx context.Context, teamID, id string) (Snapshot, *reader, error) {
+	snap, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	if snap.Status != StatusReady {
+		return Snapshot{}, nil, ErrNotReady
+	}
+	read, err := s.beginRead(ctx, snap.UUID)
+	if err != nil {
+		return Snapshot{}, nil, err
+	}
+	return snap, read, nil
 }

@@ -54,6 +54,23 @@ func newPutGateEnv(t *testing.T) (*svcEnv, *putGate) {
 	return newSvcEnvOn(t, storetest.SQLite(t), gate), gate
 }
 
+// createHeld arms gate and creates a snapshot of server id named name,
+// returning once its first chunk upload is held.
+func (e *svcEnv) createHeld(gate *putGate, id, name string) Snapshot {
+	e.t.Helper()
+	close(gate.armed)
+	snap, err := e.svc.Create(e.t.Context(), e.team, id, name, "")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	select {
+	case <-gate.hit:
+	case <-time.After(60 * time.Second):
+		e.t.Fatal("the snapshot stored no chunk within 60 s")
+	}
+	return snap
+}
+
 // TestServerDeleteWhileTaken: deleting a server a snapshot is being taken
 // of is refused (*TakingError, nothing of the server ended or removed) —
 // before the fix the delete went ahead and the snapshot became ready with
@@ -86,17 +103,8 @@ func TestServerDeleteWhileTaken(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	close(gate.armed)
-	snap, err := e.svc.Create(ctx, e.team, sv.ID, "last", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-gate.hit:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the snapshot stored no chunk within 60 s")
-	}
-	err = e.srv.Delete(ctx, e.team, sv.ID)
+	snap := e.createHeld(gate, sv.ID, "last")
+	err := e.srv.Delete(ctx, e.team, sv.ID)
 	if te, ok := errors.AsType[*TakingError](err); !ok || te.SnapshotID != snap.ID {
 		t.Fatalf("delete of a server being snapshotted = %v, want *TakingError naming %s", err, snap.ID)
 	}
@@ -163,16 +171,7 @@ func TestRestoreWhileTaken(t *testing.T) {
 	}
 	first = e.finalOf(first.ID)
 	e.write(sv.ID, map[string]string{"world/level.dat": "new", "world/big.dat": randomText(400 << 10)})
-	close(gate.armed)
-	second, err := e.svc.Create(ctx, e.team, sv.ID, "second", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-gate.hit:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the snapshot stored no chunk within 60 s")
-	}
+	second := e.createHeld(gate, sv.ID, "second")
 	for _, restore := range []func() error{
 		func() error { return e.svc.Restore(ctx, e.team, first.ID, sv.ID) },
 		func() error { return e.svc.RestoreNow(ctx, e.team, first.ID, sv.ID) },
