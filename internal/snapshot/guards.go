@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/kilnhq/kiln/internal/servers"
 )
@@ -40,8 +41,8 @@ func (e *TakingError) Error() string {
 }
 
 // beginTake registers snapshot snap as being taken of its server, so no
-// restore begins into the server until done is called (beginRestore
-// answers *TakingError): a restore swapping the tree under the walk would
+// restore begins into the server until done is called (once or more;
+// beginRestore answers *TakingError): a restore swapping the tree under the walk would
 // leave a ready snapshot holding part of each tree. A restore already
 // running is waited for first, so the snapshot holds the restored files.
 // Errors: ErrSourceDeleted (the server is being deleted), ctx's.
@@ -60,13 +61,16 @@ func (s *Service) beginTake(ctx context.Context, snap Snapshot) (done func(), er
 			}
 			s.taking[id][snap.ID] = struct{}{}
 			s.mu.Unlock()
+			var once sync.Once
 			return func() {
-				s.mu.Lock()
-				delete(s.taking[id], snap.ID)
-				if len(s.taking[id]) == 0 {
-					delete(s.taking, id)
-				}
-				s.mu.Unlock()
+				once.Do(func() {
+					s.mu.Lock()
+					delete(s.taking[id], snap.ID)
+					if len(s.taking[id]) == 0 {
+						delete(s.taking, id)
+					}
+					s.mu.Unlock()
+				})
 			}, nil
 		}
 		s.mu.Unlock()

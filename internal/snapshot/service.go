@@ -517,11 +517,11 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 	if err != nil {
 		return err
 	}
-	done, err := s.beginTake(ctx, snap)
+	endTake, err := s.beginTake(ctx, snap)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer endTake()
 	a, err := s.servers.Access(ctx, snap.TeamID, snap.SourceServerID, false)
 	if err != nil {
 		return fmt.Errorf("open the server's files: %w", err)
@@ -557,6 +557,10 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 				WHERE id = $4 AND status = $5`, done, total, store.Now(), snap.ID, StatusCreating)
 		},
 	})
+	// The walk is over: a restore into the server may begin now, before
+	// the snapshot is recorded ready (a client that sees it ready and
+	// restores at once is never told it is still being taken).
+	endTake()
 	if err != nil {
 		return err
 	}
