@@ -114,6 +114,8 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusNotFound, errorBody{Error: "server not found", Code: codeServerNotFound}
 	case errors.Is(err, servers.ErrInstalling):
 		return http.StatusConflict, errorBody{Error: "the server is being installed; try again when it is offline", Code: codeServerInstalling}
+	case errors.Is(err, servers.ErrSnapshotting):
+		return http.StatusConflict, errorBody{Error: "a snapshot of the server is being taken; reinstall it once the snapshot is ready or failed", Code: codeConflict}
 	case errors.Is(err, servers.ErrRestoring):
 		return http.StatusConflict, errorBody{Error: "a snapshot is being restored into the server; try again when the restore is done (its console says when)", Code: codeConflict}
 	case errors.Is(err, servers.ErrTooManyStreams):

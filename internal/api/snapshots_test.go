@@ -270,3 +270,25 @@ func TestDeleteServerWhileSnapshotted(t *testing.T) {
 		}
 	})
 }
+
+// TestReinstallWhileSnapshotted: a reinstall of a server a snapshot is
+// reading whole (servers.Reading, as a snapshot's walk does) answers 409
+// CONFLICT with its sentence; once the reading ends, it is accepted.
+func TestReinstallWhileSnapshotted(t *testing.T) {
+	h := newHarness(t, storetest.SQLite(t))
+	id, _ := h.fileServer(1024)
+	me, err := h.auth.TeamByName(t.Context(), "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, err := h.srv.deps.Servers.Reading(t.Context(), me.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, body := h.postJSON("/servers/"+id+"/reinstall", map[string]string{})
+	wantError(t, st, body, 409, "CONFLICT", "a snapshot of the server is being taken; reinstall it once the snapshot is ready or failed")
+	release()
+	if st, body := h.postJSON("/servers/"+id+"/reinstall", map[string]string{}); st != 202 {
+		t.Fatalf("reinstall once the reading ended: %d %s", st, body)
+	}
+}

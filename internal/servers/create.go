@@ -383,7 +383,9 @@ func (s *Service) installFailed(ctx context.Context, l *live, id string, cause e
 
 // Reinstall changes software and/or version and reruns the installer,
 // keeping world files; a running server is stopped first and started again
-// afterwards. Errors: ErrNotFound, ErrInstalling, ErrOwned, *validate.Error.
+// afterwards. Errors: ErrNotFound, ErrInstalling, ErrRestoring,
+// ErrSnapshotting (a snapshot is reading the root: Reading), ErrOwned,
+// *validate.Error.
 func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version string) error {
 	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
@@ -418,6 +420,22 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 		return err
 	}
 	wasRunning := sv.DesiredState == "running"
+	// Checked and marked in one step with Reading: either the snapshot
+	// reading the root refuses this reinstall, or it finds the mark.
+	l := s.liveOf(id)
+	l.mu.Lock()
+	if l.readers > 0 {
+		l.mu.Unlock()
+		return ErrSnapshotting
+	}
+	l.reinstalling = true
+	l.mu.Unlock()
+	installed := false
+	defer func() {
+		if !installed {
+			l.endReinstall()
+		}
+	}()
 	_, err = s.db.Write().ExecContext(ctx,
 		`UPDATE servers SET software = $1, version = $2, env = $3, status = $4, install_error = NULL, updated_at = $5
 		 WHERE id = $6`,
@@ -425,8 +443,10 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 	if err != nil {
 		return fmt.Errorf("reinstall %s: %w", id, err)
 	}
-	s.liveOf(id).setStatus(StatusInstalling)
+	l.setStatus(StatusInstalling)
+	installed = true
 	s.goBackground(func(ctx context.Context) {
+		defer l.endReinstall()
 		s.stop(ctx, id, false)
 		// The stop recorded offline; the server is installing until the
 		// install records its outcome.

@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/quota"
@@ -90,6 +91,34 @@ func (s *Service) access(ctx context.Context, teamID, id string, write, holder b
 	}
 	a.Disk = disk
 	return a, nil
+}
+
+// Reading marks one of the team's servers' root as being read whole (a
+// snapshot's walk) until release is called (once): a reinstall is refused
+// meanwhile (ErrSnapshotting), as its installer would replace files under
+// the walk and the snapshot would hold some of each install. Errors:
+// ErrNotFound, ErrInstalling (an install or a reinstall is under way:
+// read the root once it is done).
+func (s *Service) Reading(ctx context.Context, teamID, id string) (release func(), err error) {
+	sv, err := s.getLocal(ctx, teamID, id)
+	if err != nil {
+		return nil, err
+	}
+	l := s.liveOf(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if sv.Status == StatusInstalling || l.status == StatusInstalling || l.reinstalling {
+		return nil, ErrInstalling
+	}
+	l.readers++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.readers--
+			l.mu.Unlock()
+		})
+	}, nil
 }
 
 // Held is a server's root held for one writer (Hold).

@@ -18,7 +18,11 @@
 //     failed install leaves offline plus install_error (the reason, as a
 //     sentence) and refuses power start with ErrInstallFailed until a
 //     reinstall succeeds. The installer writes whole files only, so a
-//     failure never leaves half a jar.
+//     failure never leaves half a jar. A reinstall is refused
+//     (ErrSnapshotting) while a snapshot reads the root whole (Reading),
+//     and a reading is refused while an install runs (ErrInstalling): the
+//     check and the mark are one step under the server's lock, so a
+//     snapshot never holds some files of each install.
 //   - Restart policy: an unasked exit is restarted after a backoff
 //     (Options.RestartBackoff, doubling) at most 3 times in 10 minutes; the
 //     4th crash leaves the server crashed until a start by hand, which

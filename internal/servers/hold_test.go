@@ -3,6 +3,7 @@ package servers_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/quota"
@@ -94,5 +95,63 @@ func TestHold(t *testing.T) {
 	// test's business).
 	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
 		t.Errorf("start after Release = %v", err)
+	}
+}
+
+// TestReadingRefusesReinstall: while a snapshot reads a server's root
+// whole (Reading), a reinstall is refused (ErrSnapshotting), with one
+// reader or two; once every reader released, it goes ahead, and a reading
+// asked for while it runs is refused (ErrInstalling) — or, when the
+// reinstall already ended, allowed. Another team's server is not found.
+func TestReadingRefusesReinstall(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{})
+	svc := env.Service
+	ctx := t.Context()
+	sv := newTestServer(t, svc, teamID)
+	if _, err := svc.Reading(ctx, "team_0000000000000000", sv.ID); !errors.Is(err, servers.ErrNotFound) {
+		t.Fatalf("Reading of another team's server = %v, want ErrNotFound", err)
+	}
+	one, err := svc.Reading(ctx, teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := svc.Reading(ctx, teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Reinstall(ctx, teamID, sv.ID, "", ""); !errors.Is(err, servers.ErrSnapshotting) {
+		t.Fatalf("Reinstall while two read = %v, want ErrSnapshotting", err)
+	}
+	one()
+	one() // a second release gives back nothing more
+	if err := svc.Reinstall(ctx, teamID, sv.ID, "", ""); !errors.Is(err, servers.ErrSnapshotting) {
+		t.Fatalf("Reinstall while one reads = %v, want ErrSnapshotting", err)
+	}
+	two()
+	if err := svc.Reinstall(ctx, teamID, sv.ID, "", ""); err != nil {
+		t.Fatalf("Reinstall once no one reads: %v", err)
+	}
+	if release, err := svc.Reading(ctx, teamID, sv.ID); err == nil {
+		release()
+		if got, _ := svc.Get(ctx, teamID, sv.ID); got.Status == servers.StatusInstalling {
+			t.Errorf("Reading during a reinstall (status %s) was allowed", got.Status)
+		}
+	} else if !errors.Is(err, servers.ErrInstalling) {
+		t.Errorf("Reading during a reinstall = %v, want ErrInstalling", err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		release, err := svc.Reading(ctx, teamID, sv.ID)
+		if err == nil {
+			release()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Reading after the reinstall ended = %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -40,6 +40,15 @@ type live struct {
 	res           Resources          // DiskBytes unused: disk has the figure
 	disk          *quota.Account     // the root's disk ledger
 	cancelInstall context.CancelFunc // of the install in flight, if any
+	readers       int                // snapshots reading the root whole (Reading)
+	reinstalling  bool               // a reinstall from its check to its install's end (Reinstall)
+}
+
+// endReinstall ends what Reinstall marked: Reading may begin again.
+func (l *live) endReinstall() {
+	l.mu.Lock()
+	l.reinstalling = false
+	l.mu.Unlock()
 }
 
 // isHeld tells whether a Hold is in force: the root's disk ledger is

@@ -27,6 +27,9 @@ var (
 	// writing to its files, starting it and reinstalling it wait until
 	// the restore ends.
 	ErrRestoring = errors.New("a snapshot is being restored into the server")
+	// ErrSnapshotting: a reinstall of a server a snapshot is reading
+	// whole (Reading): its installer would change files under the walk.
+	ErrSnapshotting = errors.New("a snapshot of the server is being taken")
 	// ErrOffline: a console command was sent to a server that is not running.
 	ErrOffline = errors.New("the server is not running")
 	// ErrOwned: a deployment owns the server; change it through the deployment.

@@ -88,7 +88,10 @@
 //     (*TakingError: the user chose the moment, and the server is left
 //     as it is); a snapshot whose turn comes during a restore waits for
 //     it and holds the restored files (the request stands, and what it
-//     asks for is the server as it will be). From the call until the files are
+//     asks for is the server as it will be). A reinstall is refused while
+//     a snapshot walks the server (servers.Reading): the installer
+//     replaces files one by one, and the snapshot would hold some of each
+//     install. From the call until the files are
 //     restored the server is held (servers.Hold, taken before Restore
 //     answers): every other writer (files API, SFTP, downloads, mod
 //     installs, the executor), a start and a reinstall get

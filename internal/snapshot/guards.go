@@ -20,6 +20,10 @@ import (
 //     refused (*TakingError); a snapshot whose turn comes during a restore
 //     waits for it.
 //   - One restore per server (ErrBusy).
+//   - While a snapshot walks a server's root it reads it through
+//     servers.Reading: a reinstall is refused (servers.ErrSnapshotting),
+//     and a snapshot whose walk would begin during an install fails
+//     (servers.ErrInstalling).
 //   - A delete of the server (ServerDeleting, until DeleteEnded) is
 //     refused while a snapshot of it is pending or creating
 //     (*TakingError); once it begins, a restore into the server is

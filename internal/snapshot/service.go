@@ -79,6 +79,7 @@ type Servers interface {
 	Stream(ctx context.Context, teamID, id string) (<-chan servers.Event, func(), error)
 	Power(ctx context.Context, teamID, id, action string) error
 	Hold(ctx context.Context, teamID, id string) (*servers.Held, error)
+	Reading(ctx context.Context, teamID, id string) (release func(), err error)
 	Note(id, line string)
 }
 
@@ -522,6 +523,12 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 		return err
 	}
 	defer endTake()
+	// No reinstall replaces files under the walk (servers.Reading).
+	endReading, err := s.servers.Reading(ctx, snap.TeamID, snap.SourceServerID)
+	if err != nil {
+		return fmt.Errorf("read the server's files: %w", err)
+	}
+	defer endReading()
 	a, err := s.servers.Access(ctx, snap.TeamID, snap.SourceServerID, false)
 	if err != nil {
 		return fmt.Errorf("open the server's files: %w", err)
@@ -557,9 +564,10 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 				WHERE id = $4 AND status = $5`, done, total, store.Now(), snap.ID, StatusCreating)
 		},
 	})
-	// The walk is over: a restore into the server may begin now, before
+	// The walk is over: a restore or a reinstall may begin now, before
 	// the snapshot is recorded ready (a client that sees it ready and
-	// restores at once is never told it is still being taken).
+	// acts at once is never told it is still being taken).
+	endReading()
 	endTake()
 	if err != nil {
 		return err

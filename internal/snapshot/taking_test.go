@@ -160,7 +160,8 @@ func deref64(n *int64) int64 {
 // TestRestoreWhileTaken: a restore into a server a snapshot is being
 // taken of is refused (*TakingError) before the server is touched — it
 // would swap the tree under the walk, and the snapshot would hold part of
-// each tree; once the snapshot is ready the restore runs.
+// each tree — and so is a reinstall (servers.ErrSnapshotting); once the
+// snapshot is ready the restore runs.
 func TestRestoreWhileTaken(t *testing.T) {
 	e, gate := newPutGateEnv(t)
 	ctx := t.Context()
@@ -180,6 +181,10 @@ func TestRestoreWhileTaken(t *testing.T) {
 		if te, ok := errors.AsType[*TakingError](err); !ok || te.SnapshotID != second.ID {
 			t.Fatalf("restore into a server being snapshotted = %v, want *TakingError naming %s", err, second.ID)
 		}
+	}
+	// Nor does a reinstall replace files under the walk.
+	if err := e.srv.Reinstall(ctx, e.team, sv.ID, "", ""); !errors.Is(err, servers.ErrSnapshotting) {
+		t.Fatalf("reinstall of a server being snapshotted = %v, want servers.ErrSnapshotting", err)
 	}
 	close(gate.release)
 	if second = e.finalOf(second.ID); second.Status != StatusReady {
