@@ -733,6 +733,9 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) (Deletion, erro
 		if _, err = tx.ExecContext(ctx, `DELETE FROM snapshots WHERE id = $1`, id); err != nil {
 			return err
 		}
+		if snap.Status != StatusReady {
+			return nil // only a ready snapshot has readers (beginRead)
+		}
 		read, err = s.readersLeft(ctx, tx, snap.UUID)
 		return err
 	})
