@@ -281,13 +281,13 @@ func TestReinstallWhileSnapshotted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	release, err := h.srv.deps.Servers.Reading(t.Context(), me.ID, id)
+	reading, err := h.srv.deps.Servers.Reading(t.Context(), me.ID, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st, body := h.postJSON("/servers/"+id+"/reinstall", map[string]string{})
 	wantError(t, st, body, 409, "CONFLICT", "a snapshot of the server is being taken; reinstall it once the snapshot is ready or failed")
-	release()
+	reading.Release()
 	if st, body := h.postJSON("/servers/"+id+"/reinstall", map[string]string{}); st != 202 {
 		t.Fatalf("reinstall once the reading ended: %d %s", st, body)
 	}

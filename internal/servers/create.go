@@ -394,9 +394,6 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 	if sv.Status == StatusInstalling {
 		return ErrInstalling
 	}
-	if s.liveOf(id).isHeld() {
-		return ErrRestoring
-	}
 	if software == "" {
 		software = sv.Software
 	}
@@ -420,10 +417,15 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 		return err
 	}
 	wasRunning := sv.DesiredState == "running"
-	// Checked and marked in one step with Reading: either the snapshot
-	// reading the root refuses this reinstall, or it finds the mark.
+	// Checked and marked in one step with Reading and Hold: either the
+	// snapshot reading the root or the restore holding it refuses this
+	// reinstall, or it finds the mark.
 	l := s.liveOf(id)
 	l.mu.Lock()
+	if l.isHeld() {
+		l.mu.Unlock()
+		return ErrRestoring
+	}
 	if l.readers > 0 {
 		l.mu.Unlock()
 		return ErrSnapshotting

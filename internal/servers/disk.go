@@ -94,12 +94,15 @@ func (s *Service) access(ctx context.Context, teamID, id string, write, holder b
 }
 
 // Reading marks one of the team's servers' root as being read whole (a
-// snapshot's walk) until release is called (once): a reinstall is refused
+// snapshot's walk) until the Reader is released: a reinstall is refused
 // meanwhile (ErrSnapshotting), as its installer would replace files under
-// the walk and the snapshot would hold some of each install. Errors:
+// the walk and the snapshot would hold some of each install. The Reader
+// also tells whether the server's status changed since (Changed): a
+// process started or stopped under the walk may have written the world
+// without the save-off the reader sent or would have sent. Errors:
 // ErrNotFound, ErrInstalling (an install or a reinstall is under way:
 // read the root once it is done).
-func (s *Service) Reading(ctx context.Context, teamID, id string) (release func(), err error) {
+func (s *Service) Reading(ctx context.Context, teamID, id string) (*Reader, error) {
 	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
 		return nil, err
@@ -111,14 +114,47 @@ func (s *Service) Reading(ctx context.Context, teamID, id string) (release func(
 		return nil, ErrInstalling
 	}
 	l.readers++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			l.mu.Lock()
-			l.readers--
-			l.mu.Unlock()
-		})
-	}, nil
+	return &Reader{l: l, seen: l.changes}, nil
+}
+
+// Reader is a read of a server's root whole (Reading).
+type Reader struct {
+	l    *live
+	once sync.Once
+	mu   sync.Mutex
+	seen uint64 // l.changes when the reading began, or at the last Again
+}
+
+// Release ends the reading; later calls do nothing.
+func (r *Reader) Release() {
+	r.once.Do(func() {
+		r.l.mu.Lock()
+		r.l.readers--
+		r.l.mu.Unlock()
+	})
+}
+
+// Changed tells whether the server's status changed (a process started,
+// became running, stopped or crashed) since the reading began or since
+// the last Again.
+func (r *Reader) Changed() bool {
+	r.l.mu.Lock()
+	now := r.l.changes
+	r.l.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return now != r.seen
+}
+
+// Again makes Changed count from now (a reader that reads the root again
+// after a change).
+func (r *Reader) Again() {
+	r.l.mu.Lock()
+	now := r.l.changes
+	r.l.mu.Unlock()
+	r.mu.Lock()
+	r.seen = now
+	r.mu.Unlock()
 }
 
 // Held is a server's root held for one writer (Hold).
@@ -147,10 +183,16 @@ func (s *Service) Hold(ctx context.Context, teamID, id string) (*Held, error) {
 	if err != nil {
 		return nil, err
 	}
-	if sv.Status == StatusInstalling {
+	// Checked and taken in one step with Reinstall's check and mark:
+	// either the reinstall refuses (ErrRestoring) or this does.
+	l := s.liveOf(id)
+	l.mu.Lock()
+	if sv.Status == StatusInstalling || l.status == StatusInstalling || l.reinstalling {
+		l.mu.Unlock()
 		return nil, ErrInstalling
 	}
-	dh, ok := s.liveOf(id).disk.Hold()
+	dh, ok := l.disk.Hold()
+	l.mu.Unlock()
 	if !ok {
 		return nil, ErrRestoring
 	}
@@ -177,6 +219,43 @@ func (h *Held) Access(ctx context.Context) (Access, error) {
 
 // Release ends the hold; later calls do nothing.
 func (h *Held) Release() { h.disk.Release() }
+
+// Stop stops the held server for the holder and returns once no process
+// of it runs, telling whether it ran or was asked to (a start recorded
+// before the hold whose process had not begun): the holder starts it
+// again when it is done (Power start, after Release). A start asked for
+// before the hold has either launched its process by the time Stop looks
+// (power operations are serialised), which it then stops, or is refused
+// by the hold when its turn comes (start): until Release, no process of
+// the server runs. A crashed server stays crashed. Errors: ErrNotFound,
+// the database's.
+func (h *Held) Stop(ctx context.Context) (wasRunning bool, err error) {
+	l := h.s.liveOf(h.id)
+	l.op.Lock()
+	inst := l.instance()
+	l.op.Unlock()
+	running := false
+	if inst != nil {
+		select {
+		case <-inst.Done():
+		default:
+			running = true
+		}
+	}
+	sv, err := h.s.getLocal(ctx, h.teamID, h.id)
+	if err != nil {
+		return false, err
+	}
+	wasRunning = running || sv.DesiredState == "running" && sv.Status == StatusOffline
+	if !running {
+		return wasRunning, nil
+	}
+	if err := h.s.setDesired(ctx, h.id, "stopped"); err != nil {
+		return false, err
+	}
+	h.s.stop(ctx, h.id, false)
+	return true, nil
+}
 
 // DiskChanged makes the next write measure the root again (after an
 // operation whose effect on the size is not known, such as deleting a

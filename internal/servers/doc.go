@@ -22,7 +22,16 @@
 //     (ErrSnapshotting) while a snapshot reads the root whole (Reading),
 //     and a reading is refused while an install runs (ErrInstalling): the
 //     check and the mark are one step under the server's lock, so a
-//     snapshot never holds some files of each install.
+//     snapshot never holds some files of each install. The Reader also
+//     counts the server's status changes under the walk (Changed), so the
+//     snapshot can walk again rather than keep files a process changed.
+//   - A restore's hold (Hold) is checked and taken under the same lock as
+//     Reinstall's check and mark: one of the two refuses. While held, no
+//     process of the server starts: Power refuses a start, and a start
+//     accepted just before the hold (or an automatic restart) is refused
+//     when its turn comes, said in the console; the holder stops the
+//     server through Held.Stop, which waits for a start in flight and
+//     says whether the server ran or was asked to.
 //   - Restart policy: an unasked exit is restarted after a backoff
 //     (Options.RestartBackoff, doubling) at most 3 times in 10 minutes; the
 //     4th crash leaves the server crashed until a start by hand, which

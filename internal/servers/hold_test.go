@@ -2,6 +2,10 @@ package servers_test
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,17 +128,17 @@ func TestReadingRefusesReinstall(t *testing.T) {
 	if err := svc.Reinstall(ctx, teamID, sv.ID, "", ""); !errors.Is(err, servers.ErrSnapshotting) {
 		t.Fatalf("Reinstall while two read = %v, want ErrSnapshotting", err)
 	}
-	one()
-	one() // a second release gives back nothing more
+	one.Release()
+	one.Release() // a second release gives back nothing more
 	if err := svc.Reinstall(ctx, teamID, sv.ID, "", ""); !errors.Is(err, servers.ErrSnapshotting) {
 		t.Fatalf("Reinstall while one reads = %v, want ErrSnapshotting", err)
 	}
-	two()
+	two.Release()
 	if err := svc.Reinstall(ctx, teamID, sv.ID, "", ""); err != nil {
 		t.Fatalf("Reinstall once no one reads: %v", err)
 	}
-	if release, err := svc.Reading(ctx, teamID, sv.ID); err == nil {
-		release()
+	if r, err := svc.Reading(ctx, teamID, sv.ID); err == nil {
+		r.Release()
 		if got, _ := svc.Get(ctx, teamID, sv.ID); got.Status == servers.StatusInstalling {
 			t.Errorf("Reading during a reinstall (status %s) was allowed", got.Status)
 		}
@@ -144,14 +148,145 @@ func TestReadingRefusesReinstall(t *testing.T) {
 	waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		release, err := svc.Reading(ctx, teamID, sv.ID)
+		r, err := svc.Reading(ctx, teamID, sv.ID)
 		if err == nil {
-			release()
+			r.Release()
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("Reading after the reinstall ended = %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestHeldServerStopsAndStaysDown: Held.Stop stops a running server and
+// says it ran; while held, no process of the server starts — neither an
+// automatic restart after a crash (refused by the start, said in the
+// console) nor a start asked for just before the hold, whichever way it
+// interleaves with the hold (its process is stopped, or it never
+// begins): Stop reports it as asked to run, so the holder starts it
+// again. A crashed server is not reported as running.
+func TestHeldServerStopsAndStaysDown(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{Servers: servers.Options{RestartBackoff: 50 * time.Millisecond}})
+	svc := env.Service
+	ctx := t.Context()
+	sv := newTestServer(t, svc, teamID)
+	stillDown := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			got, err := svc.Get(ctx, teamID, sv.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status == servers.StatusStarting || got.Status == servers.StatusRunning || runtimeRef(t, db, sv.ID) != "" {
+				t.Fatalf("%s: the held server is %s (runtime_ref %q), want no process", what, got.Status, runtimeRef(t, db, sv.ID))
+			}
+		}
+	}
+
+	// A crash while held: the automatic restart does not start it.
+	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	held, err := svc.Hold(ctx, teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := runtimeRef(t, db, sv.ID)
+	pid, err := strconv.Atoi(strings.Split(ref, ":")[0])
+	if err != nil {
+		t.Fatalf("runtime_ref %q of a running server", ref)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitConsole(t, svc, teamID, sv.ID, "[kiln] not started: the server is being restored", 1)
+	stillDown("after a crash")
+	if was, err := held.Stop(ctx); err != nil || was {
+		t.Errorf("Stop of a crashed server = %v, %v; want false (it is not started again)", was, err)
+	}
+	held.Release()
+
+	// A running server: stopped, reported running.
+	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	held, err = svc.Hold(ctx, teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if was, err := held.Stop(ctx); err != nil || !was {
+		t.Fatalf("Stop of a running server = %v, %v; want true", was, err)
+	}
+	stillDown("after Stop")
+	held.Release()
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+
+	// A start asked for just before the hold, in rounds (its process may
+	// begin before the hold or be refused by it).
+	for round := range 5 {
+		if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
+			t.Fatal(err)
+		}
+		held, err := svc.Hold(ctx, teamID, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if was, err := held.Stop(ctx); err != nil || !was {
+			t.Fatalf("round %d: Stop after a start = %v, %v; want true (it was asked to run)", round, was, err)
+		}
+		stillDown(fmt.Sprintf("round %d", round))
+		held.Release()
+		waitFor(t, svc, teamID, sv.ID, "offline or crashed", func(s servers.Server) bool {
+			return s.Status == servers.StatusOffline || s.Status == servers.StatusCrashed
+		})
+	}
+}
+
+// TestReaderChanged: a Reader tells whether the server's status changed
+// since the reading began or since Again — a start (starting, then
+// running) and a stop each do.
+func TestReaderChanged(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	svc := serverstest.New(t, db, serverstest.Options{}).Service
+	ctx := t.Context()
+	sv := newTestServer(t, svc, teamID)
+	r, err := svc.Reading(ctx, teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	if r.Changed() {
+		t.Fatal("Changed at once = true")
+	}
+	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	if !r.Changed() {
+		t.Fatal("Changed after a start = false")
+	}
+	r.Again()
+	if r.Changed() {
+		t.Fatal("Changed after Again = true")
+	}
+	if err := svc.Command(ctx, teamID, sv.ID, "list"); err != nil {
+		t.Fatal(err)
+	}
+	if r.Changed() {
+		t.Error("Changed after a console command = true")
+	}
+	if err := svc.Power(ctx, teamID, sv.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
+	if !r.Changed() {
+		t.Error("Changed after a stop = false")
 	}
 }

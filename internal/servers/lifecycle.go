@@ -41,6 +41,7 @@ type live struct {
 	disk          *quota.Account     // the root's disk ledger
 	cancelInstall context.CancelFunc // of the install in flight, if any
 	readers       int                // snapshots reading the root whole (Reading)
+	changes       uint64             // how many times status changed in this process (Reader.Changed)
 	reinstalling  bool               // a reinstall from its check to its install's end (Reinstall)
 }
 
@@ -59,6 +60,9 @@ func (l *live) setStatus(st string) {
 	l.mu.Lock()
 	changed := l.status != st
 	l.status = st
+	if changed {
+		l.changes++
+	}
 	l.mu.Unlock()
 	if changed {
 		l.console.status(st)
@@ -301,6 +305,14 @@ func (s *Service) start(ctx context.Context, id string) {
 		return
 	}
 	if sv.DesiredState != "running" {
+		return
+	}
+	if l.isHeld() {
+		// A start asked for just before a restore held the root (Power
+		// refuses one after): no process runs while the restore swaps
+		// the tree. The restore starts the server once it is done, as
+		// its desired state is running and it is offline.
+		l.console.add("[kiln] not started: the server is being restored")
 		return
 	}
 	if err := s.checkEULA(sv); err != nil {

@@ -40,7 +40,18 @@
 //     save-all flush through its console before the walk, and save-on
 //     after, also on failure. The flush is awaited (its "Saved the game"
 //     line) for up to 60 s; a server that does not confirm is snapshotted
-//     anyway with saving off (logged).
+//     anyway with saving off (logged). A server whose status changes
+//     under the walk (started, running, stopping, stopped, crashed:
+//     servers.Reader.Changed) may have written its world without
+//     save-off — a start while a stopped server is walked, a stop, which
+//     saves the world whatever save-off said, a crash and its automatic
+//     restart. That walk is not kept: its manifest is dropped and the
+//     files are walked again once the server is neither starting nor
+//     stopping, with save-off if it now runs (the chunks stored stay
+//     pinned, so the walk again mostly finds them), said in the console;
+//     after 3 walks changed under, the snapshot fails
+//     (ErrServerUnsettled). Refusing the start or the stop instead would
+//     hold up a user's power action for as long as a large world's walk.
 //   - Deleting a ready snapshot deletes the record first, then its
 //     manifest, then every chunk no other snapshot references (freed_bytes
 //     counts them and the manifest; shared_bytes the chunks kept). A
@@ -97,6 +108,12 @@
 //     installs, the executor), a start and a reinstall get
 //     servers.ErrRestoring, so nothing but the restore writes into the
 //     root while it is staged and swapped, and no start races the stop.
+//     The restore stops the server through the hold (servers.Held.Stop):
+//     a start accepted just before the hold has launched its process by
+//     then, which is stopped, or is refused by the hold when its turn
+//     comes; either way it counts as running, so the restore starts the
+//     server once it is done — no process runs during the swap and the
+//     start is not lost.
 //     The hold ends the server's SFTP sessions at once (servers.OnHold,
 //     sftp.Service.ServerHeld): a file an upload holds open would take
 //     writes the swap then discards, silently; a cut session is an error

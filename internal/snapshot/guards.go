@@ -23,7 +23,8 @@ import (
 //   - While a snapshot walks a server's root it reads it through
 //     servers.Reading: a reinstall is refused (servers.ErrSnapshotting),
 //     and a snapshot whose walk would begin during an install fails
-//     (servers.ErrInstalling).
+//     (servers.ErrInstalling). A start, stop or crash of the server is
+//     not refused: the walk under it is done again (walk).
 //   - A delete of the server (ServerDeleting, until DeleteEnded) is
 //     refused while a snapshot of it is pending or creating
 //     (*TakingError); once it begins, a restore into the server is

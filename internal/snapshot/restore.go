@@ -137,14 +137,9 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 			s.servers.Note(sv.ID, fmt.Sprintf("%s restored", what))
 		}
 	}()
-	wasRunning := sv.Status == servers.StatusRunning || sv.Status == servers.StatusStarting
-	if wasRunning {
-		if err := s.servers.Power(ctx, sv.TeamID, sv.ID, "stop"); err != nil {
-			return fmt.Errorf("stop the server: %w", err)
-		}
-		if err := s.waitStopped(ctx, sv); err != nil {
-			return err
-		}
+	wasRunning, err := held.Stop(ctx)
+	if err != nil {
+		return fmt.Errorf("stop the server: %w", err)
 	}
 	m, err := ignore.Parse(snap.Ignore)
 	if err != nil {
@@ -207,27 +202,6 @@ func (s *Service) drainWriters(ctx context.Context, serverID string, disk *quota
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-func (s *Service) waitStopped(ctx context.Context, sv servers.Server) error {
-	deadline := time.Now().Add(s.opts.StopTimeout)
-	for {
-		cur, err := s.servers.Get(ctx, sv.TeamID, sv.ID)
-		if err != nil {
-			return err
-		}
-		if cur.Status == servers.StatusOffline || cur.Status == servers.StatusCrashed {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the server did not stop within %s", s.opts.StopTimeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -47,7 +47,14 @@ var (
 	// ErrSourceDeleted: the server a snapshot was to be taken of was
 	// being deleted when the snapshot started; nothing was stored.
 	ErrSourceDeleted = errors.New("the server was being deleted when the snapshot was to be taken")
+	// ErrServerUnsettled: the server was started or stopped under every
+	// walk of its files (walkAttempts); nothing consistent was read.
+	ErrServerUnsettled = errors.New("the server was started or stopped while its files were read, 3 times in a row; take the snapshot again once it is running or stopped")
 )
+
+// walkAttempts is how many walks a snapshot makes of a server whose
+// status changes under them before it fails (ErrServerUnsettled).
+const walkAttempts = 3
 
 // Statuses of a snapshot.
 const (
@@ -79,7 +86,7 @@ type Servers interface {
 	Stream(ctx context.Context, teamID, id string) (<-chan servers.Event, func(), error)
 	Power(ctx context.Context, teamID, id, action string) error
 	Hold(ctx context.Context, teamID, id string) (*servers.Held, error)
-	Reading(ctx context.Context, teamID, id string) (release func(), err error)
+	Reading(ctx context.Context, teamID, id string) (*servers.Reader, error)
 	Note(id, line string)
 }
 
@@ -101,8 +108,8 @@ type Options struct {
 	// how old a blob with no record must be before it goes (1 h).
 	CollectEvery, Grace time.Duration
 	// SaveTimeout bounds the wait for a running server's "save-all flush"
-	// (60 s); StopTimeout the wait for a restore's stop (2 min).
-	SaveTimeout, StopTimeout time.Duration
+	// (60 s).
+	SaveTimeout time.Duration
 	// Now is the clock a snapshot's start is read from (what the next
 	// snapshot of the server compares file changes with); nil is
 	// time.Now. Tests move it.
@@ -190,9 +197,6 @@ func (o *Options) defaults() {
 	}
 	if o.SaveTimeout <= 0 {
 		o.SaveTimeout = 60 * time.Second
-	}
-	if o.StopTimeout <= 0 {
-		o.StopTimeout = 2 * time.Minute
 	}
 	if o.WriterWait <= 0 {
 		o.WriterWait = DefaultWriterWait
@@ -524,11 +528,11 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 	}
 	defer endTake()
 	// No reinstall replaces files under the walk (servers.Reading).
-	endReading, err := s.servers.Reading(ctx, snap.TeamID, snap.SourceServerID)
+	reading, err := s.servers.Reading(ctx, snap.TeamID, snap.SourceServerID)
 	if err != nil {
 		return fmt.Errorf("read the server's files: %w", err)
 	}
-	defer endReading()
+	defer reading.Release()
 	a, err := s.servers.Access(ctx, snap.TeamID, snap.SourceServerID, false)
 	if err != nil {
 		return fmt.Errorf("open the server's files: %w", err)
@@ -542,32 +546,11 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 	if err != nil {
 		return err
 	}
-	resume := s.pauseSaves(ctx, snap)
-	defer resume()
-
-	var lastProgress time.Time
-	r, err := engine.Create(ctx, root, s.store, engine.CreateOptions{
-		ID:          snap.UUID,
-		Ignore:      m.Match,
-		Parent:      parent,
-		Now:         s.opts.Now,
-		Compression: s.opts.Compression,
-		Space:       s.opts.chunkSpace(snap.TeamID),
-		Pin:         func(ctx context.Context, key string) error { return s.pin(ctx, snap.UUID, key) },
-		Stored:      func(key string, size int64) { s.recordSize(s.ctx, key, size) },
-		Progress: func(done, total int64) {
-			if time.Since(lastProgress) < 250*time.Millisecond && done != total {
-				return
-			}
-			lastProgress = time.Now()
-			_, _ = s.db.Write().ExecContext(ctx, `UPDATE snapshots SET bytes_done = $1, bytes_total = $2, updated_at = $3
-				WHERE id = $4 AND status = $5`, done, total, store.Now(), snap.ID, StatusCreating)
-		},
-	})
+	r, err := s.walk(ctx, snap, m, root, parent, reading)
 	// The walk is over: a restore or a reinstall may begin now, before
 	// the snapshot is recorded ready (a client that sees it ready and
 	// acts at once is never told it is still being taken).
-	endReading()
+	reading.Release()
 	endTake()
 	if err != nil {
 		return err
@@ -619,6 +602,77 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 		_ = s.store.Delete(context.WithoutCancel(ctx), engine.ManifestKey(snap.UUID))
 	}
 	return nil
+}
+
+// walk stores the server's files (engine.Create), its saves paused
+// around the walk if it runs. A walk under which the server's status
+// changed (a process started, became running, stopped or crashed: one
+// that may have written its world without save-off) is not kept: its
+// manifest is dropped and the files are walked again once the server
+// settles, at most walkAttempts times (ErrServerUnsettled). The chunks
+// an earlier walk stored stay pinned to the snapshot: the next walk
+// finds most of them, and those it does not use lose their reference
+// when the snapshot becomes ready.
+func (s *Service) walk(ctx context.Context, snap Snapshot, m *ignore.Matcher, root *files.Root, parent string, reading *servers.Reader) (engine.Result, error) {
+	for attempt := 1; ; attempt++ {
+		resume := s.pauseSaves(ctx, snap)
+		var lastProgress time.Time
+		r, err := engine.Create(ctx, root, s.store, engine.CreateOptions{
+			ID:          snap.UUID,
+			Ignore:      m.Match,
+			Parent:      parent,
+			Now:         s.opts.Now,
+			Compression: s.opts.Compression,
+			Space:       s.opts.chunkSpace(snap.TeamID),
+			Pin:         func(ctx context.Context, key string) error { return s.pin(ctx, snap.UUID, key) },
+			Stored:      func(key string, size int64) { s.recordSize(s.ctx, key, size) },
+			Progress: func(done, total int64) {
+				if time.Since(lastProgress) < 250*time.Millisecond && done != total {
+					return
+				}
+				lastProgress = time.Now()
+				_, _ = s.db.Write().ExecContext(ctx, `UPDATE snapshots SET bytes_done = $1, bytes_total = $2, updated_at = $3
+					WHERE id = $4 AND status = $5`, done, total, store.Now(), snap.ID, StatusCreating)
+			},
+		})
+		resume()
+		if err != nil || !reading.Changed() {
+			return r, err
+		}
+		if err := s.store.Delete(ctx, r.ManifestKey); err != nil && !errors.Is(err, blob.ErrNotFound) {
+			return engine.Result{}, fmt.Errorf("drop the manifest of an unsettled walk: %w", err)
+		}
+		if attempt == walkAttempts {
+			return engine.Result{}, ErrServerUnsettled
+		}
+		s.log.Info("the server was started or stopped under a snapshot's walk; walking its files again",
+			"snapshot_id", snap.ID, "server_id", snap.SourceServerID, "attempt", attempt)
+		s.servers.Note(snap.SourceServerID, fmt.Sprintf("snapshot %s: the server was started or stopped while its files were read; reading them again", snap.ID))
+		if err := s.waitSettled(ctx, snap); err != nil {
+			return engine.Result{}, err
+		}
+		reading.Again()
+	}
+}
+
+// waitSettled waits, up to SaveTimeout, until the server is neither
+// starting nor stopping (a walk begun meanwhile would see it change).
+func (s *Service) waitSettled(ctx context.Context, snap Snapshot) error {
+	deadline := time.Now().Add(s.opts.SaveTimeout)
+	for {
+		sv, err := s.servers.Get(ctx, snap.TeamID, snap.SourceServerID)
+		if err != nil {
+			return err
+		}
+		if sv.Status != servers.StatusStarting && sv.Status != servers.StatusStopping || time.Now().After(deadline) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // parentOf returns the manifest key of the server's last ready snapshot

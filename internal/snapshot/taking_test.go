@@ -15,6 +15,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
@@ -25,11 +26,15 @@ type putGate struct {
 	blob.Store
 	armed, hit, release chan struct{}
 	once                sync.Once
+	onManifest          func() // called, once armed, as a manifest's upload begins
 }
 
 func (g *putGate) Put(ctx context.Context, key string, r io.Reader, size int64) (bool, error) {
 	select {
 	case <-g.armed:
+		if strings.HasPrefix(key, manifestPrefix) && g.onManifest != nil {
+			g.onManifest()
+		}
 		if strings.HasPrefix(key, chunkPrefix) {
 			g.once.Do(func() { close(g.hit) })
 			select {
@@ -247,5 +252,148 @@ func TestTakeWaitsForRestore(t *testing.T) {
 		if b, _ := os.ReadFile(filepath.Join(e.node.Node.Root(other.ID), name)); string(b) != want {
 			t.Errorf("%s in the snapshot taken during the restore: %d bytes, want the restored %d", name, len(b), len(want))
 		}
+	}
+}
+
+// TestStartedDuringWalk: a server started while a snapshot of it, taken
+// stopped (so without save-off), is walked may write its world under the
+// walk; the snapshot walks the files again once the server runs, with
+// its saves paused this time, says so in the console, and holds the
+// world as the running server left it (its level.dat, written at the
+// start). Before, it became ready from the first walk, without the
+// level.dat and with no save-off.
+func TestStartedDuringWalk(t *testing.T) {
+	e, gate := newPutGateEnv(t)
+	ctx := t.Context()
+	files := map[string]string{}
+	for i := range 20 {
+		files[fmt.Sprintf("world/region/r.%d.0.mca", i)] = randomText(150 << 10)
+	}
+	sv := e.server("started", files)
+	snap := e.createHeld(gate, sv.ID, "walked twice")
+	if err := e.srv.Power(ctx, e.team, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+	close(gate.release)
+	snap = e.wait(snap.ID)
+	e.checkComplete(snap)
+	var joined string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		lines, _ := e.srv.Console(ctx, e.team, sv.ID, 200)
+		joined = strings.Join(lines, "\n")
+		if strings.Contains(joined, "Automatic saving is now enabled") || time.Now().After(deadline) {
+			break
+		}
+	}
+	for _, want := range []string{"snapshot " + snap.ID + ": the server was started or stopped while its files were read; reading them again",
+		"Automatic saving is now disabled", "Saved the game", "Automatic saving is now enabled"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("console lacks %q:\n%s", want, joined)
+		}
+	}
+	// Restored into another server: the running server's level.dat too.
+	other := e.server("copy", nil)
+	if err := e.svc.RestoreNow(ctx, e.team, snap.ID, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	for p := range files {
+		if b, err := os.ReadFile(filepath.Join(e.node.Node.Root(other.ID), p)); err != nil || string(b) != files[p] {
+			t.Fatalf("%s restored: %d bytes, %v", p, len(b), err)
+		}
+	}
+	want, err := os.ReadFile(filepath.Join(e.node.Node.Root(sv.ID), "world/level.dat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(e.node.Node.Root(other.ID), "world/level.dat")); err != nil || string(got) != string(want) {
+		t.Errorf("world/level.dat restored = %d bytes, %v; want the running server's %d", len(got), err, len(want))
+	}
+	if n := e.count(`SELECT COUNT(*) FROM snapshot_chunks WHERE snapshot_uuid = $1`, snap.UUID); n == 0 {
+		t.Error("the snapshot references no chunk")
+	}
+}
+
+// TestUnsettledServerFailsSnapshot: a server started or stopped under
+// every one of a snapshot's walks fails it with a sentence saying so,
+// and nothing it stored stays referenced.
+func TestUnsettledServerFailsSnapshot(t *testing.T) {
+	e, gate := newPutGateEnv(t)
+	ctx := t.Context()
+	sv := e.server("flapping", map[string]string{"world/a.dat": randomText(300 << 10), "world/b.dat": randomText(300 << 10)})
+	// Each walk (its manifest's upload, which the walk streams into as it
+	// goes) waits for the server to change state once: a start, a stop,
+	// a start.
+	actions := []string{"start", "stop", "start"}
+	gate.onManifest = func() {
+		if len(actions) == 0 {
+			return
+		}
+		action := actions[0]
+		actions = actions[1:]
+		if err := e.srv.Power(ctx, e.team, sv.ID, action); err != nil {
+			t.Error(err)
+			return
+		}
+		want := servers.StatusRunning
+		if action == "stop" {
+			want = servers.StatusOffline
+		}
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if got, _ := e.srv.Get(ctx, e.team, sv.ID); got.Status == want {
+				return
+			}
+		}
+		t.Errorf("the server never became %s", want)
+	}
+	close(gate.armed)
+	close(gate.release)
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "unsettled", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = e.finalOf(snap.ID)
+	if snap.Status != StatusFailed || deref(snap.Error) != "The server was started or stopped while its files were read, 3 times in a row; take the snapshot again once it is running or stopped." {
+		t.Fatalf("snapshot = %s, %q; want failed, the server unsettled", snap.Status, deref(snap.Error))
+	}
+	if n := e.count(`SELECT COUNT(*) FROM snapshot_chunks WHERE snapshot_uuid = $1`, snap.UUID); n != 0 {
+		t.Errorf("a failed snapshot still references %d chunks", n)
+	}
+	if _, err := e.store.Stat(ctx, engine.ManifestKey(snap.UUID)); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("the failed snapshot's manifest: %v, want none", err)
+	}
+}
+
+// TestStartJustBeforeRestore: a start asked for just before a restore of
+// a stopped server (accepted: the server was not held yet) is not lost
+// and does not run under the swap: its process is stopped by the restore
+// or never begins, and the restore starts the server once the files are
+// the snapshot's. In rounds, as the two interleave either way.
+func TestStartJustBeforeRestore(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	sv := e.server("raced", map[string]string{"world/custom.dat": "v1"})
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "v1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap = e.wait(snap.ID)
+	for round := range 4 {
+		e.write(sv.ID, map[string]string{"world/custom.dat": fmt.Sprintf("changed %d", round)})
+		if err := e.srv.Power(ctx, e.team, sv.ID, "start"); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		e.waitRestored(sv.ID)
+		e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+		if b, _ := os.ReadFile(filepath.Join(e.node.Node.Root(sv.ID), "world/custom.dat")); string(b) != "v1" {
+			t.Fatalf("round %d: world/custom.dat = %q after the restore, want v1", round, b)
+		}
+		if err := e.srv.Power(ctx, e.team, sv.ID, "stop"); err != nil {
+			t.Fatal(err)
+		}
+		e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusOffline })
 	}
 }
