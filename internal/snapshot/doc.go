@@ -35,7 +35,11 @@
 //   - A snapshot whose taker died (its instance gone, silent for a minute,
 //     or an earlier process of this node: the data dir's lock says it is
 //     dead) is failed by the collector, which runs at start, every hour
-//     and when a delete wakes it, and its chunks are reaped.
+//     and when a delete wakes it, and its chunks are reaped. A failed
+//     snapshot keeps no manifest: one its walk stored (a crash after the
+//     walk, before the ready transaction) is deleted before its chunks
+//     are unpinned, or by the collector past the grace if that delete
+//     failed, so no manifest is left naming chunks that are gone.
 //   - Consistency: a running game server (not a proxy) gets save-off and
 //     save-all flush through its console before the walk, and save-on
 //     after, also on failure. The flush is awaited (its "Saved the game"

@@ -274,8 +274,9 @@ func (s *Service) refsOf(ctx context.Context, uuid string) ([]string, error) {
 // dropped (reads.go) and the references of deleted snapshots no one reads
 // go; chunk rows no one references (left by a crash, or deleting when it
 // struck) are reaped; blobs with no row and manifests with neither a
-// snapshot nor a reader, older than grace, are deleted (a crash between a
-// put and its record, or a database restored from an older backup).
+// snapshot (but a failed one) nor a reader, older than grace, are deleted
+// (a crash between a put and its record, a failed snapshot's manifest
+// whose delete failed, or a database restored from an older backup).
 func (s *Service) collect(ctx context.Context, grace time.Duration) error {
 	if err := s.failAbandoned(ctx); err != nil {
 		return err
@@ -364,8 +365,8 @@ func (s *Service) collect(ctx context.Context, grace time.Duration) error {
 	for _, k := range manifests {
 		var n int
 		uuid := strings.TrimPrefix(k, manifestPrefix)
-		if err := s.db.Read().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM snapshots WHERE uuid = $1)
-			+ (SELECT count(*) FROM snapshot_reads WHERE snapshot_uuid = $1)`, uuid).Scan(&n); err != nil {
+		if err := s.db.Read().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM snapshots WHERE uuid = $1 AND status <> $2)
+			+ (SELECT count(*) FROM snapshot_reads WHERE snapshot_uuid = $1)`, uuid, StatusFailed).Scan(&n); err != nil {
 			return err
 		}
 		if n == 0 {

@@ -487,6 +487,12 @@ func (s *Service) fail(snap Snapshot, cause error) {
 		// record): not this call's to unpin.
 		return
 	}
+	// A manifest its walk stored (a crash or a failure after the walk)
+	// goes before the chunks it names: no manifest is left naming chunks
+	// that are gone. One this misses, the collector removes (collect).
+	if err := s.store.Delete(ctx, engine.ManifestKey(snap.UUID)); err != nil && !errors.Is(err, blob.ErrNotFound) {
+		s.log.Warn("delete a failed snapshot's manifest (the collector retries)", "snapshot_id", snap.ID, "err", err)
+	}
 	if _, _, err := s.unpin(ctx, snap.UUID); err != nil {
 		s.log.Warn("collect a failed snapshot's chunks (the collector retries)", "snapshot_id", snap.ID, "err", err)
 	}

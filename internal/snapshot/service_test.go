@@ -463,7 +463,10 @@ func (e *svcEnv) checkComplete(snap Snapshot) {
 
 // TestAbandonedSnapshotCollected: a snapshot whose taker died (its
 // instance gone) is failed by the collector, and the chunks it pinned
-// are removed.
+// and the manifest its walk stored (a crash after the walk, before it
+// was recorded ready) are removed; so is, past the grace, the manifest
+// of a snapshot that failed before (by an older Kiln, or whose delete
+// failed).
 func TestAbandonedSnapshotCollected(t *testing.T) {
 	e := newSvcEnv(t, storetest.SQLite(t))
 	ctx := t.Context()
@@ -481,8 +484,32 @@ func TestAbandonedSnapshotCollected(t *testing.T) {
 	if _, err := e.store.Put(ctx, key, bytes.NewReader([]byte("zzz")), 3); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := e.store.Put(ctx, engine.ManifestKey(uuid), bytes.NewReader([]byte("m")), 1); err != nil {
+		t.Fatal(err)
+	}
+	oldFailed := "7a2d3b9f-8e4c-4d3b-8b62-3e4f5a6b7c8d"
+	if _, err := e.db.Write().ExecContext(ctx, `INSERT INTO snapshots (id, uuid, team_id, source_server_id, name, ignore, status,
+		error, created_at, updated_at) VALUES ('snap_BBBBBBBBBBBBBBBBBBBB', $1, 'team_a', $2, 'old', '', 'failed', 'It failed.', 1, 1)`,
+		oldFailed, sv.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Put(ctx, engine.ManifestKey(oldFailed), bytes.NewReader([]byte("m")), 1); err != nil {
+		t.Fatal(err)
+	}
 	if err := e.svc.collect(ctx, time.Hour); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := e.store.Stat(ctx, engine.ManifestKey(uuid)); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("the abandoned snapshot's manifest is still stored: %v", err)
+	}
+	if _, err := e.store.Stat(ctx, engine.ManifestKey(oldFailed)); err != nil {
+		t.Errorf("a failed snapshot's manifest younger than the grace: %v, want it kept for now", err)
+	}
+	if err := e.svc.collect(ctx, time.Nanosecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Stat(ctx, engine.ManifestKey(oldFailed)); !errors.Is(err, blob.ErrNotFound) {
+		t.Errorf("a failed snapshot's manifest past the grace is still stored: %v", err)
 	}
 	got, err := e.svc.Get(ctx, e.team, "snap_AAAAAAAAAAAAAAAAAAAA")
 	if err != nil || got.Status != StatusFailed || got.Error == nil || !strings.Contains(*got.Error, "Kiln stopped") {
