@@ -227,8 +227,9 @@ func (h *Held) Release() { h.disk.Release() }
 // before the hold has either launched its process by the time Stop looks
 // (power operations are serialised), which it then stops, or is refused
 // by the hold when its turn comes (start): until Release, no process of
-// the server runs. A crashed server stays crashed. Errors: ErrNotFound,
-// the database's.
+// the server runs. It returns once the end is recorded (offline). A
+// crashed server stays crashed. Errors: ErrNotFound, the database's,
+// ctx's.
 func (h *Held) Stop(ctx context.Context) (wasRunning bool, err error) {
 	l := h.s.liveOf(h.id)
 	l.op.Lock()
@@ -254,6 +255,22 @@ func (h *Held) Stop(ctx context.Context) (wasRunning bool, err error) {
 		return false, err
 	}
 	h.s.stop(ctx, h.id, false)
+	// The process has ended; its supervisor records the end (runtime ref
+	// cleared, then offline) a moment later: wait for it, so the record
+	// says what Stop did.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		l.mu.Lock()
+		st := l.status
+		l.mu.Unlock()
+		if st == StatusOffline || st == StatusCrashed {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	return true, nil
 }
 
