@@ -96,6 +96,10 @@ func schemaText(s map[string]any) string {
 	if e, ok := s["enum"].([]any); ok {
 		var parts []string
 		for _, x := range e {
+			if x == nil {
+				parts = append(parts, "`null`") // JSON's name, not Go's <nil>
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("`%v`", x))
 		}
 		t += " (" + strings.Join(parts, ", ") + ")"
