@@ -9,7 +9,7 @@
 // the store with Stat, as the first snapshot of a server is; with -parent,
 // the manifest of an earlier snapshot of the tree, as the service passes
 // the server's last ready one); restore calls
-// engine.Restore with an unlimited disk reservation. The store is opened
+// restore.Run with an unlimited disk reservation. The store is opened
 // with blob.Open("file://DIR"). The seconds printed are the engine call's
 // own (the script times the process from outside too).
 //
@@ -34,6 +34,7 @@ import (
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 func main() {
@@ -134,7 +135,7 @@ func run(ctx context.Context, op, rootDir, storeDir, manifest, parent string, le
 		if err != nil {
 			return err
 		}
-		res, err := engine.Restore(ctx, r, resv, store, manifest, engine.RestoreOptions{})
+		res, err := restore.Run(ctx, r, resv, store, manifest, restore.Options{})
 		if err != nil {
 			resv.Release()
 			return err

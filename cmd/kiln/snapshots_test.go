@@ -18,6 +18,7 @@ import (
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // treeHash is every regular file under root (but Kiln's own temporaries)
@@ -114,7 +115,7 @@ func referenced(t *testing.T, dir string, uuids ...string) []string {
 	}
 	var keys []string
 	for _, u := range uuids {
-		k, err := engine.ChunkKeys(t.Context(), st, engine.ManifestKey(u))
+		k, err := engine.ChunkKeys(t.Context(), st, manifest.Key(u))
 		if err != nil {
 			t.Fatalf("manifest of %s: %v", u, err)
 		}

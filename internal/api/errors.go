@@ -16,7 +16,7 @@ import (
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/snapshot"
-	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -188,7 +188,7 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeUnavailable}
 	case errors.Is(err, snapshot.ErrNotReady), errors.Is(err, snapshot.ErrBusy):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
-	case errors.Is(err, engine.ErrRestorePending):
+	case errors.Is(err, restore.ErrPending):
 		return http.StatusConflict, errorBody{Error: "an interrupted restore of this server is still being finished; try again in a moment", Code: codeConflict}
 	case errors.Is(err, runs.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "run not found", Code: codeRunNotFound}

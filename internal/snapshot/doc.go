@@ -2,7 +2,8 @@
 // taking them in the background, restoring them, deleting them, the
 // chunk ledger that keeps the stored chunks consistent, and the
 // collector. The engine (internal/snapshot/engine) turns a server root
-// into chunks and a manifest in a blob store (internal/blob) and back;
+// into chunks and a manifest in a blob store (internal/blob), and
+// internal/snapshot/restore turns them back into a root;
 // internal/snapshot/ignore matches the gitignore-syntax exclusions.
 // Files: service.go (records, taking, deleting), restore.go, export.go
 // (downloads), reads.go (readers a delete waits for), guards.go (what
@@ -86,13 +87,14 @@
 //     keeps its storage until the download ends (see Deleting).
 //   - Partial restore (RestorePath): one path of the snapshot and what is
 //     under it becomes the snapshot's, the rest of the tree is left as it
-//     is (engine RestoreOptions.Only: outside the path the swap treats
+//     is (restore.Options.Only: outside the path the swap treats
 //     the tree as ignored). What panel users do by hand (download the
 //     backup, pick the folder out, upload it) in one request, with the
 //     same staging, journal and hold as a whole restore. The path is
 //     checked against the manifest before the server is stopped.
 //   - Restore (into the source or another server of the team): the server
-//     is stopped (2 min at most), the engine restores it through the disk
+//     is stopped (its stop command, killed after the servers' stop
+//     timeout), internal/snapshot/restore restores it through the disk
 //     ledger (staged inside the root, swapped in under a journal), and it
 //     is started again if it was running — also when the restore failed,
 //     which leaves the previous files. One restore per server at a time

@@ -13,6 +13,7 @@ import (
 	"github.com/klauspost/pgzip"
 
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // ExportFormat is the archive a snapshot is downloaded as.
@@ -98,7 +99,7 @@ func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Downloa
 		d.Close()
 		return nil, err
 	}
-	d.ex, err = engine.OpenExport(ctx, s.store, engine.ManifestKey(snap.UUID), only)
+	d.ex, err = engine.OpenExport(ctx, s.store, manifest.Key(snap.UUID), only)
 	if err != nil {
 		d.Close()
 		return nil, fmt.Errorf("download snapshot %s: %w", id, err)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -224,7 +224,7 @@ func (s *Service) cleanDeleted(uuid string) {
 // gone), then every chunk no other snapshot references: what a delete
 // freed, and what stays shared.
 func (s *Service) dropStorage(ctx context.Context, uuid string) (freed, shared int64, err error) {
-	manifest := engine.ManifestKey(uuid)
+	manifest := manifest.Key(uuid)
 	var msize int64
 	if in, err := s.store.Stat(ctx, manifest); err == nil {
 		msize = in.Size

@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/files"
-	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // RecoverRoots finishes or undoes the restores a crash interrupted in the
@@ -35,7 +35,7 @@ func RecoverRoots(ctx context.Context, dir string, log *slog.Logger) {
 			log.Warn("snapshot recovery: open a server root", "server_id", e.Name(), "err", err)
 			continue
 		}
-		rec, err := engine.Recover(ctx, root)
+		rec, err := restore.Recover(ctx, root)
 		root.Close()
 		switch {
 		case err != nil:

@@ -12,6 +12,8 @@ import (
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
 	"github.com/kilnhq/kiln/internal/snapshot/ignore"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // Restore makes the server targetID (the snapshot's source when "") of
@@ -50,7 +52,7 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 		// stopped: OpenExport reads the manifest, checks it and finds the
 		// path (one read more than the restore's two; a manifest is ~0.4
 		// MB a GiB of world).
-		if _, err := engine.OpenExport(ctx, s.store, engine.ManifestKey(snap.UUID), only); err != nil {
+		if _, err := engine.OpenExport(ctx, s.store, manifest.Key(snap.UUID), only); err != nil {
 			return fmt.Errorf("restore snapshot %s: %w", id, err)
 		}
 	}
@@ -153,7 +155,7 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 		return err
 	}
 	rerr := files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
-		_, err := engine.Restore(ctx, r, res, s.store, engine.ManifestKey(snap.UUID), engine.RestoreOptions{Ignore: m.Match, Only: only})
+		_, err := restore.Run(ctx, r, res, s.store, manifest.Key(snap.UUID), restore.Options{Ignore: m.Match, Only: only})
 		return err
 	})
 	if a.Disk != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/snapshot/engine"
 	"github.com/kilnhq/kiln/internal/snapshot/ignore"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -490,7 +491,7 @@ func (s *Service) fail(snap Snapshot, cause error) {
 	// A manifest its walk stored (a crash or a failure after the walk)
 	// goes before the chunks it names: no manifest is left naming chunks
 	// that are gone. One this misses, the collector removes (collect).
-	if err := s.store.Delete(ctx, engine.ManifestKey(snap.UUID)); err != nil && !errors.Is(err, blob.ErrNotFound) {
+	if err := s.store.Delete(ctx, manifest.Key(snap.UUID)); err != nil && !errors.Is(err, blob.ErrNotFound) {
 		s.log.Warn("delete a failed snapshot's manifest (the collector retries)", "snapshot_id", snap.ID, "err", err)
 	}
 	if _, _, err := s.unpin(ctx, snap.UUID); err != nil {
@@ -605,7 +606,7 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 		if _, _, err := s.unpin(context.WithoutCancel(ctx), snap.UUID); err != nil {
 			s.log.Warn("collect a deleted snapshot's chunks (the collector retries)", "snapshot_id", snap.ID, "err", err)
 		}
-		_ = s.store.Delete(context.WithoutCancel(ctx), engine.ManifestKey(snap.UUID))
+		_ = s.store.Delete(context.WithoutCancel(ctx), manifest.Key(snap.UUID))
 	}
 	return nil
 }
@@ -633,7 +634,10 @@ func (s *Service) walk(ctx context.Context, snap Snapshot, m *ignore.Matcher, ro
 			Pin:         func(ctx context.Context, key string) error { return s.pin(ctx, snap.UUID, key) },
 			Stored:      func(key string, size int64) { s.recordSize(s.ctx, key, size) },
 			Progress: func(done, total int64) {
-				if time.Since(lastProgress) < 250*time.Millisecond && done != total {
+				// Never "all read" while creating: the walk's last call
+				// (done == total) may be followed by another walk, and
+				// the ready transaction writes the final figures.
+				if time.Since(lastProgress) < 250*time.Millisecond || done >= total {
 					return
 				}
 				lastProgress = time.Now()
@@ -695,7 +699,7 @@ func (s *Service) parentOf(ctx context.Context, snap Snapshot) (string, error) {
 	case err != nil:
 		return "", fmt.Errorf("find the previous snapshot: %w", err)
 	}
-	return engine.ManifestKey(uuid), nil
+	return manifest.Key(uuid), nil
 }
 
 // extraRefs returns the chunks the snapshot uuid references in the ledger

@@ -450,7 +450,7 @@ func (e *svcEnv) collectLoop() (stop func()) {
 // is not in the store.
 func (e *svcEnv) checkComplete(snap Snapshot) {
 	e.t.Helper()
-	keys, err := engine.ChunkKeys(e.t.Context(), e.store, engine.ManifestKey(snap.UUID))
+	keys, err := engine.ChunkKeys(e.t.Context(), e.store, manifest.Key(snap.UUID))
 	if err != nil {
 		e.t.Fatalf("read the manifest of %s: %v", snap.ID, err)
 	}
@@ -484,7 +484,7 @@ func TestAbandonedSnapshotCollected(t *testing.T) {
 	if _, err := e.store.Put(ctx, key, bytes.NewReader([]byte("zzz")), 3); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Put(ctx, engine.ManifestKey(uuid), bytes.NewReader([]byte("m")), 1); err != nil {
+	if _, err := e.store.Put(ctx, manifest.Key(uuid), bytes.NewReader([]byte("m")), 1); err != nil {
 		t.Fatal(err)
 	}
 	oldFailed := "7a2d3b9f-8e4c-4d3b-8b62-3e4f5a6b7c8d"
@@ -493,22 +493,22 @@ func TestAbandonedSnapshotCollected(t *testing.T) {
 		oldFailed, sv.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Put(ctx, engine.ManifestKey(oldFailed), bytes.NewReader([]byte("m")), 1); err != nil {
+	if _, err := e.store.Put(ctx, manifest.Key(oldFailed), bytes.NewReader([]byte("m")), 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.svc.collect(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Stat(ctx, engine.ManifestKey(uuid)); !errors.Is(err, blob.ErrNotFound) {
+	if _, err := e.store.Stat(ctx, manifest.Key(uuid)); !errors.Is(err, blob.ErrNotFound) {
 		t.Errorf("the abandoned snapshot's manifest is still stored: %v", err)
 	}
-	if _, err := e.store.Stat(ctx, engine.ManifestKey(oldFailed)); err != nil {
+	if _, err := e.store.Stat(ctx, manifest.Key(oldFailed)); err != nil {
 		t.Errorf("a failed snapshot's manifest younger than the grace: %v, want it kept for now", err)
 	}
 	if err := e.svc.collect(ctx, time.Nanosecond); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.store.Stat(ctx, engine.ManifestKey(oldFailed)); !errors.Is(err, blob.ErrNotFound) {
+	if _, err := e.store.Stat(ctx, manifest.Key(oldFailed)); !errors.Is(err, blob.ErrNotFound) {
 		t.Errorf("a failed snapshot's manifest past the grace is still stored: %v", err)
 	}
 	got, err := e.svc.Get(ctx, e.team, "snap_AAAAAAAAAAAAAAAAAAAA")
@@ -576,7 +576,7 @@ func TestSecondSnapshotParent(t *testing.T) {
 			t.Fatal(err)
 		}
 		first = e.wait(first.ID)
-		firstKeys, err := engine.ChunkKeys(ctx, st, engine.ManifestKey(first.UUID))
+		firstKeys, err := engine.ChunkKeys(ctx, st, manifest.Key(first.UUID))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -593,7 +593,7 @@ func TestSecondSnapshotParent(t *testing.T) {
 			t.Fatal(err)
 		}
 		second = e.wait(second.ID)
-		keys, err := engine.ChunkKeys(ctx, st, engine.ManifestKey(second.UUID))
+		keys, err := engine.ChunkKeys(ctx, st, manifest.Key(second.UUID))
 		if err != nil {
 			t.Fatal(err)
 		}

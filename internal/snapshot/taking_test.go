@@ -15,7 +15,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/servers"
-	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
@@ -359,7 +359,7 @@ func TestUnsettledServerFailsSnapshot(t *testing.T) {
 	if n := e.count(`SELECT COUNT(*) FROM snapshot_chunks WHERE snapshot_uuid = $1`, snap.UUID); n != 0 {
 		t.Errorf("a failed snapshot still references %d chunks", n)
 	}
-	if _, err := e.store.Stat(ctx, engine.ManifestKey(snap.UUID)); !errors.Is(err, blob.ErrNotFound) {
+	if _, err := e.store.Stat(ctx, manifest.Key(snap.UUID)); !errors.Is(err, blob.ErrNotFound) {
 		t.Errorf("the failed snapshot's manifest: %v, want none", err)
 	}
 }

@@ -1,10 +1,14 @@
-package engine
+package engine_test
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // world makes a world-like tree with shared/bench/worldgen.py (beside the
@@ -32,12 +36,12 @@ func world(b *testing.B, size string) string {
 // worldgen.py mutate --percent 1 (run with -benchtime 1x: see below).
 func BenchmarkCreate(b *testing.B) {
 	dir := world(b, "200M")
-	root := openRoot(b, dir)
+	root := enginetest.OpenRoot(b, dir)
 	var size int64
 	b.Run("first", func(b *testing.B) {
 		for b.Loop() {
-			store := newStore(b)
-			res := create(b, root, store, CreateOptions{})
+			store := enginetest.NewStore(b)
+			res := enginetest.Create(b, root, store, engine.CreateOptions{})
 			size = res.SizeBytes
 			b.ReportMetric(float64(res.StoredBytes)/float64(res.SizeBytes), "stored/size")
 			b.ReportMetric(float64(len(res.Chunks)), "chunks")
@@ -47,12 +51,12 @@ func BenchmarkCreate(b *testing.B) {
 		}
 		b.SetBytes(size)
 	})
-	store := newStore(b)
-	first := create(b, root, store, CreateOptions{})
+	store := enginetest.NewStore(b)
+	first := enginetest.Create(b, root, store, engine.CreateOptions{})
 	b.Run("unchanged", func(b *testing.B) {
 		b.SetBytes(first.SizeBytes)
 		for b.Loop() {
-			res := create(b, root, store, CreateOptions{})
+			res := enginetest.Create(b, root, store, engine.CreateOptions{})
 			if res.NewChunks != 0 {
 				b.Fatalf("%d new chunks in an unchanged tree", res.NewChunks)
 			}
@@ -68,7 +72,7 @@ func BenchmarkCreate(b *testing.B) {
 		b.SetBytes(first.SizeBytes)
 		n := 0
 		for b.Loop() {
-			res := create(b, root, store, CreateOptions{})
+			res := enginetest.Create(b, root, store, engine.CreateOptions{})
 			if n++; n == 1 {
 				b.ReportMetric(float64(res.NewChunks), "new-chunks")
 				b.ReportMetric(float64(res.StoredBytes), "stored-bytes")
@@ -81,13 +85,13 @@ func BenchmarkCreate(b *testing.B) {
 // root.
 func BenchmarkRestore(b *testing.B) {
 	dir := world(b, "200M")
-	store := newStore(b)
-	res := create(b, openRoot(b, dir), store, CreateOptions{})
+	store := enginetest.NewStore(b)
+	res := enginetest.Create(b, enginetest.OpenRoot(b, dir), store, engine.CreateOptions{})
 	b.SetBytes(res.SizeBytes)
 	for b.Loop() {
 		b.StopTimer()
 		dst := b.TempDir()
 		b.StartTimer()
-		restore(b, openRoot(b, dst), store, res.ManifestKey, RestoreOptions{})
+		restoreAll(b, enginetest.OpenRoot(b, dst), store, res.ManifestKey, restore.Options{})
 	}
 }

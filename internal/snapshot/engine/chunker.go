@@ -14,12 +14,12 @@ import (
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
-// Chunk sizes (see doc.go): FastCDC cuts after minChunk bytes at the
-// earliest, aims at avgChunk, and cuts at maxChunk at the latest.
+// Chunk sizes (see doc.go): FastCDC cuts after MinChunk bytes at the
+// earliest, aims at AvgChunk, and cuts at MaxChunk at the latest.
 const (
-	minChunk = 256 << 10
-	avgChunk = 1 << 20
-	maxChunk = manifest.MaxChunk
+	MinChunk = 256 << 10
+	AvgChunk = 1 << 20
+	MaxChunk = manifest.MaxChunk
 	// chunkAlgorithm is the go-cdc-chunkers name of the cutter. Its gear
 	// table is the library's fixed one (no key), so the same bytes are cut
 	// at the same places in every snapshot and on every node: that is
@@ -33,7 +33,7 @@ const (
 // The masks cutPoint tests the fingerprint with: more bits before
 // avgChunk (a cut is less likely), fewer after, as the library computes
 // them (calculateMasks).
-var maskS, maskL = fastcdcMasks(avgChunk, normalLevel)
+var maskS, maskL = fastcdcMasks(AvgChunk, normalLevel)
 
 func fastcdcMasks(normalSize, level int) (uint64, uint64) {
 	bits := int(math.Log2(float64(normalSize)))
@@ -65,17 +65,17 @@ func spacedMask(ones, total int) uint64 {
 // two to the same cuts).
 func cutPoint(data []byte) int {
 	n := len(data)
-	normal := avgChunk
+	normal := AvgChunk
 	switch {
-	case n <= minChunk:
+	case n <= MinChunk:
 		return n
-	case n >= maxChunk:
-		n = maxChunk
+	case n >= MaxChunk:
+		n = MaxChunk
 	case n <= normal:
 		normal = n
 	}
 	data = data[:n]
-	if i := firstCut(data, minChunk, normal, maskS); i < normal {
+	if i := firstCut(data, MinChunk, normal, maskS); i < normal {
 		return i
 	}
 	return firstCut(data, normal, n, maskL)
@@ -140,7 +140,7 @@ func firstCut(data []byte, lo, hi int, mask uint64) int {
 func warm(data []byte, p int) uint64 {
 	g := &fastcdc.G
 	var fp uint64
-	for i := max(minChunk, p-64); i < p; i++ {
+	for i := max(MinChunk, p-64); i < p; i++ {
 		fp = fp<<1 + g[data[i]]
 	}
 	return fp
@@ -289,10 +289,10 @@ func isRegionFile(rel string) bool {
 // ones; nothing shifts), so fixed chunks aligned to the file's start are
 // cut at the same places in every snapshot without a fingerprint, which
 // cost a core ~0.7 s a GB.
-func sectorCut(data []byte) int { return min(len(data), avgChunk) }
+func sectorCut(data []byte) int { return min(len(data), AvgChunk) }
 
 // chunkerHeader names the cutter and its sizes (a manifest's
 // Header.Chunker).
 func chunkerHeader() string {
-	return fmt.Sprintf("%s/%d/%d/%d", chunkAlgorithm, minChunk, avgChunk, maxChunk)
+	return fmt.Sprintf("%s/%d/%d/%d", chunkAlgorithm, MinChunk, AvgChunk, MaxChunk)
 }

@@ -78,19 +78,19 @@ func TestCutPointMatchesLibrary(t *testing.T) {
 	streams := map[string][]byte{
 		"empty":         nil,
 		"one byte":      {7},
-		"min":           random(minChunk),
-		"min+1":         random(minChunk + 1),
-		"avg":           random(avgChunk),
-		"max":           random(maxChunk),
-		"max+1":         random(maxChunk + 1),
+		"min":           random(MinChunk),
+		"min+1":         random(MinChunk + 1),
+		"avg":           random(AvgChunk),
+		"max":           random(MaxChunk),
+		"max+1":         random(MaxChunk + 1),
 		"random 40 MiB": random(40 << 20),
-		"zeros":         make([]byte, 3*maxChunk+12345),
+		"zeros":         make([]byte, 3*MaxChunk+12345),
 		"pattern":       bytes.Repeat(random(4096), 3000),
 	}
 	for name, data := range streams {
 		t.Run(name, func(t *testing.T) {
 			c, err := chunkers.NewChunker(chunkAlgorithm, bytes.NewReader(data),
-				&chunkers.ChunkerOpts{MinSize: minChunk, NormalSize: avgChunk, MaxSize: maxChunk})
+				&chunkers.ChunkerOpts{MinSize: MinChunk, NormalSize: AvgChunk, MaxSize: MaxChunk})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,18 +124,18 @@ func head(s []int) []int { return s[:min(len(s), 8)] }
 // fingerprint, byte after byte.
 func cutPointOneChain(data []byte) int {
 	n := len(data)
-	normal := avgChunk
+	normal := AvgChunk
 	switch {
-	case n <= minChunk:
+	case n <= MinChunk:
 		return n
-	case n >= maxChunk:
-		n = maxChunk
+	case n >= MaxChunk:
+		n = MaxChunk
 	case n <= normal:
 		normal = n
 	}
 	data = data[:n]
 	var fp uint64
-	i := minChunk
+	i := MinChunk
 	for ; i < normal; i++ {
 		fp = fp<<1 + fastcdc.G[data[i]]
 		if fp&maskS == 0 {
@@ -173,7 +173,7 @@ func TestFirstCutTwoChains(t *testing.T) {
 	// took two minutes of the suite under -race, for cuts the 64 MiB pass
 	// above and the ranges below already compare.
 	for range 400 {
-		n := minChunk + rng.IntN(maxChunk+1000-minChunk)
+		n := MinChunk + rng.IntN(MaxChunk+1000-MinChunk)
 		off := rng.IntN(len(data) - n)
 		if got, want := cutPoint(data[off:off+n]), cutPointOneChain(data[off:off+n]); got != want {
 			t.Fatalf("%d bytes at %d: cut at %d, one chain at %d", n, off, got, want)
@@ -185,10 +185,10 @@ func TestFirstCutTwoChains(t *testing.T) {
 	// only).
 	for _, mask := range []uint64{maskS, maskL, 0xff, 0x3, 0xfff, 0xffff} {
 		for n := 1; n < 1200 || n < 200000 && mask > 0xff; n += 7 + n/2 {
-			lo := minChunk + rng.IntN(200)
+			lo := MinChunk + rng.IntN(200)
 			var fp uint64
 			want := lo + n
-			for i := minChunk; i < lo+n; i++ {
+			for i := MinChunk; i < lo+n; i++ {
 				fp = fp<<1 + fastcdc.G[data[i]]
 				if i >= lo && fp&mask == 0 {
 					want = i

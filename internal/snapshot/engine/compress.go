@@ -74,7 +74,7 @@ func (c Compression) levels() (chunk, pack zstd.EncoderLevel, noEntropy bool) {
 // costs nothing measurable (its files are small: what repeats is near).
 func newChunkEncoder(c Compression, pack bool) (*zstd.Encoder, error) {
 	chunk, packLevel, noEntropy := c.levels()
-	level, window := chunk, maxChunk
+	level, window := chunk, MaxChunk
 	if pack {
 		level, noEntropy, window = packLevel, false, 1<<20
 	}

@@ -1,4 +1,4 @@
-package engine
+package engine_test
 
 import (
 	"bytes"
@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // regionLike is n bytes shaped as a Minecraft region file's chunks are
@@ -14,11 +17,11 @@ import (
 // 64-byte pattern, each padded with zeros to 4 KiB sectors. Where the
 // levels differ: the fastest one steps over the short periodic runs that
 // end each zlib stream.
-func regionLike(tr *tree, n int) []byte {
+func regionLike(tr *enginetest.Tree, n int) []byte {
 	var out bytes.Buffer
 	for out.Len() < n {
-		size := 6000 + int(tr.random(2)[0])*94
-		raw := append(tr.random(size/4), bytes.Repeat(tr.random(64), (size-size/4)/64+1)...)[:size]
+		size := 6000 + int(tr.Random(2)[0])*94
+		raw := append(tr.Random(size/4), bytes.Repeat(tr.Random(64), (size-size/4)/64+1)...)[:size]
 		var z bytes.Buffer
 		zw, _ := zlib.NewWriterLevel(&z, 6)
 		_, _ = zw.Write(raw)
@@ -35,42 +38,42 @@ func regionLike(tr *tree, n int) []byte {
 // at one level dedupe with another's (names are of the uncompressed
 // bytes); an unknown level is refused before anything is stored.
 func TestCompressionLevels(t *testing.T) {
-	tr := fixture(t)
-	tr.file("world/region/r.2.2.mca", regionLike(tr, 12<<20), 0o644)
-	tr.stampDirs()
-	want := state(t, tr.dir)
-	stored := map[Compression]int64{}
-	levels := Compressions()
+	tr := enginetest.Fixture(t)
+	tr.File("world/region/r.2.2.mca", regionLike(tr, 12<<20), 0o644)
+	tr.StampDirs()
+	want := enginetest.State(t, tr.Dir)
+	stored := map[engine.Compression]int64{}
+	levels := engine.Compressions()
 	for i, level := range levels {
 		t.Run(string(level), func(t *testing.T) {
-			store := newStore(t)
-			res := create(t, openRoot(t, tr.dir), store, CreateOptions{Compression: level})
+			store := enginetest.NewStore(t)
+			res := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Compression: level})
 			stored[level] = res.StoredBytes
 			dst := t.TempDir()
-			restore(t, openRoot(t, dst), store, res.ManifestKey, RestoreOptions{})
-			if d := diffState(want, state(t, dst)); d != "" {
+			restoreAll(t, enginetest.OpenRoot(t, dst), store, res.ManifestKey, restore.Options{})
+			if d := enginetest.DiffState(want, enginetest.State(t, dst)); d != "" {
 				t.Errorf("restored tree differs:\n%s", d)
 			}
 			// Another level into the same store uploads no chunk.
 			other := levels[(i+1)%len(levels)]
-			again := create(t, openRoot(t, tr.dir), store, CreateOptions{Compression: other})
+			again := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Compression: other})
 			if again.NewChunks != 0 {
 				t.Errorf("a snapshot at %s after one at %s uploaded %d chunks, want 0", other, level, again.NewChunks)
 			}
 		})
 	}
 	t.Logf("stored bytes: %v", stored)
-	if !(stored[CompressionDefault] < stored[CompressionFastest] && stored[CompressionBetter] <= stored[CompressionDefault]) {
+	if !(stored[engine.CompressionDefault] < stored[engine.CompressionFastest] && stored[engine.CompressionBetter] <= stored[engine.CompressionDefault]) {
 		t.Errorf("stored bytes by level = %v, want fastest > default >= better", stored)
 	}
 
 	for _, name := range []string{"FASTEST", "Default", ""} {
-		if _, err := ParseCompression(name); err != nil {
+		if _, err := engine.ParseCompression(name); err != nil {
 			t.Errorf("ParseCompression(%q) = %v", name, err)
 		}
 	}
-	store := newStore(t)
-	_, err := Create(t.Context(), openRoot(t, tr.dir), store, CreateOptions{Compression: "zip"})
+	store := enginetest.NewStore(t)
+	_, err := engine.Create(t.Context(), enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Compression: "zip"})
 	if err == nil || !strings.Contains(err.Error(), `snapshot compression "zip": want one of fastest, default, better`) {
 		t.Errorf("Create at level zip = %v, want the levels named", err)
 	}

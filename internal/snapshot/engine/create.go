@@ -255,7 +255,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	if opts.Transfers <= 0 {
 		opts.Transfers = defaultTransfers
 	}
-	key := ManifestKey(opts.ID)
+	key := manifest.Key(opts.ID)
 	switch _, err := store.Stat(ctx, key); {
 	case err == nil:
 		return Result{}, ErrExists
@@ -322,9 +322,6 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 	c.res.NewChunks = c.created
 	return c.res, nil
 }
-
-// ManifestKey is the blob key of snapshot id's manifest.
-func ManifestKey(id string) string { return "manifests/" + id }
 
 // run is the pipeline: walk → cut → (workers) → write the manifest, with
 // the manifest streamed to the store as it is written.
@@ -422,6 +419,11 @@ func (c *creator) run(ctx context.Context, total int64) error {
 		return err
 	}
 	c.res.StoredBytes += manifestSize
+	if c.opts.Progress != nil {
+		// The last call, once every cutter has counted what it cut (the
+		// file cutters may end after the cutter).
+		c.opts.Progress(k.done, k.done)
+	}
 	return nil
 }
 
@@ -555,8 +557,8 @@ func (c *creator) walk(ctx context.Context, out chan<- *item) error {
 // with its neighbours instead, so that a world's thousands of small
 // files make a few hundred chunks, not thousands of store requests.
 const (
-	packFileMax  = minChunk
-	packMaxFiles = 1024 // files in one pack
+	packFileMax  = MinChunk
+	PackMaxFiles = 1024 // files in one pack
 	packMaxHeld  = 4096 // entries held back while a pack is open
 )
 
@@ -567,7 +569,7 @@ const (
 func packEnds(rel string, size int64) bool {
 	h := fnv.New64a()
 	h.Write([]byte(rel))
-	return int64(h.Sum64()%avgChunk) < size
+	return int64(h.Sum64()%AvgChunk) < size
 }
 
 // cutter is the cutting stage of Create. It reads files into slabs and
@@ -600,7 +602,6 @@ type cutter struct {
 // over. An entry's done closes once its file is cut (by whichever
 // goroutine cut it) and its chunks are stored.
 func (k *cutter) cut(ctx context.Context, in <-chan *item) error {
-	c := k.c
 	defer k.file.close()
 	defer k.pack.close()
 	for {
@@ -647,15 +648,7 @@ func (k *cutter) cut(ctx context.Context, in <-chan *item) error {
 			return err
 		}
 	}
-	if err := k.flush(ctx); err != nil {
-		return err
-	}
-	if c.opts.Progress != nil {
-		k.mu.Lock()
-		c.opts.Progress(k.done, k.done)
-		k.mu.Unlock()
-	}
-	return nil
+	return k.flush(ctx)
 }
 
 // cutLarge cuts the large files the cutter hands over, each into chunks
@@ -745,7 +738,7 @@ func (k *cutter) readFile(ctx context.Context, it *item) error {
 	if n == 0 {
 		return nil
 	}
-	if k.pack.w-k.pack.start+n > maxChunk {
+	if k.pack.w-k.pack.start+n > MaxChunk {
 		// The pack would outgrow a chunk: it ends before this file, which
 		// starts the next one where it was read.
 		if err := k.sendPack(ctx, k.pack.w); err != nil {
@@ -761,7 +754,7 @@ func (k *cutter) readFile(ctx context.Context, it *item) error {
 	k.pack.w += n
 	k.packed = append(k.packed, it)
 	k.progress(int64(n))
-	if packEnds(it.en.Path, int64(n)) || len(k.packed) >= packMaxFiles {
+	if packEnds(it.en.Path, int64(n)) || len(k.packed) >= PackMaxFiles {
 		// The pack ends with this file: handed over with the entries
 		// held before it; the file itself follows them (pass).
 		return k.flush(ctx)
@@ -826,7 +819,7 @@ func (k *cutter) send(ctx context.Context, items []*item, s *slab, data []byte, 
 // read of it already), then the rest of it.f. The cutter and the file
 // cutters call it, each with its own cursor.
 func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte) error {
-	if err := cur.room(ctx, k.c.slabs, maxChunk); err != nil {
+	if err := cur.room(ctx, k.c.slabs, MaxChunk); err != nil {
 		return err
 	}
 	cur.w += copy(cur.s.buf[cur.w:], pre)
@@ -836,9 +829,9 @@ func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte)
 	}
 	eof := false
 	for {
-		for !eof && cur.w-cur.start < maxChunk {
+		for !eof && cur.w-cur.start < MaxChunk {
 			// A slab ends in less than a chunk: what is pending moves.
-			if err := cur.room(ctx, k.c.slabs, maxChunk-(cur.w-cur.start)); err != nil {
+			if err := cur.room(ctx, k.c.slabs, MaxChunk-(cur.w-cur.start)); err != nil {
 				return err
 			}
 			n, err := it.f.Read(cur.s.buf[cur.w:])
@@ -850,7 +843,7 @@ func (k *cutter) cutFile(ctx context.Context, cur *cursor, it *item, pre []byte)
 				return fmt.Errorf("read %s: %w", files.Display(it.en.Path), err)
 			}
 		}
-		for cur.w-cur.start >= maxChunk || (eof && cur.w > cur.start) {
+		for cur.w-cur.start >= MaxChunk || (eof && cur.w > cur.start) {
 			n := cut(cur.s.buf[cur.start:cur.w])
 			data := cur.s.buf[cur.start : cur.start+n]
 			it.ext = append(it.ext, pendingExtent{len: int64(n)})

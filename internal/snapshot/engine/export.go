@@ -42,7 +42,7 @@ func OpenExport(ctx context.Context, store Store, manifestKey, only string) (*Ex
 		only = "."
 	}
 	ex := &Export{store: store, key: manifestKey, only: only}
-	info, err := scan(ctx, store, manifestKey, func(en *manifest.Entry) error {
+	info, err := Scan(ctx, store, manifestKey, func(en *manifest.Entry) error {
 		if !ex.selects(en.Path) {
 			return nil
 		}
@@ -69,7 +69,7 @@ func OpenExport(ctx context.Context, store Store, manifestKey, only string) (*Ex
 
 // selects says whether the entry at rel is exported.
 func (ex *Export) selects(rel string) bool {
-	under, _ := onPath(ex.only, rel)
+	under, _ := OnPath(ex.only, rel)
 	return under
 }
 
@@ -139,7 +139,7 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 					return gctx.Err()
 				}
 			}
-			_, err := scan(gctx, ex.store, ex.key, func(en *manifest.Entry) error {
+			_, err := Scan(gctx, ex.store, ex.key, func(en *manifest.Entry) error {
 				if !ex.selects(en.Path) {
 					return nil
 				}
@@ -175,7 +175,7 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 	for range workers {
 		g.Go(func() error {
 			return panics.Catch(func() error {
-				dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*maxChunk))
+				dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*MaxChunk))
 				if err != nil {
 					return fmt.Errorf("chunk decoder: %w", err)
 				}
@@ -185,9 +185,9 @@ func (ex *Export) WriteTar(ctx context.Context, w io.Writer, workers int) error 
 					if cap(*c.buf) < int(c.ref.Len) {
 						// Made once at the largest size: grown step by
 						// step, each buffer left its smaller copies behind.
-						*c.buf = make([]byte, 0, maxChunk)
+						*c.buf = make([]byte, 0, MaxChunk)
 					}
-					c.data, c.err = fetchChunk(gctx, ex.store, ex.info.Space, dec, c.ref, &comp, *c.buf)
+					c.data, c.err = FetchChunk(gctx, ex.store, ex.info.Space, dec, c.ref, &comp, *c.buf)
 					if c.err == nil {
 						*c.buf = c.data // grown, kept for the next chunk
 					}

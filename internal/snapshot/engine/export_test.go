@@ -1,8 +1,9 @@
-package engine
+package engine_test
 
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"io"
 	"os"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
@@ -25,12 +28,12 @@ func TestExportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GNU tar is needed to check the export: %v", err)
 	}
-	tr := fixture(t)
-	want := state(t, tr.dir)
-	store := newStore(t)
-	res := create(t, openRoot(t, tr.dir), store, CreateOptions{})
+	tr := enginetest.Fixture(t)
+	want := enginetest.State(t, tr.Dir)
+	store := enginetest.NewStore(t)
+	res := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{})
 
-	ex, err := OpenExport(t.Context(), store, res.ManifestKey, "")
+	ex, err := engine.OpenExport(t.Context(), store, res.ManifestKey, "")
 	if err != nil {
 		t.Fatalf("OpenExport: %v", err)
 	}
@@ -56,7 +59,7 @@ func TestExportRoundTrip(t *testing.T) {
 	if out, err := exec.Command(tarBin, "-x", "-p", "-f", archive, "-C", dst).CombinedOutput(); err != nil {
 		t.Fatalf("tar -x: %v\n%s", err, out)
 	}
-	if d := diffState(want, state(t, dst)); d != "" {
+	if d := enginetest.DiffState(want, enginetest.State(t, dst)); d != "" {
 		t.Errorf("the extracted export differs from the tree:\n%s", d)
 	}
 }
@@ -65,21 +68,21 @@ func TestExportRoundTrip(t *testing.T) {
 // anything is written; a chunk that is not what its name says, or is
 // missing, stops the stream with the error.
 func TestExportRefuses(t *testing.T) {
-	store := newStore(t)
-	good := putChunk(t, store, []byte("good content"))
-	liar := putLiar(t, store)
-	missing := manifest.ChunkRef{Sum: sha256Sum([]byte("never stored")), Len: 12}
+	store := enginetest.NewStore(t)
+	good := enginetest.PutChunk(t, store, []byte("good content"))
+	liar := enginetest.PutLiar(t, store)
+	missing := manifest.ChunkRef{Sum: sha256.Sum256([]byte("never stored")), Len: 12}
 	file := func(p string, c manifest.ChunkRef) manifest.Entry {
 		return manifest.Entry{Kind: manifest.KindFile, Path: p, Mode: 0o644, Size: c.Len, Extents: []manifest.Extent{{Chunk: c, Len: c.Len}}}
 	}
 
-	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "dotdot", file("../etc/passwd", good)), ""); !errors.Is(err, manifest.ErrInvalid) {
+	if _, err := engine.OpenExport(t.Context(), store, enginetest.PutManifest(t, store, "dotdot", file("../etc/passwd", good)), ""); !errors.Is(err, manifest.ErrInvalid) {
 		t.Errorf("a path out of the root: OpenExport = %v, want manifest.ErrInvalid", err)
 	}
-	if _, err := OpenExport(t.Context(), store, putManifest(t, store, "link", manifest.Entry{Kind: manifest.KindLink, Path: "l", Target: "/etc"}), ""); !errors.Is(err, manifest.ErrInvalid) {
+	if _, err := engine.OpenExport(t.Context(), store, enginetest.PutManifest(t, store, "link", manifest.Entry{Kind: manifest.KindLink, Path: "l", Target: "/etc"}), ""); !errors.Is(err, manifest.ErrInvalid) {
 		t.Errorf("an absolute link: OpenExport = %v, want manifest.ErrInvalid", err)
 	}
-	if _, err := OpenExport(t.Context(), store, "manifests/nope", ""); !errors.Is(err, blob.ErrNotFound) {
+	if _, err := engine.OpenExport(t.Context(), store, "manifests/nope", ""); !errors.Is(err, blob.ErrNotFound) {
 		t.Errorf("no manifest: OpenExport = %v, want blob.ErrNotFound", err)
 	}
 	for _, c := range []struct {
@@ -87,12 +90,12 @@ func TestExportRefuses(t *testing.T) {
 		chunk    manifest.ChunkRef
 		want     error
 	}{
-		{"a chunk that lies", "liar", liar, ErrCorruptChunk},
+		{"a chunk that lies", "liar", liar, engine.ErrCorruptChunk},
 		{"a missing chunk", "missing", missing, blob.ErrNotFound},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			key := putManifest(t, store, c.id, file("a", good), file("b", c.chunk), file("c", good))
-			ex, err := OpenExport(t.Context(), store, key, "")
+			key := enginetest.PutManifest(t, store, c.id, file("a", good), file("b", c.chunk), file("c", good))
+			ex, err := engine.OpenExport(t.Context(), store, key, "")
 			if err != nil {
 				t.Fatalf("OpenExport: %v", err)
 			}
@@ -126,10 +129,10 @@ func (w *failingWriter) Write(p []byte) (int, error) {
 // export with its own error, not the cancel it causes, and ends the
 // workers.
 func TestExportWriterFails(t *testing.T) {
-	tr := fixture(t)
-	store := newStore(t)
-	res := create(t, openRoot(t, tr.dir), store, CreateOptions{})
-	ex, err := OpenExport(t.Context(), store, res.ManifestKey, "")
+	tr := enginetest.Fixture(t)
+	store := enginetest.NewStore(t)
+	res := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{})
+	ex, err := engine.OpenExport(t.Context(), store, res.ManifestKey, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,14 +147,14 @@ func TestExportWriterFails(t *testing.T) {
 // under it, and nothing else (a sibling sharing its prefix included); a
 // path the snapshot does not hold is files.ErrNotFound.
 func TestExportPath(t *testing.T) {
-	tr := fixture(t)
-	tr.file("world/region2/r.9.9.mca", []byte("a sibling with the same prefix"), 0o644)
-	tr.stampDirs()
-	store := newStore(t)
-	res := create(t, openRoot(t, tr.dir), store, CreateOptions{})
-	names := func(only string) ([]string, *Export) {
+	tr := enginetest.Fixture(t)
+	tr.File("world/region2/r.9.9.mca", []byte("a sibling with the same prefix"), 0o644)
+	tr.StampDirs()
+	store := enginetest.NewStore(t)
+	res := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{})
+	names := func(only string) ([]string, *engine.Export) {
 		t.Helper()
-		ex, err := OpenExport(t.Context(), store, res.ManifestKey, only)
+		ex, err := engine.OpenExport(t.Context(), store, res.ManifestKey, only)
 		if err != nil {
 			t.Fatalf("OpenExport(%q): %v", only, err)
 		}
@@ -177,7 +180,7 @@ func TestExportPath(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("world/region: %q, want %q", got, want)
 	}
-	if ex.Files != 3 || ex.Dirs != 1 || ex.SizeBytes != 30<<20+3*maxChunk {
+	if ex.Files != 3 || ex.Dirs != 1 || ex.SizeBytes != 30<<20+3*engine.MaxChunk {
 		t.Errorf("world/region: %d files, %d dirs, %d bytes", ex.Files, ex.Dirs, ex.SizeBytes)
 	}
 	if got, _ := names("server.properties"); !slices.Equal(got, []string{"server.properties"}) {
@@ -187,7 +190,7 @@ func TestExportPath(t *testing.T) {
 		t.Errorf("a link: %q", got)
 	}
 	for _, missing := range []string{"world/regio", "nope", "server.properties/x"} {
-		if _, err := OpenExport(t.Context(), store, res.ManifestKey, missing); !errors.Is(err, files.ErrNotFound) {
+		if _, err := engine.OpenExport(t.Context(), store, res.ManifestKey, missing); !errors.Is(err, files.ErrNotFound) {
 			t.Errorf("OpenExport(%q) = %v, want files.ErrNotFound", missing, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package engine
+package engine_test
 
 import (
 	"fmt"
@@ -7,6 +7,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // peakHeap runs fn and returns the most heap in use seen while it ran
@@ -54,19 +58,19 @@ func TestMemoryBound(t *testing.T) {
 		t.Skip("writes 250 MiB")
 	}
 	var (
-		createMax  = uint64(slabCount(fileCutters(runtime.NumCPU())))*slabSize + inFlightBytes + outPoolLimit + 24<<20 // the encoders, the queues
+		createMax  = uint64(engine.SlabCount(engine.FileCutters(runtime.NumCPU())))*engine.SlabSize + engine.InFlightBytes + engine.OutPoolLimit + 24<<20 // the encoders, the queues
 		restoreMax = uint64(48 << 20)
 	)
 	for _, mib := range []int{50, 200} {
-		tr := newTree(t)
+		tr := enginetest.NewTree(t)
 		for i := range mib / 2 {
-			tr.file(fmt.Sprintf("region/r.%d.mca", i), tr.random(2<<20), 0o644)
+			tr.File(fmt.Sprintf("region/r.%d.mca", i), tr.Random(2<<20), 0o644)
 		}
-		store := newStore(t)
-		var res Result
-		c := peakHeap(t, func() { res = create(t, openRoot(t, tr.dir), store, CreateOptions{}) })
+		store := enginetest.NewStore(t)
+		var res engine.Result
+		c := peakHeap(t, func() { res = enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{}) })
 		dst := t.TempDir()
-		r := peakHeap(t, func() { restore(t, openRoot(t, dst), store, res.ManifestKey, RestoreOptions{}) })
+		r := peakHeap(t, func() { restoreAll(t, enginetest.OpenRoot(t, dst), store, res.ManifestKey, restore.Options{}) })
 		t.Logf("%d MiB: peak heap in use %.1f MiB during Create, %.1f MiB during Restore", mib, float64(c)/(1<<20), float64(r)/(1<<20))
 		if c > createMax {
 			t.Errorf("%d MiB tree: Create's peak heap %d MiB, want <= %d MiB", mib, c>>20, createMax>>20)

@@ -1,43 +1,47 @@
-package engine
+package engine_test
 
 import (
 	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
+
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // TestPacks: small files share chunks (packs), within the bounds on
 // files per pack and entries held; a changed small file changes its pack
 // and the next at most.
 func TestPacks(t *testing.T) {
-	tr := newTree(t)
+	tr := enginetest.NewTree(t)
 	for i := range 3000 {
-		tr.file(fmt.Sprintf("playerdata/%05d.dat", i), tr.random(1+i%200), 0o644)
+		tr.File(fmt.Sprintf("playerdata/%05d.dat", i), tr.Random(1+i%200), 0o644)
 	}
 	for i := range 1500 {
-		tr.mkdir(fmt.Sprintf("many/d%05d", i), 0o755) // entries held behind an open pack
-		tr.file(fmt.Sprintf("many/d%05d/f", i), tr.random(i%3), 0o644)
+		tr.Mkdir(fmt.Sprintf("many/d%05d", i), 0o755) // entries held behind an open pack
+		tr.File(fmt.Sprintf("many/d%05d/f", i), tr.Random(i%3), 0o644)
 	}
 	for i := range 40 {
-		tr.file(fmt.Sprintf("stats/%02d.json", i), tr.random(100<<10), 0o644) // ~4 MiB of mid-sized files
+		tr.File(fmt.Sprintf("stats/%02d.json", i), tr.Random(100<<10), 0o644) // ~4 MiB of mid-sized files
 	}
-	tr.stampDirs()
-	want := state(t, tr.dir)
-	store := newStore(t)
-	root := openRoot(t, tr.dir)
-	first := create(t, root, store, CreateOptions{})
+	tr.StampDirs()
+	want := enginetest.State(t, tr.Dir)
+	store := enginetest.NewStore(t)
+	root := enginetest.OpenRoot(t, tr.Dir)
+	first := enginetest.Create(t, root, store, engine.CreateOptions{})
 	if len(first.Chunks) > 20 {
 		t.Errorf("%d files in %d chunks, want packs (<= 20)", first.Files, len(first.Chunks))
 	}
 	dst := t.TempDir()
-	restore(t, openRoot(t, dst), store, first.ManifestKey, RestoreOptions{Workers: 3})
-	if d := diffState(want, state(t, dst)); d != "" {
+	restoreAll(t, enginetest.OpenRoot(t, dst), store, first.ManifestKey, restore.Options{Workers: 3})
+	if d := enginetest.DiffState(want, enginetest.State(t, dst)); d != "" {
 		t.Errorf("restored tree differs:\n%s", d)
 	}
 
-	tr.file("playerdata/01234.dat", []byte("changed"), 0o644)
-	second := create(t, root, store, CreateOptions{})
+	tr.File("playerdata/01234.dat", []byte("changed"), 0o644)
+	second := enginetest.Create(t, root, store, engine.CreateOptions{})
 	if second.NewChunks == 0 || second.NewChunks > 2 {
 		t.Errorf("one small file changed: %d new chunks, want 1 or 2", second.NewChunks)
 	}
@@ -50,24 +54,24 @@ func TestPacks(t *testing.T) {
 // as the same chunks, with the same manifest entries, and restores byte
 // for byte; Progress is called one call at a time and ends at the total.
 func TestFileCutters(t *testing.T) {
-	tr := newTree(t)
+	tr := enginetest.NewTree(t)
 	for i := range 24 {
 		dir := fmt.Sprintf("d%02d", i)
-		tr.file(dir+"/a.small", tr.random(100+i), 0o644)
-		tr.file(dir+"/b.large", tr.random(minChunk+1+i*(700<<10)), 0o644) // 256 KiB to 16 MiB
-		tr.file(dir+"/c.small", tr.random(i), 0o600)
-		tr.mkdir(dir+"/e", 0o755)
+		tr.File(dir+"/a.small", tr.Random(100+i), 0o644)
+		tr.File(dir+"/b.large", tr.Random(engine.MinChunk+1+i*(700<<10)), 0o644) // 256 KiB to 16 MiB
+		tr.File(dir+"/c.small", tr.Random(i), 0o600)
+		tr.Mkdir(dir+"/e", 0o755)
 	}
-	tr.stampDirs()
-	want := state(t, tr.dir)
-	root := openRoot(t, tr.dir)
+	tr.StampDirs()
+	want := enginetest.State(t, tr.Dir)
+	root := enginetest.OpenRoot(t, tr.Dir)
 	var chunks []string
 	var entries int
 	for _, workers := range []int{1, 2, 4} {
-		store := newStore(t)
+		store := enginetest.NewStore(t)
 		var calls, inside atomic.Int32
 		var last, total int64
-		res := create(t, root, store, CreateOptions{Workers: workers, Progress: func(done, tot int64) {
+		res := enginetest.Create(t, root, store, engine.CreateOptions{Workers: workers, Progress: func(done, tot int64) {
 			if inside.Add(1) != 1 {
 				t.Error("Progress called while a call is in progress")
 			}
@@ -84,8 +88,8 @@ func TestFileCutters(t *testing.T) {
 			t.Errorf("workers %d: %d chunks, %d entries; workers 1: %d, %d", workers, len(res.Chunks), res.Files+res.Dirs, len(chunks), entries)
 		}
 		dst := t.TempDir()
-		restore(t, openRoot(t, dst), store, res.ManifestKey, RestoreOptions{})
-		if d := diffState(want, state(t, dst)); d != "" {
+		restoreAll(t, enginetest.OpenRoot(t, dst), store, res.ManifestKey, restore.Options{})
+		if d := enginetest.DiffState(want, enginetest.State(t, dst)); d != "" {
 			t.Errorf("workers %d: restored tree differs:\n%s", workers, d)
 		}
 	}

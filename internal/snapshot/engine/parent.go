@@ -53,7 +53,7 @@ type parent struct {
 // a look-up failing) fails the Create, as it would for a chunk cut.
 func (c *creator) loadParent(ctx context.Context, key string) (*parent, error) {
 	sums := map[[32]byte]struct{}{}
-	info, err := scan(ctx, c.store, key, func(en *manifest.Entry) error {
+	info, err := Scan(ctx, c.store, key, func(en *manifest.Entry) error {
 		for _, x := range en.Extents {
 			sums[x.Chunk.Sum] = struct{}{}
 		}

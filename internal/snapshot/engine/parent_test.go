@@ -1,4 +1,4 @@
-package engine
+package engine_test
 
 import (
 	"bytes"
@@ -16,28 +16,31 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // parentTree is a tree with two large files, one more, and a pack's worth
 // of small files, every mtime in the past.
-func parentTree(t *testing.T) *tree {
-	tr := newTree(t)
-	tr.file("world/region/r.0.0.mca", tr.random(3<<20), 0o644)
-	tr.file("world/region/r.0.1.mca", tr.random(1<<20+12345), 0o644)
-	tr.file("world/region/r.1.0.mca", tr.random(700<<10), 0o644)
+func parentTree(t *testing.T) *enginetest.Tree {
+	tr := enginetest.NewTree(t)
+	tr.File("world/region/r.0.0.mca", tr.Random(3<<20), 0o644)
+	tr.File("world/region/r.0.1.mca", tr.Random(1<<20+12345), 0o644)
+	tr.File("world/region/r.1.0.mca", tr.Random(700<<10), 0o644)
 	for i := range 60 {
-		tr.file(fmt.Sprintf("plugins/p%02d.yml", i), bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i), 0o644)
+		tr.File(fmt.Sprintf("plugins/p%02d.yml", i), bytes.Repeat([]byte{byte('a' + i%26)}, 1000+i), 0o644)
 	}
-	tr.stampDirs()
+	tr.StampDirs()
 	return tr
 }
 
 // rewrite writes data over the file rel in place (same inode), and gives
 // it mtime m (zero: leave the write's).
-func rewrite(t *testing.T, tr *tree, rel string, data []byte, m time.Time) {
+func rewrite(t *testing.T, tr *enginetest.Tree, rel string, data []byte, m time.Time) {
 	t.Helper()
-	p := filepath.Join(tr.dir, rel)
+	p := filepath.Join(tr.Dir, rel)
 	dir := filepath.Dir(p)
 	fi, err := os.Stat(dir)
 	if err != nil {
@@ -57,9 +60,9 @@ func rewrite(t *testing.T, tr *tree, rel string, data []byte, m time.Time) {
 	}
 }
 
-func mtimeOf(t *testing.T, tr *tree, rel string) time.Time {
+func mtimeOf(t *testing.T, tr *enginetest.Tree, rel string) time.Time {
 	t.Helper()
-	fi, err := os.Stat(filepath.Join(tr.dir, rel))
+	fi, err := os.Stat(filepath.Join(tr.Dir, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,24 +74,24 @@ func mtimeOf(t *testing.T, tr *tree, rel string) time.Time {
 func later() time.Time { return time.Now().Add(time.Minute) }
 
 // checkRestores restores key into an empty root and compares it with want.
-func checkRestores(t *testing.T, store Store, key string, want map[string]string) {
+func checkRestores(t *testing.T, store engine.Store, key string, want map[string]string) {
 	t.Helper()
 	dst := t.TempDir()
-	restore(t, openRoot(t, dst), store, key, RestoreOptions{})
-	if d := diffState(want, state(t, dst)); d != "" {
+	restoreAll(t, enginetest.OpenRoot(t, dst), store, key, restore.Options{})
+	if d := enginetest.DiffState(want, enginetest.State(t, dst)); d != "" {
 		t.Errorf("restored tree differs:\n%s", d)
 	}
 }
 
 // checkStored: every chunk the result lists is in the store.
-func checkStored(t *testing.T, store Store, res Result) {
+func checkStored(t *testing.T, store engine.Store, res engine.Result) {
 	t.Helper()
 	for _, k := range res.Chunks {
 		if _, err := store.Stat(t.Context(), k); err != nil {
 			t.Errorf("chunk %s of the manifest: %v", k, err)
 		}
 	}
-	keys, err := ChunkKeys(t.Context(), store, res.ManifestKey)
+	keys, err := engine.ChunkKeys(t.Context(), store, res.ManifestKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,22 +108,22 @@ func checkStored(t *testing.T, store Store, res Result) {
 // (its ctime moved); the snapshot restores byte for byte.
 func TestParentReuse(t *testing.T) {
 	tr := parentTree(t)
-	store := newStore(t)
-	first := create(t, openRoot(t, tr.dir), store, CreateOptions{Now: later})
+	store := enginetest.NewStore(t)
+	first := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Now: later})
 	if first.ReusedFiles != 0 || first.ParentErr != nil {
 		t.Fatalf("first snapshot: reused %d, parent error %v", first.ReusedFiles, first.ParentErr)
 	}
 
 	// Same size, new content, mtime put back: only the ctime tells.
 	old := mtimeOf(t, tr, "world/region/r.0.1.mca")
-	rewrite(t, tr, "world/region/r.0.1.mca", tr.random(1<<20+12345), old)
+	rewrite(t, tr, "world/region/r.0.1.mca", tr.Random(1<<20+12345), old)
 	// Same size, new content, new mtime.
-	rewrite(t, tr, "world/region/r.1.0.mca", tr.random(700<<10), time.Time{})
+	rewrite(t, tr, "world/region/r.1.0.mca", tr.Random(700<<10), time.Time{})
 	// One small file of the pack, same size.
 	rewrite(t, tr, "plugins/p07.yml", bytes.Repeat([]byte{'Z'}, 1007), mtimeOf(t, tr, "plugins/p07.yml"))
-	want := state(t, tr.dir)
+	want := enginetest.State(t, tr.Dir)
 
-	second := create(t, openRoot(t, tr.dir), store, CreateOptions{Parent: first.ManifestKey, Now: func() time.Time { return later().Add(time.Minute) }})
+	second := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Parent: first.ManifestKey, Now: func() time.Time { return later().Add(time.Minute) }})
 	if second.ParentErr != nil {
 		t.Fatalf("second snapshot: parent error %v", second.ParentErr)
 	}
@@ -138,26 +141,26 @@ func TestParentReuse(t *testing.T) {
 	checkRestores(t, store, second.ManifestKey, want)
 
 	// A third snapshot of the unchanged tree reads nothing of it.
-	third := create(t, openRoot(t, tr.dir), store, CreateOptions{Parent: second.ManifestKey, Now: func() time.Time { return later().Add(2 * time.Minute) }})
+	third := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Parent: second.ManifestKey, Now: func() time.Time { return later().Add(2 * time.Minute) }})
 	if third.ReusedFiles != third.Files || third.NewChunks != 0 {
 		t.Errorf("third snapshot: reused %d of %d files, %d new chunks; want all, none", third.ReusedFiles, third.Files, third.NewChunks)
 	}
 	checkRestores(t, store, third.ManifestKey, want)
 }
 
-// TestParentWindow: files that changed within parentWindow of the
+// TestParentWindow: files that changed within engine.ParentWindow of the
 // parent's start are read again, even with every stat equal (the parent
 // may have read them mid-change within one tick of the clock).
 func TestParentWindow(t *testing.T) {
 	tr := parentTree(t)
-	store := newStore(t)
+	store := enginetest.NewStore(t)
 	// The files' ctimes are now: within the window of a parent starting now.
-	first := create(t, openRoot(t, tr.dir), store, CreateOptions{})
-	want := state(t, tr.dir)
-	second := create(t, openRoot(t, tr.dir), store, CreateOptions{Parent: first.ManifestKey, Now: later})
+	first := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{})
+	want := enginetest.State(t, tr.Dir)
+	second := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Parent: first.ManifestKey, Now: later})
 	if second.ParentErr != nil || second.ReusedFiles != 0 {
 		t.Errorf("second snapshot: reused %d files (parent error %v), want none: all changed within %v of the parent's start",
-			second.ReusedFiles, second.ParentErr, parentWindow)
+			second.ReusedFiles, second.ParentErr, engine.ParentWindow)
 	}
 	if second.NewChunks != 0 {
 		t.Errorf("second snapshot stored %d new chunks of an unchanged tree", second.NewChunks)
@@ -170,8 +173,8 @@ func TestParentWindow(t *testing.T) {
 // is stored again, so the manifest never names a missing chunk.
 func TestParentChunkMissing(t *testing.T) {
 	tr := parentTree(t)
-	store := newStore(t)
-	first := create(t, openRoot(t, tr.dir), store, CreateOptions{Now: later})
+	store := enginetest.NewStore(t)
+	first := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Now: later})
 	// The first chunk of r.0.0.mca, and the pack of the small files.
 	var gone []string
 	err := scanKey(t, store, first.ManifestKey, func(en *manifest.Entry) {
@@ -187,10 +190,10 @@ func TestParentChunkMissing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := state(t, tr.dir)
+	want := enginetest.State(t, tr.Dir)
 	var mu sync.Mutex
 	var pinned []string
-	second := create(t, openRoot(t, tr.dir), store, CreateOptions{Parent: first.ManifestKey, Now: later,
+	second := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Parent: first.ManifestKey, Now: later,
 		Pin: func(_ context.Context, key string) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -217,9 +220,9 @@ func TestParentChunkMissing(t *testing.T) {
 // it is not used (it records no ctime or inode): every file is read.
 func TestParentVersion1(t *testing.T) {
 	tr := parentTree(t)
-	store := newStore(t)
-	first := create(t, openRoot(t, tr.dir), store, CreateOptions{Now: later})
-	want := state(t, tr.dir)
+	store := enginetest.NewStore(t)
+	first := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Now: later})
+	want := enginetest.State(t, tr.Dir)
 	var entries []manifest.Entry
 	if err := scanKey(t, store, first.ManifestKey, func(en *manifest.Entry) {
 		c := *en
@@ -228,17 +231,17 @@ func TestParentVersion1(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	v1 := putManifestVersion(t, store, uuid.NewString(), 1, entries...)
+	v1 := enginetest.PutManifestVersion(t, store, uuid.NewString(), 1, entries...)
 	checkRestores(t, store, v1, want)
 
-	second := create(t, openRoot(t, tr.dir), store, CreateOptions{Parent: v1, Now: later})
-	if !errors.Is(second.ParentErr, ErrParentVersion) || second.ReusedFiles != 0 {
+	second := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Parent: v1, Now: later})
+	if !errors.Is(second.ParentErr, engine.ErrParentVersion) || second.ReusedFiles != 0 {
 		t.Errorf("second snapshot: parent error %v, reused %d; want ErrParentVersion, none", second.ParentErr, second.ReusedFiles)
 	}
 	checkRestores(t, store, second.ManifestKey, want)
 
 	// A parent that is not there: not used either.
-	third := create(t, openRoot(t, tr.dir), store, CreateOptions{Parent: ManifestKey(uuid.NewString()), Now: later})
+	third := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Parent: manifest.Key(uuid.NewString()), Now: later})
 	if !errors.Is(third.ParentErr, blob.ErrNotFound) || third.ReusedFiles != 0 {
 		t.Errorf("third snapshot: parent error %v, reused %d; want blob.ErrNotFound, none", third.ParentErr, third.ReusedFiles)
 	}
@@ -255,17 +258,17 @@ func TestWalkCmp(t *testing.T) {
 			} else if i > j {
 				want = 1
 			}
-			if got := walkCmp(ordered[i], ordered[j]); got != want {
-				t.Errorf("walkCmp(%q, %q) = %d, want %d", ordered[i], ordered[j], got, want)
+			if got := engine.WalkCmp(ordered[i], ordered[j]); got != want {
+				t.Errorf("engine.WalkCmp(%q, %q) = %d, want %d", ordered[i], ordered[j], got, want)
 			}
 		}
 	}
 }
 
 // scanKey hands every entry of the manifest key to fn.
-func scanKey(t *testing.T, store Store, key string, fn func(*manifest.Entry)) error {
+func scanKey(t *testing.T, store engine.Store, key string, fn func(*manifest.Entry)) error {
 	t.Helper()
-	_, err := scan(t.Context(), store, key, func(en *manifest.Entry) error { fn(en); return nil })
+	_, err := engine.Scan(t.Context(), store, key, func(en *manifest.Entry) error { fn(en); return nil })
 	if errors.Is(err, io.EOF) {
 		return nil
 	}

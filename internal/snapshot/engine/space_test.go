@@ -1,4 +1,4 @@
-package engine
+package engine_test
 
 import (
 	"errors"
@@ -7,18 +7,21 @@ import (
 	"testing"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
+	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // TestChunkSpaces: snapshots of one chunk space share chunks, snapshots
 // of two spaces share none (each stores its own, named under its space),
 // a parent of another space is not used, and every snapshot restores.
 func TestChunkSpaces(t *testing.T) {
-	tr := fixture(t)
-	tr.stampDirs()
-	want := state(t, tr.dir)
-	store := newStore(t)
+	tr := enginetest.Fixture(t)
+	tr.StampDirs()
+	want := enginetest.State(t, tr.Dir)
+	store := enginetest.NewStore(t)
 
-	a := create(t, openRoot(t, tr.dir), store, CreateOptions{Space: "team_a"})
+	a := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Space: "team_a"})
 	if len(a.Chunks) == 0 || a.NewChunks != len(a.Chunks) {
 		t.Fatalf("first snapshot: %d chunks, %d new; want some, all new", len(a.Chunks), a.NewChunks)
 	}
@@ -27,7 +30,7 @@ func TestChunkSpaces(t *testing.T) {
 			t.Fatalf("chunk key %q, want chunks/team_a/<2 hex>/<64 hex>", k)
 		}
 	}
-	keys, err := ChunkKeys(t.Context(), store, a.ManifestKey)
+	keys, err := engine.ChunkKeys(t.Context(), store, a.ManifestKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,13 +41,13 @@ func TestChunkSpaces(t *testing.T) {
 
 	// The same tree in another space: every chunk stored again, under it;
 	// the parent of the other space is refused and every file read.
-	b := create(t, openRoot(t, tr.dir), store, CreateOptions{Space: "team-b", Parent: a.ManifestKey})
-	if !errors.Is(b.ParentErr, ErrParentSpace) || b.ReusedFiles != 0 {
+	b := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Space: "team-b", Parent: a.ManifestKey})
+	if !errors.Is(b.ParentErr, engine.ErrParentSpace) || b.ReusedFiles != 0 {
 		t.Errorf("snapshot in another space: parent error %v, %d files reused; want ErrParentSpace, none", b.ParentErr, b.ReusedFiles)
 	}
 	// Stored bytes count the manifest too (its space's name changes its
 	// size): the chunks' bytes are the same.
-	manifestSize := func(r Result) int64 {
+	manifestSize := func(r engine.Result) int64 {
 		in, err := store.Stat(t.Context(), r.ManifestKey)
 		if err != nil {
 			t.Fatal(err)
@@ -62,28 +65,28 @@ func TestChunkSpaces(t *testing.T) {
 	}
 	// The same space again: nothing new (and the shared space, untouched
 	// so far, would store everything).
-	again := create(t, openRoot(t, tr.dir), store, CreateOptions{Space: "team_a"})
+	again := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{Space: "team_a"})
 	if again.NewChunks != 0 || again.StoredBytes != manifestSize(again) {
 		t.Errorf("second snapshot in team_a: %d new chunks, %d bytes stored; want none, its manifest's %d", again.NewChunks, again.StoredBytes, manifestSize(again))
 	}
-	shared := create(t, openRoot(t, tr.dir), store, CreateOptions{})
+	shared := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{})
 	if shared.NewChunks != len(a.Chunks) || !strings.HasPrefix(shared.Chunks[0], "chunks/") || strings.Count(shared.Chunks[0], "/") != 2 {
 		t.Errorf("snapshot in the shared space: %d new chunks, first key %q; want %d, chunks/<2 hex>/<64 hex>", shared.NewChunks, shared.Chunks[0], len(a.Chunks))
 	}
 
 	for _, m := range []string{a.ManifestKey, b.ManifestKey, again.ManifestKey, shared.ManifestKey} {
 		dst := t.TempDir()
-		restore(t, openRoot(t, dst), store, m, RestoreOptions{})
-		if d := diffState(want, state(t, dst)); d != "" {
+		restoreAll(t, enginetest.OpenRoot(t, dst), store, m, restore.Options{})
+		if d := enginetest.DiffState(want, enginetest.State(t, dst)); d != "" {
 			t.Errorf("%s restored differs:\n%s", m, d)
 		}
 	}
 
 	// A space that is not a plain name is refused before anything is
 	// stored.
-	empty := newStore(t)
+	empty := enginetest.NewStore(t)
 	for _, bad := range []string{"../manifests", "a/b", "Team", strings.Repeat("x", 65)} {
-		if _, err := Create(t.Context(), openRoot(t, tr.dir), empty, CreateOptions{Space: bad}); err == nil || !strings.Contains(err.Error(), "chunk space") {
+		if _, err := engine.Create(t.Context(), enginetest.OpenRoot(t, tr.Dir), empty, engine.CreateOptions{Space: bad}); err == nil || !strings.Contains(err.Error(), "chunk space") {
 			t.Errorf("Create in space %q = %v, want it refused", bad, err)
 		}
 	}

@@ -86,6 +86,9 @@ type ChunkRef struct {
 	Len int64
 }
 
+// Key is the blob key of snapshot id's manifest.
+func Key(id string) string { return "manifests/" + id }
+
 // ChunkKey is the blob key of the chunk of SHA-256 sum in chunk space
 // space: chunks/<first 2 hex>/<64 hex> in the shared space (""),
 // chunks/<space>/<first 2 hex>/<64 hex> in any other. A chunk is stored

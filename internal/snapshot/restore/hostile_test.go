@@ -1,4 +1,4 @@
-package engine
+package restore
 
 import (
 	"bytes"
@@ -12,61 +12,23 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 var noTime time.Time
 
-func sha256Sum(b []byte) [32]byte { return sha256.Sum256(b) }
-
-func mustEncoder(t testing.TB) *zstd.Encoder {
-	t.Helper()
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { enc.Close() })
-	return enc
-}
-
-// chunkOf returns the stored (compressed) form of data and its ref.
-func chunkOf(t testing.TB, data []byte) ([]byte, manifest.ChunkRef) {
-	t.Helper()
-	return mustEncoder(t).EncodeAll(data, nil), manifest.ChunkRef{Sum: sha256Sum(data), Len: int64(len(data))}
-}
-
-// putChunk stores data as a chunk and returns its ref.
-func putChunk(t testing.TB, store blob.Store, data []byte) manifest.ChunkRef {
-	t.Helper()
-	comp, ref := chunkOf(t, data)
-	if _, err := store.Put(t.Context(), manifest.ChunkKey("", ref.Sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
-		t.Fatal(err)
-	}
-	return ref
-}
-
-// putLiar stores a chunk under the name of content it does not hold
-// ("what it holds!!!!!" under the SHA-256 of "what the name says").
-func putLiar(t testing.TB, store blob.Store) manifest.ChunkRef {
-	t.Helper()
-	liar := manifest.ChunkRef{Sum: sha256Sum([]byte("what the name says")), Len: int64(len("what it holds!!!!!"))}
-	comp, _ := chunkOf(t, []byte("what it holds!!!!!"))
-	if _, err := store.Put(t.Context(), manifest.ChunkKey("", liar.Sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
-		t.Fatal(err)
-	}
-	return liar
-}
-
 func TestHostileManifests(t *testing.T) {
-	store := newStore(t)
-	good := putChunk(t, store, []byte("good content"))
-	liar := putLiar(t, store)
+	store := enginetest.NewStore(t)
+	good := enginetest.PutChunk(t, store, []byte("good content"))
+	liar := enginetest.PutLiar(t, store)
 	// A chunk that is not zstd at all.
-	junk := manifest.ChunkRef{Sum: sha256Sum([]byte("junk")), Len: 4}
+	junk := manifest.ChunkRef{Sum: sha256.Sum256([]byte("junk")), Len: 4}
 	if _, err := store.Put(t.Context(), manifest.ChunkKey("", junk.Sum), bytes.NewReader([]byte("junk")), 4); err != nil {
 		t.Fatal(err)
 	}
-	missing := manifest.ChunkRef{Sum: sha256Sum([]byte("never stored")), Len: 12}
+	missing := manifest.ChunkRef{Sum: sha256.Sum256([]byte("never stored")), Len: 12}
 
 	file := func(p string, chunks ...manifest.ChunkRef) manifest.Entry {
 		en := manifest.Entry{Kind: manifest.KindFile, Path: p, Mode: 0o644}
@@ -106,25 +68,25 @@ func TestHostileManifests(t *testing.T) {
 		{"link through a link", []manifest.Entry{link("self", "."), link("x", "self/..")}, manifest.ErrInvalid},
 		{"sizes do not add up", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: 99, Extents: []manifest.Extent{{Chunk: good, Len: good.Len}}}}, manifest.ErrInvalid},
 		{"extent beyond its chunk", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: good.Len, Extents: []manifest.Extent{{Chunk: good, Off: 1, Len: good.Len}}}}, manifest.ErrInvalid},
-		{"chunk too large", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: 1, Extents: []manifest.Extent{{Chunk: manifest.ChunkRef{Len: maxChunk + 1}, Len: 1}}}}, manifest.ErrInvalid},
-		{"chunk shorter than said", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: 1, Extents: []manifest.Extent{{Chunk: manifest.ChunkRef{Sum: good.Sum, Len: good.Len + 1}, Len: 1}}}}, ErrCorruptChunk},
-		{"chunk that lies", []manifest.Entry{file("a", good), file("b", liar)}, ErrCorruptChunk},
-		{"chunk that is not zstd", []manifest.Entry{file("a", junk)}, ErrCorruptChunk},
+		{"chunk too large", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: 1, Extents: []manifest.Extent{{Chunk: manifest.ChunkRef{Len: engine.MaxChunk + 1}, Len: 1}}}}, manifest.ErrInvalid},
+		{"chunk shorter than said", []manifest.Entry{{Kind: manifest.KindFile, Path: "a", Size: 1, Extents: []manifest.Extent{{Chunk: manifest.ChunkRef{Sum: good.Sum, Len: good.Len + 1}, Len: 1}}}}, engine.ErrCorruptChunk},
+		{"chunk that lies", []manifest.Entry{file("a", good), file("b", liar)}, engine.ErrCorruptChunk},
+		{"chunk that is not zstd", []manifest.Entry{file("a", junk)}, engine.ErrCorruptChunk},
 		{"chunk missing", []manifest.Entry{file("a", missing)}, blob.ErrNotFound},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTree(t)
-			tr.file("world/level.dat", []byte("the old world"), 0o644)
-			tr.file("a", []byte("old a"), 0o644)
-			tr.stampDirs()
-			before := state(t, tr.dir)
-			key := putManifest(t, store, uuid.NewString(), tc.entries...)
-			_, err := Restore(t.Context(), openRoot(t, tr.dir), unlimited(t), store, key, RestoreOptions{})
+			tr := enginetest.NewTree(t)
+			tr.File("world/level.dat", []byte("the old world"), 0o644)
+			tr.File("a", []byte("old a"), 0o644)
+			tr.StampDirs()
+			before := enginetest.State(t, tr.Dir)
+			key := enginetest.PutManifest(t, store, uuid.NewString(), tc.entries...)
+			_, err := Run(t.Context(), enginetest.OpenRoot(t, tr.Dir), enginetest.Unlimited(t), store, key, Options{})
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("Restore = %v, want %v", err, tc.want)
 			}
-			if d := diffState(before, state(t, tr.dir)); d != "" {
+			if d := enginetest.DiffState(before, enginetest.State(t, tr.Dir)); d != "" {
 				t.Errorf("a refused restore changed the tree:\n%s", d)
 			}
 		})
@@ -134,8 +96,8 @@ func TestHostileManifests(t *testing.T) {
 // TestCorruptManifests: a manifest damaged after it was written is refused
 // whole, before anything is written.
 func TestCorruptManifests(t *testing.T) {
-	store := newStore(t)
-	good := putChunk(t, store, []byte("good content"))
+	store := enginetest.NewStore(t)
+	good := enginetest.PutChunk(t, store, []byte("good content"))
 	encode := func(space string) *bytes.Buffer {
 		var raw bytes.Buffer
 		enc, err := manifest.NewEncoder(&raw, manifest.Header{Space: space})
@@ -160,7 +122,7 @@ func TestCorruptManifests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	recompress := func(b []byte) []byte { return mustEncoder(t).EncodeAll(b, nil) }
+	recompress := func(b []byte) []byte { return enginetest.Encoder(t).EncodeAll(b, nil) }
 	flip := func(i int) []byte {
 		b := bytes.Clone(plain)
 		b[i] ^= 1
@@ -186,28 +148,28 @@ func TestCorruptManifests(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tr := newTree(t)
-			tr.file("a", []byte("old a"), 0o644)
-			before := state(t, tr.dir)
-			key := ManifestKey(uuid.NewString())
+			tr := enginetest.NewTree(t)
+			tr.File("a", []byte("old a"), 0o644)
+			before := enginetest.State(t, tr.Dir)
+			key := manifest.Key(uuid.NewString())
 			if _, err := store.Put(t.Context(), key, bytes.NewReader(tc.blob), int64(len(tc.blob))); err != nil {
 				t.Fatal(err)
 			}
-			_, err := Restore(t.Context(), openRoot(t, tr.dir), unlimited(t), store, key, RestoreOptions{})
+			_, err := Run(t.Context(), enginetest.OpenRoot(t, tr.Dir), enginetest.Unlimited(t), store, key, Options{})
 			if !errors.Is(err, manifest.ErrInvalid) {
 				t.Fatalf("Restore = %v, want manifest.ErrInvalid", err)
 			}
-			if d := diffState(before, state(t, tr.dir)); d != "" {
+			if d := enginetest.DiffState(before, enginetest.State(t, tr.Dir)); d != "" {
 				t.Errorf("a refused restore changed the tree:\n%s", d)
 			}
 		})
 	}
 	// The undamaged one restores.
-	key := ManifestKey(uuid.NewString())
+	key := manifest.Key(uuid.NewString())
 	if _, err := store.Put(t.Context(), key, bytes.NewReader(raw.Bytes()), int64(raw.Len())); err != nil {
 		t.Fatal(err)
 	}
-	restore(t, openRoot(t, t.TempDir()), store, key, RestoreOptions{})
+	run(t, enginetest.OpenRoot(t, t.TempDir()), store, key, Options{})
 }
 
 func decompress(b []byte) ([]byte, error) {

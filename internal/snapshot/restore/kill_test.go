@@ -1,4 +1,4 @@
-package engine
+package restore
 
 import (
 	"fmt"
@@ -12,6 +12,8 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
 )
 
 // The child side of TestKillDuringSwap: a process that restores and is
@@ -29,7 +31,7 @@ func TestRestoreChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Restore(t.Context(), root, nil, store, key, RestoreOptions{Only: os.Getenv("KILN_SNAPSHOT_CHILD_ONLY")}); err != nil {
+	if _, err := Run(t.Context(), root, nil, store, key, Options{Only: os.Getenv("KILN_SNAPSHOT_CHILD_ONLY")}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -56,46 +58,46 @@ func killDuringSwap(t *testing.T, only string) {
 		}
 		return only + "/" + name
 	}
-	snap := newTree(t)
+	snap := enginetest.NewTree(t)
 	for i := range 3000 {
-		snap.file(in(fmt.Sprintf("f%04d", i)), fmt.Appendf(nil, "snapshot %d", i), 0o644)
+		snap.File(in(fmt.Sprintf("f%04d", i)), fmt.Appendf(nil, "snapshot %d", i), 0o644)
 	}
 	// Files the live tree holds with the same content and another mode:
 	// kept in place, a keep step each (after the kill, run by Recover).
 	for i := range 500 {
-		snap.file(in(fmt.Sprintf("same%04d", i)), fmt.Appendf(nil, "same %d", i), 0o644)
+		snap.File(in(fmt.Sprintf("same%04d", i)), fmt.Appendf(nil, "same %d", i), 0o644)
 	}
 	if only != "" {
 		for i := range 200 {
-			snap.file(fmt.Sprintf("o/f%03d", i), []byte("the snapshot's, not restored"), 0o644)
+			snap.File(fmt.Sprintf("o/f%03d", i), []byte("the snapshot's, not restored"), 0o644)
 		}
 	}
-	snap.stampDirs()
-	want := state(t, snap.dir)
+	snap.StampDirs()
+	want := enginetest.State(t, snap.Dir)
 	storeDir := t.TempDir()
 	store, err := blob.Open(t.Context(), "file://"+storeDir, blob.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res := create(t, openRoot(t, snap.dir), store, CreateOptions{})
+	res := enginetest.Create(t, enginetest.OpenRoot(t, snap.Dir), store, engine.CreateOptions{})
 
-	live := newTree(t)
+	live := enginetest.NewTree(t)
 	for i := range 3000 {
-		live.file(in(fmt.Sprintf("f%04d", i)), fmt.Appendf(nil, "live %d", i), 0o600)
-		live.file(in(fmt.Sprintf("extra%04d", i)), []byte("removed"), 0o644)
+		live.File(in(fmt.Sprintf("f%04d", i)), fmt.Appendf(nil, "live %d", i), 0o600)
+		live.File(in(fmt.Sprintf("extra%04d", i)), []byte("removed"), 0o644)
 	}
 	for i := range 500 {
-		live.file(in(fmt.Sprintf("same%04d", i)), fmt.Appendf(nil, "same %d", i), 0o600)
+		live.File(in(fmt.Sprintf("same%04d", i)), fmt.Appendf(nil, "same %d", i), 0o600)
 	}
 	if only != "" {
 		for i := range 200 {
-			live.file(fmt.Sprintf("o/f%03d", i), []byte("live, kept"), 0o600)
+			live.File(fmt.Sprintf("o/f%03d", i), []byte("live, kept"), 0o600)
 		}
-		live.file("server.properties", []byte("live, kept"), 0o600)
+		live.File("server.properties", []byte("live, kept"), 0o600)
 		// What the tree must be after: the snapshot's under the path,
 		// the live tree's elsewhere (the directory leading to the path,
 		// the root, has the snapshot's mode and mtime anyway).
-		outside := state(t, live.dir)
+		outside := enginetest.State(t, live.Dir)
 		for p, d := range outside {
 			if p != only && !strings.HasPrefix(p, only+"/") {
 				want[p] = d
@@ -107,9 +109,9 @@ func killDuringSwap(t *testing.T, only string) {
 			}
 		}
 	}
-	sameIno := inodes(t, live.dir)
+	sameIno := inodes(t, live.Dir)
 	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestRestoreChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "KILN_SNAPSHOT_CHILD_ROOT="+live.dir,
+	cmd.Env = append(os.Environ(), "KILN_SNAPSHOT_CHILD_ROOT="+live.Dir,
 		"KILN_SNAPSHOT_CHILD_STORE=file://"+storeDir, "KILN_SNAPSHOT_CHILD_KEY="+res.ManifestKey, "KILN_SNAPSHOT_CHILD_ONLY="+only)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -128,7 +130,7 @@ wait:
 		}
 		// Mid-swap: the journal is in place and the first steps (the
 		// extra entries, first in name order, go to the trash) are done.
-		if trash, _ := filepath.Glob(filepath.Join(live.dir, restorePrefix+"*", stageTrash, "*")); len(trash) >= 100 {
+		if trash, _ := filepath.Glob(filepath.Join(live.Dir, restorePrefix+"*", stageTrash, "*")); len(trash) >= 100 {
 			_ = cmd.Process.Signal(syscall.SIGKILL)
 			<-exited
 			killed = true
@@ -136,7 +138,7 @@ wait:
 		}
 		time.Sleep(200 * time.Microsecond) // polling the child's progress, not waiting for time
 	}
-	mid := state(t, live.dir)
+	mid := enginetest.State(t, live.Dir)
 	pending, swapped, extras := 0, 0, 0
 	for p, d := range mid {
 		if strings.HasPrefix(p, in("extra")) {
@@ -152,15 +154,15 @@ wait:
 	t.Logf("killed: %v; journal left: %d; at the kill, %d of 3000 extra entries were left and %d of %d entries were the snapshot's",
 		killed, pending, extras, swapped, len(want))
 
-	got, err := Recover(t.Context(), openRoot(t, live.dir))
+	got, err := Recover(t.Context(), enginetest.OpenRoot(t, live.Dir))
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
 	t.Logf("Recover = %+v", got)
-	if d := diffState(want, state(t, live.dir)); d != "" {
+	if d := enginetest.DiffState(want, enginetest.State(t, live.Dir)); d != "" {
 		t.Errorf("after the kill and Recover, the tree differs:\n%.2000s", d)
 	}
-	for p, ino := range inodes(t, live.dir) {
+	for p, ino := range inodes(t, live.Dir) {
 		if strings.HasPrefix(p, in("same")) && ino != sameIno[p] {
 			t.Errorf("%s was rewritten; its content is the snapshot's", p)
 		}

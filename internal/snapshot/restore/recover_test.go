@@ -1,4 +1,4 @@
-package engine
+package restore
 
 import (
 	"errors"
@@ -7,50 +7,52 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
 // swapFixtures: the tree a snapshot is taken of, and the tree it is
 // restored over, unlike it in every way a swap handles.
-func snapshotSide(t testing.TB) *tree {
-	tr := newTree(t)
-	tr.file("a.txt", []byte("snapshot a"), 0o644)
-	tr.file("kind/was-dir", []byte("a file in the snapshot"), 0o644)
-	tr.file("kind/was-file/inside", []byte("a directory in the snapshot"), 0o644)
-	tr.file("world/region/r.0.0.mca", tr.random(300<<10), 0o644)
-	tr.file("world/level.dat", []byte("level"), 0o644)
-	tr.mkdir("world/empty", 0o755)
-	tr.symlink("../a.txt", "world/link")
-	tr.file("z/only-in-snapshot", []byte("new"), 0o600)
-	tr.file("same/mode", []byte("the same content, another mode"), 0o644)
-	tr.file("same/time", []byte("the same content, another mtime"), 0o644)
-	tr.stampDirs()
+func snapshotSide(t testing.TB) *enginetest.Tree {
+	tr := enginetest.NewTree(t)
+	tr.File("a.txt", []byte("snapshot a"), 0o644)
+	tr.File("kind/was-dir", []byte("a file in the snapshot"), 0o644)
+	tr.File("kind/was-file/inside", []byte("a directory in the snapshot"), 0o644)
+	tr.File("world/region/r.0.0.mca", tr.Random(300<<10), 0o644)
+	tr.File("world/level.dat", []byte("level"), 0o644)
+	tr.Mkdir("world/empty", 0o755)
+	tr.Symlink("../a.txt", "world/link")
+	tr.File("z/only-in-snapshot", []byte("new"), 0o600)
+	tr.File("same/mode", []byte("the same content, another mode"), 0o644)
+	tr.File("same/time", []byte("the same content, another mtime"), 0o644)
+	tr.StampDirs()
 	return tr
 }
 
-func liveSide(t testing.TB) *tree {
-	tr := newTree(t)
-	tr.tree0()
+func liveSide(t testing.TB) *enginetest.Tree {
+	tr := enginetest.NewTree(t)
+	tree0(tr)
 	return tr
 }
 
 // tree0 builds the live tree the snapshot is restored over.
-func (tr *tree) tree0() {
-	tr.file("a.txt", []byte("live a, changed since"), 0o600)
-	tr.file("kind/was-dir/x", []byte("a directory now"), 0o644)
-	tr.file("kind/was-dir/logs/keep.log", []byte("ignored, but under a path the snapshot holds as a file"), 0o644)
-	tr.file("kind/was-file", []byte("a file now"), 0o644)
-	tr.file("world/region/r.0.0.mca", tr.random(200<<10), 0o644)
-	tr.file("world/region/r.9.9.mca", tr.random(10<<10), 0o644)
-	tr.symlink("region", "world/link")
-	tr.file("logs/latest.log", []byte("ignored: stays"), 0o644)
-	tr.file("extra/deep/er", []byte("removed"), 0o644)
-	tr.file("extra/x.log", []byte("ignored: stays, and so does extra/"), 0o644)
-	tr.file("gone/y", []byte("removed with gone/"), 0o644)
+func tree0(tr *enginetest.Tree) {
+	tr.File("a.txt", []byte("live a, changed since"), 0o600)
+	tr.File("kind/was-dir/x", []byte("a directory now"), 0o644)
+	tr.File("kind/was-dir/logs/keep.log", []byte("ignored, but under a path the snapshot holds as a file"), 0o644)
+	tr.File("kind/was-file", []byte("a file now"), 0o644)
+	tr.File("world/region/r.0.0.mca", tr.Random(200<<10), 0o644)
+	tr.File("world/region/r.9.9.mca", tr.Random(10<<10), 0o644)
+	tr.Symlink("region", "world/link")
+	tr.File("logs/latest.log", []byte("ignored: stays"), 0o644)
+	tr.File("extra/deep/er", []byte("removed"), 0o644)
+	tr.File("extra/x.log", []byte("ignored: stays, and so does extra/"), 0o644)
+	tr.File("gone/y", []byte("removed with gone/"), 0o644)
 	// Kept in place (their content is the snapshot's): a keep step each.
-	tr.file("same/mode", []byte("the same content, another mode"), 0o600)
-	tr.file("same/time", []byte("the same content, another mtime"), 0o644)
-	tr.stampDirs()
+	tr.File("same/mode", []byte("the same content, another mode"), 0o600)
+	tr.File("same/time", []byte("the same content, another mtime"), 0o644)
+	tr.StampDirs()
 }
 
 // TestRecoverAtEveryStep cuts the swap before each of its steps, as a
@@ -59,16 +61,16 @@ func (tr *tree) tree0() {
 func TestRecoverAtEveryStep(t *testing.T) {
 	logs := func(rel string, isDir bool) bool { return strings.HasSuffix(rel, ".log") }
 	snap := snapshotSide(t)
-	store := newStore(t)
-	res := create(t, openRoot(t, snap.dir), store, CreateOptions{Ignore: logs})
-	opts := RestoreOptions{Ignore: logs}
+	store := enginetest.NewStore(t)
+	res := enginetest.Create(t, enginetest.OpenRoot(t, snap.Dir), store, engine.CreateOptions{Ignore: logs})
+	opts := Options{Ignore: logs}
 
 	// What a finished restore leaves.
 	done := liveSide(t)
-	if out := restore(t, openRoot(t, done.dir), store, res.ManifestKey, opts); out.Kept != 2 {
+	if out := run(t, enginetest.OpenRoot(t, done.Dir), store, res.ManifestKey, opts); out.Kept != 2 {
 		t.Errorf("Restore kept %d files in place, want 2 (same/mode, same/time)", out.Kept)
 	}
-	want := keptDir(state(t, done.dir))
+	want := keptDir(enginetest.State(t, done.Dir))
 	for _, p := range []string{"logs/latest.log", "extra/x.log"} {
 		if _, ok := want[p]; !ok {
 			t.Fatalf("ignored %s was removed", p)
@@ -81,31 +83,31 @@ func TestRecoverAtEveryStep(t *testing.T) {
 	}
 
 	// Nothing to recover in a root without a restore.
-	if got, err := Recover(t.Context(), openRoot(t, done.dir)); err != nil || got != (Recovered{}) {
+	if got, err := Recover(t.Context(), enginetest.OpenRoot(t, done.Dir)); err != nil || got != (Recovered{}) {
 		t.Errorf("Recover(a clean root) = %+v, %v; want nothing", got, err)
 	}
 
 	steps := -1
 	for k := 0; steps < 0 || k <= steps+1; k++ {
 		live := liveSide(t)
-		old := state(t, live.dir)
-		root := openRoot(t, live.dir)
+		old := enginetest.State(t, live.Dir)
+		root := enginetest.OpenRoot(t, live.Dir)
 		dir, err := root.OpenDir(".")
 		if err != nil {
 			t.Fatal(err)
 		}
 		rootFD := int(dir.Fd())
-		st, p, err := prepare(t.Context(), rootFD, unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, opts)
+		st, p, err := prepare(t.Context(), rootFD, enginetest.Unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, opts)
 		if err != nil {
 			t.Fatalf("prepare: %v", err)
 		}
 		steps = p.steps
 		if k == 0 {
 			// Cut before the commit point: the journal is not there yet.
-			if err := os.Remove(filepath.Join(live.dir, st.name, journalName)); err != nil {
+			if err := os.Remove(filepath.Join(live.Dir, st.name, journalName)); err != nil {
 				t.Fatal(err)
 			}
-			if d := diffState(old, withoutStaging(state(t, live.dir))); d != "" {
+			if d := enginetest.DiffState(old, withoutStaging(enginetest.State(t, live.Dir))); d != "" {
 				t.Errorf("staging changed the tree:\n%s", d)
 			}
 		} else {
@@ -117,7 +119,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 		st.close()
 		dir.Close()
 
-		got, err := Recover(t.Context(), openRoot(t, live.dir))
+		got, err := Recover(t.Context(), enginetest.OpenRoot(t, live.Dir))
 		if err != nil {
 			t.Fatalf("cut before step %d: Recover: %v", k, err)
 		}
@@ -125,7 +127,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 			if got != (Recovered{Discarded: 1}) {
 				t.Errorf("Recover = %+v, want one discarded", got)
 			}
-			if d := diffState(old, state(t, live.dir)); d != "" {
+			if d := enginetest.DiffState(old, enginetest.State(t, live.Dir)); d != "" {
 				t.Errorf("cut before the commit point: the tree is not the old one:\n%s", d)
 			}
 			continue
@@ -133,31 +135,31 @@ func TestRecoverAtEveryStep(t *testing.T) {
 		if got != (Recovered{Finished: 1}) {
 			t.Errorf("cut before step %d: Recover = %+v, want one finished", k, got)
 		}
-		if d := diffState(want, keptDir(state(t, live.dir))); d != "" {
+		if d := enginetest.DiffState(want, keptDir(enginetest.State(t, live.Dir))); d != "" {
 			t.Errorf("cut before step %d of %d: the recovered tree differs:\n%s", k, steps, d)
 		}
 	}
 	// A restore refuses to start over a swap left to finish.
 	live := liveSide(t)
-	root := openRoot(t, live.dir)
+	root := enginetest.OpenRoot(t, live.Dir)
 	dir, err := root.OpenDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, _, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, opts)
+	st, _, err := prepare(t.Context(), int(dir.Fd()), enginetest.Unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	st.close()
 	dir.Close()
-	if _, err := Restore(t.Context(), root, unlimited(t), store, res.ManifestKey, opts); !errors.Is(err, ErrRestorePending) {
-		t.Errorf("Restore over a pending swap: %v, want ErrRestorePending", err)
+	if _, err := Run(t.Context(), root, enginetest.Unlimited(t), store, res.ManifestKey, opts); !errors.Is(err, ErrPending) {
+		t.Errorf("Restore over a pending swap: %v, want ErrPending", err)
 	}
 	if _, err := Recover(t.Context(), root); err != nil {
 		t.Fatal(err)
 	}
-	restore(t, root, store, res.ManifestKey, opts)
-	if d := diffState(want, keptDir(state(t, live.dir))); d != "" {
+	run(t, root, store, res.ManifestKey, opts)
+	if d := enginetest.DiffState(want, keptDir(enginetest.State(t, live.Dir))); d != "" {
 		t.Errorf("recovered, then restored again: the tree differs:\n%s", d)
 	}
 

@@ -1,10 +1,8 @@
-package engine
+package restore
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,25 +22,21 @@ import (
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
-// ErrCorruptChunk is a stored chunk whose content is not what its name
-// says (its SHA-256 or its length differ, or it does not decompress): the
-// restore stops before anything is swapped in.
-var ErrCorruptChunk = errors.New("snapshot chunk is corrupt")
-
-// ErrRestorePending is returned by Restore when the root holds a restore
+// ErrPending is returned by Restore when the root holds a restore
 // cut during its swap (a crash, or an I/O error): Recover must finish it
 // first, or it would later replay its old swap over the new restore.
-var ErrRestorePending = errors.New("an interrupted restore must be recovered first")
+var ErrPending = errors.New("an interrupted restore must be recovered first")
 
-// RestoreOptions are a restore's settings.
-type RestoreOptions struct {
+// Options are a restore's settings.
+type Options struct {
 	// Ignore is the snapshot's exclusions: entries of the tree it
 	// excludes, and that the snapshot does not hold, are left as they are.
 	// nil excludes none (the tree becomes exactly the snapshot).
-	Ignore IgnoreFunc
+	Ignore engine.IgnoreFunc
 	// Progress, when set, is called with the bytes of file content
 	// written into the staging tree so far and the snapshot's total, one
 	// call at a time (from any goroutine): it must not block.
@@ -59,21 +53,8 @@ type RestoreOptions struct {
 	Only string
 }
 
-// onPath says whether the entry at rel takes part in a restore or an
-// export narrowed to only: rel is only or under it, or (lead) a
-// directory leading to it.
-func onPath(only, rel string) (under, lead bool) {
-	if only == "" || only == "." || rel == only {
-		return true, false
-	}
-	if len(rel) > len(only) && rel[len(only)] == '/' && rel[:len(only)] == only {
-		return true, false
-	}
-	return false, len(only) > len(rel) && only[len(rel)] == '/' && only[:len(rel)] == rel
-}
-
-// RestoreResult describes a restore done.
-type RestoreResult struct {
+// Result describes a restore done.
+type Result struct {
 	Files, Dirs, Symlinks int
 	SizeBytes             int64 // content of the files restored
 	// Replaced counts the entries of the tree that were replaced or
@@ -97,8 +78,8 @@ const (
 	journalTemp   = "journal.tmp"
 )
 
-// Restore makes the tree of root equal to the snapshot stored under
-// manifestKey (see doc.go, "Restore"): every path the snapshot holds gets
+// Run makes the tree of root equal to the snapshot stored under
+// manifestKey (see doc.go): every path the snapshot holds gets
 // its content, mode and mtime; every other path is removed unless
 // opts.Ignore excludes it, which is left as it is. The manifest is read
 // and checked whole first (manifest.ErrInvalid, nothing written); the tree
@@ -115,13 +96,13 @@ const (
 // releases res.
 //
 // Errors: manifest.ErrInvalid, ErrCorruptChunk, files.ErrQuota,
-// ErrRestorePending, the store's errors (blob.ErrNotFound for a missing manifest or chunk),
+// ErrPending, the store's errors (blob.ErrNotFound for a missing manifest or chunk),
 // ctx.Err(), file system errors; all wrapped.
-func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, store Store, manifestKey string, opts RestoreOptions) (RestoreResult, error) {
-	var out RestoreResult
+func Run(ctx context.Context, root *files.Root, res *quota.Reservation, store engine.Store, manifestKey string, opts Options) (Result, error) {
+	var out Result
 	rootDir, err := root.OpenDir(".")
 	if err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+		return Result{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
 	defer rootDir.Close()
 	rootFD := int(rootDir.Fd())
@@ -133,8 +114,8 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	found := false
 	live := newLiveDirs(rootFD)
 	defer live.close()
-	info, err := scan(ctx, store, manifestKey, func(en *manifest.Entry) error {
-		under, lead := onPath(opts.Only, en.Path)
+	info, err := engine.Scan(ctx, store, manifestKey, func(en *manifest.Entry) error {
+		under, lead := engine.OnPath(opts.Only, en.Path)
 		if !under && !(lead && en.Kind == manifest.KindDir) {
 			return nil
 		}
@@ -158,27 +139,27 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 	})
 	live.close()
 	if err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+		return Result{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
 	if opts.Only != "" && opts.Only != "." && !found {
-		return RestoreResult{}, fmt.Errorf("restore %s: the snapshot holds no %s: %w", manifestKey, files.Display(opts.Only), files.ErrNotFound)
+		return Result{}, fmt.Errorf("restore %s: the snapshot holds no %s: %w", manifestKey, files.Display(opts.Only), files.ErrNotFound)
 	}
 	info.Totals.Bytes = out.SizeBytes // what the progress counts to
 	if need > res.Free() {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
+		return Result{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
 	}
 
 	if pending, err := journaled(rootDir); err != nil || pending {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, errors.Join(err, ErrRestorePending))
+		return Result{}, fmt.Errorf("restore %s: %w", manifestKey, errors.Join(err, ErrPending))
 	}
 	st, p, err := prepare(ctx, rootFD, res, store, manifestKey, info, opts)
 	if err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: %w", manifestKey, err)
+		return Result{}, fmt.Errorf("restore %s: %w", manifestKey, err)
 	}
 	out.Kept, out.KeptBytes = p.kept, p.keptBytes
 	defer st.close()
 	if err := finish(rootFD, st.name, st.fd, -1); err != nil {
-		return RestoreResult{}, fmt.Errorf("restore %s: swap (Recover finishes it): %w", manifestKey, err)
+		return Result{}, fmt.Errorf("restore %s: swap (Recover finishes it): %w", manifestKey, err)
 	}
 	res.Changed(-p.removedCost)
 	out.Replaced = p.replaced
@@ -188,7 +169,7 @@ func Restore(ctx context.Context, root *files.Root, res *quota.Reservation, stor
 // prepare is Restore up to its commit point: the tree staged and synced,
 // the swap planned and its journal in place. On error it leaves nothing
 // behind.
-func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Store, key string, info manifest.Info, opts RestoreOptions) (*staging, swapPlan, error) {
+func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store engine.Store, key string, info manifest.Info, opts Options) (*staging, swapPlan, error) {
 	st, err := newStaging(rootFD, res)
 	if err != nil {
 		return nil, swapPlan{}, err
@@ -211,7 +192,7 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Stor
 		// Outside the path and the directories leading to it, the tree
 		// is left as it is.
 		ignore = func(rel string, isDir bool) bool {
-			if under, lead := onPath(only, rel); !under && !lead {
+			if under, lead := engine.OnPath(only, rel); !under && !lead {
 				return true
 			}
 			return opts.Ignore != nil && opts.Ignore(rel, isDir)
@@ -231,43 +212,6 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store Stor
 	}
 	committed = true
 	return st, p, nil
-}
-
-// scan reads the manifest under key, checking every entry
-// (manifest.Read) and handing it to fn, and returns its totals once its
-// end was checked.
-func scan(ctx context.Context, store Store, key string, fn func(*manifest.Entry) error) (manifest.Info, error) {
-	rc, err := store.Get(ctx, key)
-	if err != nil {
-		return manifest.Info{}, fmt.Errorf("read manifest: %w", err)
-	}
-	defer rc.Close()
-	return manifest.Read(ctx, rc, fn)
-}
-
-// ChunkKeys returns the keys of the chunks the manifest under key
-// references, in manifest order, each once (what a collector must keep
-// for it). Errors: manifest.ErrInvalid, the store's errors.
-func ChunkKeys(ctx context.Context, store Store, key string) ([]string, error) {
-	seen := make(map[[32]byte]struct{})
-	var sums [][32]byte
-	info, err := scan(ctx, store, key, func(en *manifest.Entry) error {
-		for _, x := range en.Extents {
-			if _, ok := seen[x.Chunk.Sum]; !ok {
-				seen[x.Chunk.Sum] = struct{}{}
-				sums = append(sums, x.Chunk.Sum)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("chunks of %s: %w", key, err)
-	}
-	keys := make([]string, len(sums))
-	for i, sum := range sums {
-		keys[i] = manifest.ChunkKey(info.Space, sum)
-	}
-	return keys, nil
 }
 
 // staging is a restore's directory in the root.
@@ -378,8 +322,8 @@ func timespec(ns int64) []unix.Timespec {
 // parallel too.
 type builder struct {
 	st    *staging
-	store Store
-	opts  RestoreOptions
+	store engine.Store
+	opts  Options
 	total int64
 	space string // the manifest's chunk space, as the first pass read it
 
@@ -435,12 +379,12 @@ const maxStagedOpen = 256
 // maxParts bounds the parts of one fetch (and so the files a fetch keeps
 // open): a pack holds at most packMaxFiles files, a hostile manifest may
 // name one chunk for any number (it is then fetched more than once).
-const maxParts = packMaxFiles
+const maxParts = engine.PackMaxFiles
 
 // build reads the manifest again (checking it again: the store might not
 // answer the same) and builds the tree, leaving out the files of the tree
 // (rootFD) proven equal to their entries: those are listed in keepName.
-func (s *staging) build(ctx context.Context, rootFD int, store Store, key string, info manifest.Info, opts RestoreOptions) error {
+func (s *staging) build(ctx context.Context, rootFD int, store engine.Store, key string, info manifest.Info, opts Options) error {
 	if opts.Workers <= 0 {
 		opts.Workers = runtime.NumCPU()
 	}
@@ -465,8 +409,8 @@ func (s *staging) build(ctx context.Context, rootFD int, store Store, key string
 	g.Go(func() error {
 		defer close(b.jobs)
 		return panics.Catch(func() error {
-			if _, err := scan(gctx, store, key, func(en *manifest.Entry) error {
-				if under, lead := onPath(opts.Only, en.Path); under || lead && en.Kind == manifest.KindDir {
+			if _, err := engine.Scan(gctx, store, key, func(en *manifest.Entry) error {
+				if under, lead := engine.OnPath(opts.Only, en.Path); under || lead && en.Kind == manifest.KindDir {
 					return b.add(gctx, en)
 				}
 				return nil
@@ -669,7 +613,7 @@ func (f *stagedFile) finish() error {
 
 // work fetches chunks, checks them and writes them into their files.
 func (b *builder) work(ctx context.Context) error {
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*maxChunk))
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*engine.MaxChunk))
 	if err != nil {
 		return fmt.Errorf("chunk decoder: %w", err)
 	}
@@ -710,38 +654,7 @@ func (b *builder) report(n int64) {
 
 // fetch reads chunk ref of the manifest's space (fetchChunk).
 func (b *builder) fetch(ctx context.Context, dec *zstd.Decoder, ref manifest.ChunkRef, comp *[]byte, data []byte) ([]byte, error) {
-	return fetchChunk(ctx, b.store, b.space, dec, ref, comp, data)
-}
-
-// fetchChunk reads chunk ref of chunk space space from store into data
-// (reused; its compressed bytes into *comp, reused too) and checks it: it
-// must decompress to exactly ref.len bytes whose SHA-256 is its name.
-func fetchChunk(ctx context.Context, store Store, space string, dec *zstd.Decoder, ref manifest.ChunkRef, comp *[]byte, data []byte) ([]byte, error) {
-	key := manifest.ChunkKey(space, ref.Sum)
-	rc, err := store.Get(ctx, key)
-	if err != nil {
-		return data, fmt.Errorf("read chunk %s: %w", key, err)
-	}
-	buf := bytes.NewBuffer((*comp)[:0])
-	// A compressed chunk is never much larger than maxChunk; one that is
-	// is not a chunk of ours.
-	_, err = buf.ReadFrom(io.LimitReader(rc, 2*maxChunk+1))
-	rc.Close()
-	if err != nil {
-		return data, fmt.Errorf("read chunk %s: %w", key, err)
-	}
-	*comp = buf.Bytes()
-	if len(*comp) > 2*maxChunk {
-		return data, fmt.Errorf("%w: %s is %d bytes compressed", ErrCorruptChunk, key, len(*comp))
-	}
-	data, err = dec.DecodeAll(*comp, data[:0])
-	if err != nil {
-		return data, fmt.Errorf("%w: %s: %w", ErrCorruptChunk, key, err)
-	}
-	if int64(len(data)) != ref.Len || sha256.Sum256(data) != ref.Sum {
-		return data, fmt.Errorf("%w: %s does not hold what its name says", ErrCorruptChunk, key)
-	}
-	return data, nil
+	return engine.FetchChunk(ctx, b.store, b.space, dec, ref, comp, data)
 }
 
 // writebackMin is the smallest extent whose writeback a worker starts

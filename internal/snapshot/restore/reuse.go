@@ -1,4 +1,4 @@
-package engine
+package restore
 
 import (
 	"bufio"
@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
@@ -390,7 +391,7 @@ func (p *prover) chunk(ctx context.Context, ref manifest.ChunkRef) ([]byte, erro
 		}
 	}
 	if p.dec == nil {
-		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*maxChunk))
+		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(2*engine.MaxChunk))
 		if err != nil {
 			return nil, fmt.Errorf("chunk decoder: %w", err)
 		}

@@ -1,4 +1,4 @@
-package engine
+package restore
 
 import (
 	"fmt"
@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
+	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
 
@@ -102,32 +104,32 @@ func rewriteInPlace(t testing.TB, dir, rel string, data []byte) {
 // whose content is the snapshot's keeps its inode and gets its mode and
 // mtime back.
 func TestRestoreKeepsUnchanged(t *testing.T) {
-	tr := newTree(t)
+	tr := enginetest.NewTree(t)
 	for i := range 200 {
-		tr.file(fmt.Sprintf("world/playerdata/%04d.dat", i), fmt.Appendf(nil, "player %d %s", i, tr.random(100+i)), 0o644)
+		tr.File(fmt.Sprintf("world/playerdata/%04d.dat", i), fmt.Appendf(nil, "player %d %s", i, tr.Random(100+i)), 0o644)
 	}
-	tr.file("world/region/r.0.0.mca", tr.random(3<<20), 0o644) // several chunks
-	tr.file("world/region/r.0.1.mca", tr.random(3<<20), 0o644)
-	tr.file("world/level.dat", tr.random(minChunk+10), 0o644) // a chunk of its own
-	tr.file("config/a.yml", []byte("a: 1\n"), 0o640)
-	tr.file("modes.txt", []byte("mode changes"), 0o644)
-	tr.file("times.txt", []byte("mtime changes"), 0o644)
-	tr.file("zero", nil, 0o600)
-	tr.file("asdir", []byte("a file, a directory in the tree"), 0o644)
-	tr.file("aslink", []byte("a file, a link in the tree"), 0o644)
-	tr.file("wasdir/x", []byte("in a directory that is a file in the tree"), 0o644)
-	tr.symlink("config/a.yml", "waslink")
-	tr.file("vialink/inner.txt", []byte("under a directory that is a link in the tree"), 0o644)
-	tr.file("hard.txt", []byte("a second name in the tree"), 0o644)
-	tr.stampDirs()
-	want := state(t, tr.dir)
-	store := newStore(t)
-	snap := create(t, openRoot(t, tr.dir), store, CreateOptions{})
+	tr.File("world/region/r.0.0.mca", tr.Random(3<<20), 0o644) // several chunks
+	tr.File("world/region/r.0.1.mca", tr.Random(3<<20), 0o644)
+	tr.File("world/level.dat", tr.Random(engine.MinChunk+10), 0o644) // a chunk of its own
+	tr.File("config/a.yml", []byte("a: 1\n"), 0o640)
+	tr.File("modes.txt", []byte("mode changes"), 0o644)
+	tr.File("times.txt", []byte("mtime changes"), 0o644)
+	tr.File("zero", nil, 0o600)
+	tr.File("asdir", []byte("a file, a directory in the tree"), 0o644)
+	tr.File("aslink", []byte("a file, a link in the tree"), 0o644)
+	tr.File("wasdir/x", []byte("in a directory that is a file in the tree"), 0o644)
+	tr.Symlink("config/a.yml", "waslink")
+	tr.File("vialink/inner.txt", []byte("under a directory that is a link in the tree"), 0o644)
+	tr.File("hard.txt", []byte("a second name in the tree"), 0o644)
+	tr.StampDirs()
+	want := enginetest.State(t, tr.Dir)
+	store := enginetest.NewStore(t)
+	snap := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{})
 	ignored := func(rel string, isDir bool) bool { return rel == "ignored" }
 
 	live := t.TempDir()
-	restore(t, openRoot(t, live), store, snap.ManifestKey, RestoreOptions{})
-	if d := diffState(want, state(t, live)); d != "" {
+	run(t, enginetest.OpenRoot(t, live), store, snap.ManifestKey, Options{})
+	if d := enginetest.DiffState(want, enginetest.State(t, live)); d != "" {
 		t.Fatalf("the copy differs:\n%s", d)
 	}
 	at := func(rel string) string { return filepath.Join(live, rel) }
@@ -179,15 +181,15 @@ func TestRestoreKeepsUnchanged(t *testing.T) {
 
 	before := inodes(t, live)
 	costBefore := treeCost(t, live)
-	res := unlimited(t)
-	out, err := Restore(t.Context(), openRoot(t, live), res, store, snap.ManifestKey, RestoreOptions{Ignore: ignored})
+	res := enginetest.Unlimited(t)
+	out, err := Run(t.Context(), enginetest.OpenRoot(t, live), res, store, snap.ManifestKey, Options{Ignore: ignored})
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
-	got := state(t, live)
+	got := enginetest.State(t, live)
 	delete(got, "ignored")
 	delete(got, "ignored/twin")
-	if d := diffState(want, got); d != "" {
+	if d := enginetest.DiffState(want, got); d != "" {
 		t.Errorf("restored tree differs:\n%s", d)
 	}
 	after := inodes(t, live)
@@ -242,7 +244,7 @@ func TestRestoreKeepsUnchanged(t *testing.T) {
 
 	// Restored again over itself: everything stays, nothing is written.
 	before = inodes(t, live)
-	out, err = Restore(t.Context(), openRoot(t, live), unlimited(t), store, snap.ManifestKey, RestoreOptions{Ignore: ignored})
+	out, err = Run(t.Context(), enginetest.OpenRoot(t, live), enginetest.Unlimited(t), store, snap.ManifestKey, Options{Ignore: ignored})
 	if err != nil {
 		t.Fatalf("Restore again: %v", err)
 	}
@@ -261,13 +263,13 @@ func TestRestoreKeepsUnchanged(t *testing.T) {
 // the swap is planned, makes the restore fail before its commit point,
 // leaving the tree as it was.
 func TestKeptFileChangedBeforeSwap(t *testing.T) {
-	tr := newTree(t)
-	tr.file("a.txt", []byte("snapshot a"), 0o644)
-	tr.file("b.txt", []byte("snapshot b"), 0o644)
-	store := newStore(t)
-	snap := create(t, openRoot(t, tr.dir), store, CreateOptions{})
+	tr := enginetest.NewTree(t)
+	tr.File("a.txt", []byte("snapshot a"), 0o644)
+	tr.File("b.txt", []byte("snapshot b"), 0o644)
+	store := enginetest.NewStore(t)
+	snap := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{})
 	live := t.TempDir()
-	restore(t, openRoot(t, live), store, snap.ManifestKey, RestoreOptions{})
+	run(t, enginetest.OpenRoot(t, live), store, snap.ManifestKey, Options{})
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -275,22 +277,22 @@ func TestKeptFileChangedBeforeSwap(t *testing.T) {
 		}
 	}
 	must(os.WriteFile(filepath.Join(live, "b.txt"), []byte("live b"), 0o644))
-	root := openRoot(t, live)
+	root := enginetest.OpenRoot(t, live)
 	dir, err := root.OpenDir(".")
 	must(err)
 	defer dir.Close()
 	rootFD := int(dir.Fd())
-	st, err := newStaging(rootFD, unlimited(t))
+	st, err := newStaging(rootFD, enginetest.Unlimited(t))
 	must(err)
-	must(st.build(t.Context(), rootFD, store, snap.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: snap.SizeBytes}}, RestoreOptions{}))
+	must(st.build(t.Context(), rootFD, store, snap.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: snap.SizeBytes}}, Options{}))
 	// Written between the check and the plan.
 	must(os.WriteFile(filepath.Join(live, "a.txt"), []byte("written!!!"), 0o644))
-	old := withoutStaging(state(t, live))
+	old := withoutStaging(enginetest.State(t, live))
 	if _, err := st.plan(t.Context(), rootFD, nil); err == nil || !strings.Contains(err.Error(), "changed while the restore checked it") {
 		t.Errorf("plan after a kept file changed = %v, want a refusal", err)
 	}
 	st.discard(rootFD)
-	if d := diffState(old, state(t, live)); d != "" {
+	if d := enginetest.DiffState(old, enginetest.State(t, live)); d != "" {
 		t.Errorf("the tree changed:\n%s", d)
 	}
 }
@@ -299,25 +301,25 @@ func TestKeptFileChangedBeforeSwap(t *testing.T) {
 // keep steps) is still run by Recover.
 func TestRecoverJournalV1(t *testing.T) {
 	snap := snapshotSide(t)
-	store := newStore(t)
-	res := create(t, openRoot(t, snap.dir), store, CreateOptions{})
-	want := state(t, snap.dir)
-	live := newTree(t)
-	live.file("a.txt", []byte("live a"), 0o644)
-	live.file("gone/y", []byte("removed"), 0o644)
-	root := openRoot(t, live.dir)
+	store := enginetest.NewStore(t)
+	res := enginetest.Create(t, enginetest.OpenRoot(t, snap.Dir), store, engine.CreateOptions{})
+	want := enginetest.State(t, snap.Dir)
+	live := enginetest.NewTree(t)
+	live.File("a.txt", []byte("live a"), 0o644)
+	live.File("gone/y", []byte("removed"), 0o644)
+	root := enginetest.OpenRoot(t, live.Dir)
 	dir, err := root.OpenDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, p, err := prepare(t.Context(), int(dir.Fd()), unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, RestoreOptions{})
+	st, p, err := prepare(t.Context(), int(dir.Fd()), enginetest.Unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.kept != 0 {
 		t.Fatalf("%d files kept; the fixture should keep none (a v1 journal has no keep step)", p.kept)
 	}
-	jpath := filepath.Join(live.dir, st.name, journalName)
+	jpath := filepath.Join(live.Dir, st.name, journalName)
 	st.close()
 	dir.Close()
 	j, err := os.ReadFile(jpath)
@@ -332,7 +334,7 @@ func TestRecoverJournalV1(t *testing.T) {
 	if err != nil || got != (Recovered{Finished: 1}) {
 		t.Fatalf("Recover of a v1 journal = %+v, %v; want one finished", got, err)
 	}
-	if d := diffState(want, state(t, live.dir)); d != "" {
+	if d := enginetest.DiffState(want, enginetest.State(t, live.Dir)); d != "" {
 		t.Errorf("the recovered tree differs:\n%s", d)
 	}
 }

@@ -1,4 +1,4 @@
-package engine
+package restore
 
 import (
 	"bufio"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
 )
 
 // The swap (doc.go, "Restore"). Once the tree is staged, plan compares it
@@ -50,7 +51,7 @@ type swapPlan struct {
 // planner writes the journal's steps.
 type planner struct {
 	ctx    context.Context
-	ignore IgnoreFunc
+	ignore engine.IgnoreFunc
 	dev    uint64 // the staging directory's file system
 	w      *bufio.Writer
 	keep   *keepReader // the files kept in place, in the order merge meets them
@@ -59,7 +60,7 @@ type planner struct {
 
 // plan writes the journal (journalTemp) of the swap of the staged tree
 // into the root. It moves nothing.
-func (s *staging) plan(ctx context.Context, rootFD int, ignore IgnoreFunc) (swapPlan, error) {
+func (s *staging) plan(ctx context.Context, rootFD int, ignore engine.IgnoreFunc) (swapPlan, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(s.fd, &st); err != nil {
 		return swapPlan{}, fmt.Errorf("plan the swap: %w", err)

@@ -1,4 +1,4 @@
-package engine
+package enginetest
 
 import (
 	"bytes"
@@ -19,11 +19,13 @@ import (
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/snapshot/engine"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
+	"github.com/klauspost/compress/zstd"
 )
 
-// newStore opens a file blob store in a temporary directory.
-func newStore(t testing.TB) blob.Store {
+// NewStore opens a file blob store in a temporary directory.
+func NewStore(t testing.TB) blob.Store {
 	t.Helper()
 	s, err := blob.Open(t.Context(), "file://"+t.TempDir(), blob.Options{})
 	if err != nil {
@@ -32,8 +34,8 @@ func newStore(t testing.TB) blob.Store {
 	return s
 }
 
-// openRoot opens dir as a server root.
-func openRoot(t testing.TB, dir string) *files.Root {
+// OpenRoot opens dir as a server root.
+func OpenRoot(t testing.TB, dir string) *files.Root {
 	t.Helper()
 	r, err := files.Open(dir)
 	if err != nil {
@@ -43,36 +45,36 @@ func openRoot(t testing.TB, dir string) *files.Root {
 	return r
 }
 
-// tree builds fixtures under a host directory (tests only: the engine
+// Tree builds fixtures under a host directory (tests only: the engine
 // never sees these paths).
-type tree struct {
+type Tree struct {
 	t   testing.TB
-	dir string
+	Dir string
 	rnd *rand.ChaCha8
 	now time.Time
 	n   int
 }
 
-func newTree(t testing.TB) *tree {
-	return &tree{t: t, dir: t.TempDir(), rnd: rand.NewChaCha8([32]byte{1}),
+func NewTree(t testing.TB) *Tree {
+	return &Tree{t: t, Dir: t.TempDir(), rnd: rand.NewChaCha8([32]byte{1}),
 		now: time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)}
 }
 
 // mtime is a distinct past time for each call, with nanoseconds.
-func (tr *tree) mtime() time.Time {
+func (tr *Tree) Mtime() time.Time {
 	tr.n++
 	return tr.now.Add(time.Duration(tr.n)*time.Minute + time.Duration(tr.n*7919)*time.Nanosecond)
 }
 
-func (tr *tree) random(n int) []byte {
+func (tr *Tree) Random(n int) []byte {
 	b := make([]byte, n)
 	_, _ = tr.rnd.Read(b)
 	return b
 }
 
-func (tr *tree) file(rel string, data []byte, mode fs.FileMode) {
+func (tr *Tree) File(rel string, data []byte, mode fs.FileMode) {
 	tr.t.Helper()
-	p := filepath.Join(tr.dir, rel)
+	p := filepath.Join(tr.Dir, rel)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		tr.t.Fatal(err)
 	}
@@ -83,15 +85,15 @@ func (tr *tree) file(rel string, data []byte, mode fs.FileMode) {
 	if err := os.Chmod(p, mode); err != nil {
 		tr.t.Fatal(err)
 	}
-	m := tr.mtime()
+	m := tr.Mtime()
 	if err := os.Chtimes(p, m, m); err != nil {
 		tr.t.Fatal(err)
 	}
 }
 
-func (tr *tree) mkdir(rel string, mode fs.FileMode) {
+func (tr *Tree) Mkdir(rel string, mode fs.FileMode) {
 	tr.t.Helper()
-	p := filepath.Join(tr.dir, rel)
+	p := filepath.Join(tr.Dir, rel)
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		tr.t.Fatal(err)
 	}
@@ -100,9 +102,9 @@ func (tr *tree) mkdir(rel string, mode fs.FileMode) {
 	}
 }
 
-func (tr *tree) symlink(target, rel string) {
+func (tr *Tree) Symlink(target, rel string) {
 	tr.t.Helper()
-	p := filepath.Join(tr.dir, rel)
+	p := filepath.Join(tr.Dir, rel)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		tr.t.Fatal(err)
 	}
@@ -110,7 +112,7 @@ func (tr *tree) symlink(target, rel string) {
 	if err := os.Symlink(target, p); err != nil {
 		tr.t.Fatal(err)
 	}
-	m := tr.mtime()
+	m := tr.Mtime()
 	ts := []unix.Timespec{unix.NsecToTimespec(m.UnixNano()), unix.NsecToTimespec(m.UnixNano())}
 	if err := unix.UtimesNanoAt(unix.AT_FDCWD, p, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		tr.t.Fatal(err)
@@ -119,28 +121,28 @@ func (tr *tree) symlink(target, rel string) {
 
 // stampDirs gives every directory a distinct mtime, deepest first (after
 // their content is made).
-func (tr *tree) stampDirs() {
+func (tr *Tree) StampDirs() {
 	tr.t.Helper()
 	var dirs []string
-	_ = filepath.WalkDir(tr.dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() && p != tr.dir {
+	_ = filepath.WalkDir(tr.Dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && p != tr.Dir {
 			dirs = append(dirs, p)
 		}
 		return nil
 	})
 	slices.Reverse(dirs)
 	for _, p := range dirs {
-		m := tr.mtime()
+		m := tr.Mtime()
 		if err := os.Chtimes(p, m, m); err != nil {
 			tr.t.Fatal(err)
 		}
 	}
 }
 
-// state describes a tree as a restore must reproduce it: every entry's
+// State describes a tree as a restore must reproduce it: every entry's
 // kind, mode, mtime, size and content hash or link target. Kiln's
 // temporary entries are listed too (none may be left).
-func state(t testing.TB, dir string) map[string]string {
+func State(t testing.TB, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -177,8 +179,8 @@ func state(t testing.TB, dir string) map[string]string {
 	return out
 }
 
-// diffState reports the differences between two states, "" when none.
-func diffState(want, got map[string]string) string {
+// DiffState reports the differences between two states, "" when none.
+func DiffState(want, got map[string]string) string {
 	var b strings.Builder
 	keys := make([]string, 0, len(want)+len(got))
 	for k := range want {
@@ -205,8 +207,8 @@ func diffState(want, got map[string]string) string {
 	return b.String()
 }
 
-// unlimited is a reservation of an account with no practical limit.
-func unlimited(t testing.TB) *quota.Reservation {
+// Unlimited is a reservation of an account with no practical limit.
+func Unlimited(t testing.TB) *quota.Reservation {
 	t.Helper()
 	res, err := quota.NewAccount(1 << 50).Reserve(0)
 	if err != nil {
@@ -216,15 +218,15 @@ func unlimited(t testing.TB) *quota.Reservation {
 	return res
 }
 
-// putManifest stores a manifest of entries under a new key, written by
+// PutManifest stores a manifest of entries under a new key, written by
 // the engine's own encoder (hostile ones included: it checks nothing).
-func putManifest(t testing.TB, store blob.Store, id string, entries ...manifest.Entry) string {
+func PutManifest(t testing.TB, store blob.Store, id string, entries ...manifest.Entry) string {
 	t.Helper()
-	return putManifestVersion(t, store, id, manifest.Version, entries...)
+	return PutManifestVersion(t, store, id, manifest.Version, entries...)
 }
 
-// putManifestVersion is putManifest in an older format version.
-func putManifestVersion(t testing.TB, store blob.Store, id string, version int, entries ...manifest.Entry) string {
+// PutManifestVersion is putManifest in an older format version.
+func PutManifestVersion(t testing.TB, store blob.Store, id string, version int, entries ...manifest.Entry) string {
 	t.Helper()
 	var buf bytes.Buffer
 	enc, err := manifest.NewEncoderVersion(&buf, version, manifest.Header{})
@@ -239,9 +241,83 @@ func putManifestVersion(t testing.TB, store blob.Store, id string, version int, 
 	if err := enc.Close(); err != nil {
 		t.Fatal(err)
 	}
-	key := ManifestKey(id)
+	key := manifest.Key(id)
 	if _, err := store.Put(t.Context(), key, bytes.NewReader(buf.Bytes()), int64(buf.Len())); err != nil {
 		t.Fatal(err)
 	}
 	return key
+}
+
+// Fixture builds a tree with every kind of entry a snapshot records.
+func Fixture(t testing.TB) *Tree {
+	tr := NewTree(t)
+	tr.File("server.properties", []byte("motd=hello\nmax-players=20\n"), 0o644)
+	tr.File("empty", nil, 0o600)
+	tr.File("start.sh", []byte("#!/bin/sh\nexec java -jar server.jar\n"), 0o755)
+	tr.File("world/region/r.0.0.mca", tr.Random(30<<20), 0o644)
+	tr.File("world/region/r.0.1.mca", tr.Random(engine.MaxChunk), 0o644)   // exactly one maximal chunk
+	tr.File("world/region/r.1.0.mca", tr.Random(2*engine.MaxChunk), 0o644) // cut at the maximum twice
+	tr.File("world/level.dat", tr.Random(engine.MinChunk), 0o644)          // exactly the minimal chunk
+	tr.File("world/session.lock", tr.Random(engine.MinChunk+1), 0o400)
+	for i := range 300 {
+		tr.File(fmt.Sprintf("world/playerdata/%04d.dat", i), fmt.Appendf(nil, "player %d %s", i, tr.Random(i)), 0o644)
+	}
+	tr.Mkdir("plugins/empty", 0o750)
+	tr.Mkdir("plugins/Essentials", 0o755)
+	tr.File("plugins/Essentials/config.yml", []byte("a: 1\n"), 0o640)
+	tr.Symlink("plugins/Essentials/config.yml", "config-link")
+	tr.Symlink("../server.properties", "plugins/props")
+	tr.Symlink("missing-target", "dangling")
+	tr.File("name with spaces & ünïcode\n.txt", []byte("odd name"), 0o644)
+	tr.StampDirs()
+	return tr
+}
+
+// Create is engine.Create, failing the test on an error.
+func Create(t testing.TB, root *files.Root, store engine.Store, opts engine.CreateOptions) engine.Result {
+	t.Helper()
+	res, err := engine.Create(t.Context(), root, store, opts)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return res
+}
+
+// Encoder is a zstd encoder at the fastest level, closed when the test ends.
+func Encoder(t testing.TB) *zstd.Encoder {
+	t.Helper()
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { enc.Close() })
+	return enc
+}
+
+// ChunkOf returns the stored (compressed) form of data and its ref.
+func ChunkOf(t testing.TB, data []byte) ([]byte, manifest.ChunkRef) {
+	t.Helper()
+	return Encoder(t).EncodeAll(data, nil), manifest.ChunkRef{Sum: sha256.Sum256(data), Len: int64(len(data))}
+}
+
+// PutChunk stores data as a chunk and returns its ref.
+func PutChunk(t testing.TB, store blob.Store, data []byte) manifest.ChunkRef {
+	t.Helper()
+	comp, ref := ChunkOf(t, data)
+	if _, err := store.Put(t.Context(), manifest.ChunkKey("", ref.Sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// PutLiar stores a chunk under the name of content it does not hold
+// ("what it holds!!!!!" under the SHA-256 of "what the name says").
+func PutLiar(t testing.TB, store blob.Store) manifest.ChunkRef {
+	t.Helper()
+	liar := manifest.ChunkRef{Sum: sha256.Sum256([]byte("what the name says")), Len: int64(len("what it holds!!!!!"))}
+	comp, _ := ChunkOf(t, []byte("what it holds!!!!!"))
+	if _, err := store.Put(t.Context(), manifest.ChunkKey("", liar.Sum), bytes.NewReader(comp), int64(len(comp))); err != nil {
+		t.Fatal(err)
+	}
+	return liar
 }
