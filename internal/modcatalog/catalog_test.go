@@ -3,6 +3,7 @@ package modcatalog
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -605,11 +606,33 @@ func TestPrivateAddressRefused(t *testing.T) {
 	}
 	defer s.Close()
 	_, err = s.SearchModrinth(t.Context(), nil)
-	if !errors.Is(err, ErrUpstream) || !strings.Contains(err.Error(), "could not be reached") {
-		t.Errorf("a loopback upstream without an allow list = %v, want ErrUpstream, could not be reached", err)
+	want := "Modrinth could not be reached: its address is private or local, which Kiln refuses unless --pull-allow-cidr allows it"
+	if !errors.Is(err, ErrUpstream) || err.Error() != want {
+		t.Errorf("a loopback upstream without an allow list = %v, want ErrUpstream, %q", err, want)
 	}
 	if u.calls.Load() != 0 {
 		t.Error("the loopback upstream was reached")
+	}
+}
+
+// TestUnreachableSaysWhy: a catalog whose port refuses connections is
+// named as such in the error the user sees (the whole error is logged).
+func TestUnreachableSaysWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	s, err := New(loopback(), Options{ModrinthURL: "http://" + addr, Attempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_, err = s.SearchModrinth(t.Context(), nil)
+	want := "Modrinth could not be reached: the connection was refused"
+	if !errors.Is(err, ErrUpstream) || err.Error() != want {
+		t.Errorf("SearchModrinth of a closed port = %v, want ErrUpstream, %q", err, want)
 	}
 }
 

@@ -55,7 +55,10 @@
 //     4xx, timeouts, connection errors, a body over 8 MiB or one that is
 //     not the documented JSON are *UpstreamError (ErrUpstream), whose
 //     message names the catalog and the failure but never the key or the
-//     upstream's text. Validation runs before the key check, so a bad
+//     upstream's text; a connection that failed says why when that is
+//     something to act on (a name that does not resolve, a refused
+//     connection or a private address, no route, a certificate not
+//     accepted), never the address. Validation runs before the key check, so a bad
 //     query is 400 even when CurseForge is not configured.
 //   - Retries: 5xx, 429, timeouts and connection errors are tried again,
 //     Options.Attempts (3) times in all; the wait is Retry-After (seconds

@@ -2,6 +2,7 @@ package modcatalog
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +12,10 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/kilnhq/kiln/internal/netguard"
 )
 
 // maxBody bounds an upstream answer. CurseForge's largest page (50 mods
@@ -137,7 +141,29 @@ func (u *upstream) transportError(actx context.Context, err error) error {
 	if ne, ok := errors.AsType[net.Error](err); errors.Is(actx.Err(), context.DeadlineExceeded) || (ok && ne.Timeout()) {
 		return &UpstreamError{Catalog: u.name, Reason: "did not answer within " + u.opts.Timeout.String(), Err: err, timeout: true}
 	}
-	return &UpstreamError{Catalog: u.name, Reason: "could not be reached", Err: err}
+	return &UpstreamError{Catalog: u.name, Reason: "could not be reached" + unreachable(err), Err: err}
+}
+
+// unreachable says in a few words why a connection failed, when the
+// error says so in a way a user can act on; the whole error is logged.
+// Addresses are not named: the catalog's host is the operator's.
+func unreachable(err error) string {
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, new(*netguard.BlockedError)):
+		return ": its address is private or local, which Kiln refuses unless --pull-allow-cidr allows it"
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return ": its name does not resolve"
+	case errors.As(err, &dns):
+		return ": its name could not be resolved"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ": the connection was refused"
+	case errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH):
+		return ": there is no route to it"
+	case errors.As(err, new(*tls.CertificateVerificationError)):
+		return ": its TLS certificate was not accepted"
+	}
+	return ""
 }
 
 // retryAfter reads Retry-After (delta-seconds or an HTTP date) and, on a
