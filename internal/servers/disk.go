@@ -221,7 +221,7 @@ func (h *Held) Access(ctx context.Context) (Access, error) {
 func (h *Held) Release() { h.disk.Release() }
 
 // Stop stops the held server for the holder and returns once no process
-// of it runs, telling whether it ran or was asked to (a start recorded
+// of it runs, telling whether it ran or was asked to (a start or restart recorded
 // before the hold whose process had not begun): the holder starts it
 // again when it is done (Power start, after Release). A start asked for
 // before the hold has either launched its process by the time Stop looks
@@ -247,7 +247,10 @@ func (h *Held) Stop(ctx context.Context) (wasRunning bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	wasRunning = running || sv.DesiredState == "running" && sv.Status == StatusOffline
+	// Asked to run and not running: a start not begun (offline), or a
+	// restart between its stop and its start (stopping, its end not yet
+	// recorded); a crashed server's restarts are its own.
+	wasRunning = running || sv.DesiredState == "running" && (sv.Status == StatusOffline || sv.Status == StatusStopping)
 	if !running {
 		return wasRunning, nil
 	}

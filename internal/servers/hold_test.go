@@ -246,6 +246,29 @@ func TestHeldServerStopsAndStaysDown(t *testing.T) {
 			return s.Status == servers.StatusOffline || s.Status == servers.StatusCrashed
 		})
 	}
+
+	// A restart asked for just before the hold: reported running too,
+	// wherever the hold caught it (before its stop, between its stop and
+	// its start, after).
+	for round := range 3 {
+		if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
+			t.Fatal(err)
+		}
+		waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+		if err := svc.Power(ctx, teamID, sv.ID, "restart"); err != nil {
+			t.Fatal(err)
+		}
+		held, err := svc.Hold(ctx, teamID, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if was, err := held.Stop(ctx); err != nil || !was {
+			t.Fatalf("restart round %d: Stop after a restart = %v, %v; want true", round, was, err)
+		}
+		stillDown(fmt.Sprintf("restart round %d", round))
+		held.Release()
+		waitFor(t, svc, teamID, sv.ID, "offline", func(s servers.Server) bool { return s.Status == servers.StatusOffline })
+	}
 }
 
 // TestReaderChanged: a Reader tells whether the server's status changed
