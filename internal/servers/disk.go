@@ -227,7 +227,8 @@ func (h *Held) Release() { h.disk.Release() }
 // before the hold has either launched its process by the time Stop looks
 // (power operations are serialised), which it then stops, or is refused
 // by the hold when its turn comes (start): until Release, no process of
-// the server runs. It returns once the end is recorded (offline). A
+// the server runs. It returns once the end is recorded (offline), also an
+// end it did not cause (a restart's stop just before). A
 // crashed server stays crashed. Errors: ErrNotFound, the database's,
 // ctx's.
 func (h *Held) Stop(ctx context.Context) (wasRunning bool, err error) {
@@ -251,30 +252,29 @@ func (h *Held) Stop(ctx context.Context) (wasRunning bool, err error) {
 	// restart between its stop and its start (stopping, its end not yet
 	// recorded); a crashed server's restarts are its own.
 	wasRunning = running || sv.DesiredState == "running" && (sv.Status == StatusOffline || sv.Status == StatusStopping)
-	if !running {
-		return wasRunning, nil
+	if running {
+		if err := h.s.setDesired(ctx, h.id, "stopped"); err != nil {
+			return false, err
+		}
+		h.s.stop(ctx, h.id, false)
 	}
-	if err := h.s.setDesired(ctx, h.id, "stopped"); err != nil {
-		return false, err
-	}
-	h.s.stop(ctx, h.id, false)
-	// The process has ended; its supervisor records the end (runtime ref
-	// cleared, then offline) a moment later: wait for it, so the record
-	// says what Stop did.
+	// The process has ended (stopped here, or by a restart's stop just
+	// before); its supervisor records the end (runtime ref cleared, then
+	// offline) a moment later: wait for it, so the record says what is.
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		l.mu.Lock()
 		st := l.status
 		l.mu.Unlock()
-		if st == StatusOffline || st == StatusCrashed {
+		if st == StatusOffline || st == StatusCrashed || st == StatusInstalling {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return true, ctx.Err()
+			return wasRunning, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return true, nil
+	return wasRunning, nil
 }
 
 // DiskChanged makes the next write measure the root again (after an
