@@ -19,11 +19,7 @@ func TestExportSlots(t *testing.T) {
 	e := newSvcEnv(t, storetest.SQLite(t))
 	e.svc.exports = make(chan struct{}, 2) // MaxExports 2
 	sv := e.server("dl", map[string]string{"server.properties": "motd=x\n", "world/level.dat": "level"})
-	snap, err := e.svc.Create(t.Context(), e.team, sv.ID, "dl", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.wait(snap.ID)
+	snap := e.take(sv.ID, "dl", "")
 
 	if _, err := e.svc.Export(t.Context(), "team_b", snap.ID, ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("another team's Export = %v, want ErrNotFound", err)

@@ -53,11 +53,7 @@ func TestDeleteWhileDownloading(t *testing.T) {
 		ctx := t.Context()
 		big := randomText(900 << 10) // 1.8 MB: more than one chunk
 		sv := e.server("dl", map[string]string{"server.properties": "motd=kept\n", "world/big.dat": big})
-		snap, err := e.svc.Create(ctx, e.team, sv.ID, "old", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap = e.wait(snap.ID)
+		snap := e.take(sv.ID, "old", "")
 		chunks := e.blobs(chunkPrefix)
 		if chunks < 2 {
 			t.Fatalf("the snapshot stored %d chunks, want 2 or more", chunks)
@@ -112,11 +108,7 @@ func TestDeleteWhileRestoring(t *testing.T) {
 			ctx := t.Context()
 			big := randomText(900 << 10)
 			sv := e.server("r", map[string]string{"world/level.dat": big, "plugins/a.jar": "jar"})
-			snap, err := e.svc.Create(ctx, e.team, sv.ID, "before", "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			snap = e.wait(snap.ID)
+			snap := e.take(sv.ID, "before", "")
 			e.write(sv.ID, map[string]string{"world/level.dat": "changed since", "plugins/b.jar": "new"})
 
 			close(gate.armed)
@@ -191,11 +183,7 @@ func TestDeadReaderHoldsNothing(t *testing.T) {
 	sv := e.server("r", map[string]string{"world/level.dat": randomText(100 << 10)})
 
 	// A dead reader's row: the delete cleans up all the same.
-	snap, err := e.svc.Create(ctx, e.team, sv.ID, "one", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap = e.wait(snap.ID)
+	snap := e.take(sv.ID, "one", "")
 	if _, err := e.db.Write().ExecContext(ctx, `INSERT INTO snapshot_reads (claim, snapshot_uuid, started_at) VALUES ('inst_gone/a', $1, 1)`, snap.UUID); err != nil {
 		t.Fatal(err)
 	}
@@ -250,11 +238,7 @@ func TestReadersEndTogether(t *testing.T) {
 		sv := e.server("two", map[string]string{"a": randomText(300 << 10)})
 		for round := range rounds {
 			e.write(sv.ID, map[string]string{"a": randomText(300 << 10)})
-			snap, err := e.svc.Create(ctx, e.team, sv.ID, fmt.Sprintf("r%d", round), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			snap = e.wait(snap.ID)
+			snap := e.take(sv.ID, fmt.Sprintf("r%d", round), "")
 			var ds []*Download
 			for range 2 {
 				d, err := e.svc.Export(ctx, e.team, snap.ID, "")
@@ -304,11 +288,7 @@ func TestConcurrentReadDelete(t *testing.T) {
 		for round := range rounds {
 			c := randomText(40 << 10)
 			e.write(sv.ID, map[string]string{"c": c})
-			snap, err := e.svc.Create(ctx, e.team, sv.ID, fmt.Sprintf("r%d", round), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			snap = e.wait(snap.ID)
+			snap := e.take(sv.ID, fmt.Sprintf("r%d", round), "")
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				d, err := e.svc.Export(ctx, e.team, snap.ID, "")
@@ -345,11 +325,7 @@ func TestConcurrentReadDelete(t *testing.T) {
 				}
 			}
 			// A snapshot kept across the next round's race.
-			keep, err = e.svc.Create(ctx, e.team, sv.ID, fmt.Sprintf("k%d", round), "")
-			if err != nil {
-				t.Fatal(err)
-			}
-			keep = e.wait(keep.ID)
+			keep = e.take(sv.ID, fmt.Sprintf("k%d", round), "")
 			e.checkComplete(keep)
 		}
 		stopCollecting()

@@ -112,6 +112,17 @@ func (e *svcEnv) waitServer(id string, cond func(servers.Server) bool) servers.S
 	}
 }
 
+// take creates a snapshot of server id and waits for it to be ready (or
+// fails the test).
+func (e *svcEnv) take(id, name, ignore string) Snapshot {
+	e.t.Helper()
+	snap, err := e.svc.Create(e.t.Context(), e.team, id, name, ignore)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return e.wait(snap.ID)
+}
+
 // wait waits for a snapshot to be ready (or fails the test).
 func (e *svcEnv) wait(id string) Snapshot {
 	e.t.Helper()
@@ -216,11 +227,7 @@ func testLifecycle(t *testing.T, e *svcEnv) {
 
 		// 1 % changed: the second snapshot stores a few chunks at most.
 		e.write(sv.ID, map[string]string{"server.properties": "motd=changed\n"})
-		second, err := e.svc.Create(ctx, e.team, sv.ID, "second", "logs/\n")
-		if err != nil {
-			t.Fatal(err)
-		}
-		second = e.wait(second.ID)
+		second := e.take(sv.ID, "second", "logs/\n")
 		if *second.StoredBytes*20 > *first.StoredBytes {
 			t.Errorf("second snapshot stored %d bytes, first %d: want under 5 %%", *second.StoredBytes, *first.StoredBytes)
 		}
@@ -298,11 +305,7 @@ func TestRestoreRunningServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
-	snap, err := e.svc.Create(ctx, e.team, sv.ID, "before", "cache/\n")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap = e.wait(snap.ID)
+	snap := e.take(sv.ID, "before", "cache/\n")
 	// The running game server's saves were paused and flushed around it.
 	// save-on is sent once the snapshot is ready and not awaited, so the
 	// game's answer may reach the console a moment after the snapshot.
@@ -571,11 +574,7 @@ func TestSecondSnapshotParent(t *testing.T) {
 		ctx := t.Context()
 		keep, change := randomText(1<<20), randomText(1<<20)
 		sv := e.server("world", map[string]string{"world/region/r.0.0.mca": keep, "world/region/r.0.1.mca": change, "server.properties": "motd=hi\n"})
-		first, err := e.svc.Create(ctx, e.team, sv.ID, "first", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		first = e.wait(first.ID)
+		first := e.take(sv.ID, "first", "")
 		firstKeys, err := engine.ChunkKeys(ctx, st, manifest.Key(first.UUID))
 		if err != nil {
 			t.Fatal(err)
@@ -588,11 +587,7 @@ func TestSecondSnapshotParent(t *testing.T) {
 		changed := randomText(1 << 20)
 		e.write(sv.ID, map[string]string{"world/region/r.0.1.mca": changed})
 
-		second, err := e.svc.Create(ctx, e.team, sv.ID, "second", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		second = e.wait(second.ID)
+		second := e.take(sv.ID, "second", "")
 		keys, err := engine.ChunkKeys(ctx, st, manifest.Key(second.UUID))
 		if err != nil {
 			t.Fatal(err)
@@ -643,11 +638,7 @@ func TestOrphanChunksCollected(t *testing.T) {
 		e := newSvcEnv(t, db)
 		ctx := t.Context()
 		sv := e.server("world", map[string]string{"level.dat": "data", "region/r.0.0.mca": strings.Repeat("r", 5000)})
-		snap, err := e.svc.Create(ctx, e.team, sv.ID, "keep", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		snap = e.wait(snap.ID)
+		snap := e.take(sv.ID, "keep", "")
 		kept := e.blobs(chunkPrefix)
 		const orphans = orphanBatch + 37
 		for i := range orphans {
@@ -733,11 +724,7 @@ func TestRestoreIntoDeletedServer(t *testing.T) {
 	})
 	sv := e.server("doomed", map[string]string{"world/custom.dat": "snapshot", "plugins/a.jar": "jar"})
 	root = e.node.Node.Root(sv.ID)
-	snap, err := e.svc.Create(ctx, e.team, sv.ID, "before", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap = e.wait(snap.ID)
+	snap := e.take(sv.ID, "before", "")
 	e.write(sv.ID, map[string]string{"world/custom.dat": "changed since"})
 	if err := e.srv.Power(ctx, e.team, sv.ID, "start"); err != nil {
 		t.Fatal(err)
@@ -816,11 +803,7 @@ func TestDeleteAbortedRestoresAgain(t *testing.T) {
 	})
 	e.srv.OnDeleteEnded(e.svc.DeleteEnded)
 	sv := e.server("kept", map[string]string{"world/custom.dat": "v1"})
-	snap, err := e.svc.Create(ctx, e.team, sv.ID, "before", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap = e.wait(snap.ID)
+	snap := e.take(sv.ID, "before", "")
 	if err := e.srv.Delete(ctx, e.team, sv.ID); err == nil {
 		t.Fatal("Delete succeeded with a failing hook")
 	}
@@ -901,11 +884,7 @@ func TestSnapshotLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		sv := e.server("limited", map[string]string{"server.properties": "motd=x\n"})
-		first, err := e.svc.Create(ctx, e.team, sv.ID, "one", "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.wait(first.ID)
+		first := e.take(sv.ID, "one", "")
 		if _, err := e.svc.Create(ctx, e.team, sv.ID, "two", ""); err != nil {
 			t.Fatal(err)
 		}
@@ -916,7 +895,7 @@ func TestSnapshotLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := e.count(`SELECT count(*) FROM snapshots`)
-		_, err = e.svc.Create(ctx, e.team, sv.ID, "three", "")
+		_, err := e.svc.Create(ctx, e.team, sv.ID, "three", "")
 		var le *servers.TeamLimitError
 		if !errors.As(err, &le) || le.Limit != "snapshots" || le.Max != 2 || le.Used != 2 {
 			t.Fatalf("the third snapshot = %v, want a TeamLimitError of snapshots 2 used 2", err)
@@ -942,11 +921,7 @@ func TestRestoreWaitsForWriters(t *testing.T) {
 	e := newSvcEnv(t, storetest.SQLite(t))
 	ctx := t.Context()
 	sv := e.server("busy", map[string]string{"world/level.dat": "v1"})
-	snap, err := e.svc.Create(ctx, e.team, sv.ID, "v1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap = e.wait(snap.ID)
+	snap := e.take(sv.ID, "v1", "")
 	e.write(sv.ID, map[string]string{"world/level.dat": "v2"})
 	level := filepath.Join(e.node.Node.Root(sv.ID), "world/level.dat")
 	writer := func() *quota.Reservation {
@@ -985,7 +960,7 @@ func TestRestoreWaitsForWriters(t *testing.T) {
 	e.svc.opts.WriterWait = 200 * time.Millisecond // no restore runs now
 	r = writer()
 	defer r.Release()
-	err = e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID)
+	err := e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID)
 	if !errors.Is(err, ErrWritersBusy) || !strings.Contains(err.Error(), "1 still in progress after 200ms") {
 		t.Fatalf("RestoreNow with a write that does not end = %v, want ErrWritersBusy", err)
 	}

@@ -381,11 +381,7 @@ func TestStartJustBeforeRestore(t *testing.T) {
 	e := newSvcEnv(t, storetest.SQLite(t))
 	ctx := t.Context()
 	sv := e.server("raced", map[string]string{"world/custom.dat": "v1"})
-	snap, err := e.svc.Create(ctx, e.team, sv.ID, "v1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap = e.wait(snap.ID)
+	snap := e.take(sv.ID, "v1", "")
 	for round := range 4 {
 		e.write(sv.ID, map[string]string{"world/custom.dat": fmt.Sprintf("changed %d", round)})
 		if err := e.srv.Power(ctx, e.team, sv.ID, "start"); err != nil {
