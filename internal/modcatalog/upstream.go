@@ -148,19 +148,21 @@ func (u *upstream) transportError(actx context.Context, err error) error {
 // error says so in a way a user can act on; the whole error is logged.
 // Addresses are not named: the catalog's host is the operator's.
 func unreachable(err error) string {
-	var dns *net.DNSError
+	dns, isDNS := errors.AsType[*net.DNSError](err)
+	_, blocked := errors.AsType[*netguard.BlockedError](err)
+	_, badCert := errors.AsType[*tls.CertificateVerificationError](err)
 	switch {
-	case errors.As(err, new(*netguard.BlockedError)):
+	case blocked:
 		return ": its address is private or local, which Kiln refuses unless --pull-allow-cidr allows it"
-	case errors.As(err, &dns) && dns.IsNotFound:
+	case isDNS && dns.IsNotFound:
 		return ": its name does not resolve"
-	case errors.As(err, &dns):
+	case isDNS:
 		return ": its name could not be resolved"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return ": the connection was refused"
 	case errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.EHOSTUNREACH):
 		return ": there is no route to it"
-	case errors.As(err, new(*tls.CertificateVerificationError)):
+	case badCert:
 		return ": its TLS certificate was not accepted"
 	}
 	return ""

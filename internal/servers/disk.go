@@ -117,11 +117,11 @@ func (s *Service) Reading(ctx context.Context, teamID, id string) (*Reader, erro
 	return &Reader{l: l, seen: l.changes}, nil
 }
 
-// Reader is a read of a server's root whole (Reading).
+// Reader is a read of a server's root whole (Reading). Changed and Again
+// are for the goroutine that reads; Release may come from any.
 type Reader struct {
 	l    *live
 	once sync.Once
-	mu   sync.Mutex
 	seen uint64 // l.changes when the reading began, or at the last Again
 }
 
@@ -137,25 +137,11 @@ func (r *Reader) Release() {
 // Changed tells whether the server's status changed (a process started,
 // became running, stopped or crashed) since the reading began or since
 // the last Again.
-func (r *Reader) Changed() bool {
-	r.l.mu.Lock()
-	now := r.l.changes
-	r.l.mu.Unlock()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return now != r.seen
-}
+func (r *Reader) Changed() bool { return r.l.changeCount() != r.seen }
 
 // Again makes Changed count from now (a reader that reads the root again
 // after a change).
-func (r *Reader) Again() {
-	r.l.mu.Lock()
-	now := r.l.changes
-	r.l.mu.Unlock()
-	r.mu.Lock()
-	r.seen = now
-	r.mu.Unlock()
-}
+func (r *Reader) Again() { r.seen = r.l.changeCount() }
 
 // Held is a server's root held for one writer (Hold).
 type Held struct {

@@ -69,6 +69,13 @@ func (l *live) setStatus(st string) {
 	}
 }
 
+// changeCount is how many times the status changed (Reader.Changed).
+func (l *live) changeCount() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.changes
+}
+
 func (l *live) instance() runtime.Instance {
 	l.mu.Lock()
 	defer l.mu.Unlock()
