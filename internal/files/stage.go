@@ -349,7 +349,9 @@ const (
 // moved so far in place and the rest in the staging directory, and an
 // entry created in the destination by someone else between the check and
 // its move makes that move fail (ErrExists, or the directory's error)
-// rather than be overwritten. ctx is heeded until the first move.
+// rather than be overwritten. ctx is heeded until the first move. More
+// than one move is a batch of the reservation (quota.Reservation.Batch):
+// a snapshot walking the root meanwhile sees that it changed.
 func (s *Stager) Commit(ctx context.Context) error {
 	if err := s.Sync(); err != nil {
 		return err
@@ -362,6 +364,12 @@ func (s *Stager) Commit(ctx context.Context) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if len(moves) > 1 {
+		// Moved one by one, the tree is a batch to whoever reads the root
+		// whole meanwhile (a snapshot's walk reads it again).
+		end := s.res.Batch()
+		defer end()
 	}
 	for _, m := range moves {
 		if err := s.move(dest, m); err != nil {

@@ -55,6 +55,8 @@ type Account struct {
 	staled   bool           // Stale was called during the walk in progress
 	walkedAt time.Time      // when the last walk ended; zero: never walked, or stale
 	inflight map[fileID]int // temporary entries of writers in flight (Track)
+	batches  uint64         // begins and ends of batches (Batch)
+	batching int            // batches begun and not ended
 	walk     sync.Mutex
 }
 
@@ -115,6 +117,16 @@ func (a *Account) commitLocked(delta int64) {
 	if a.walking {
 		a.walkAdd += delta
 	}
+}
+
+// Batches is the account's count of batches (Reservation.Batch): how
+// many began or ended, and how many are under way. A reader of the whole
+// root that saw count change while it read may hold some of a batch's
+// entries and not the others.
+func (a *Account) Batches() (count uint64, open int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.batches, a.batching
 }
 
 // ErrHeld refuses a new reservation while the account is held for one
@@ -323,6 +335,31 @@ func (r *Reservation) Change() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.change
+}
+
+// Batch marks the start of a batch: many entries moved into the root
+// one after another that belong together (a staged tree committed, such
+// as a modpack or an extracted archive; each move is atomic, the batch
+// is not). The returned end marks its end; later calls of it do nothing.
+// Both are counted (Account.Batches). A nil *Reservation counts nothing.
+func (r *Reservation) Batch() (end func()) {
+	if r == nil {
+		return func() {}
+	}
+	a := r.a
+	a.mu.Lock()
+	a.batches++
+	a.batching++
+	a.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			a.batches++
+			a.batching--
+			a.mu.Unlock()
+		})
+	}
 }
 
 // Commit ends the reservation: what Changed recorded becomes used, the

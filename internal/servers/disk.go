@@ -97,11 +97,12 @@ func (s *Service) access(ctx context.Context, teamID, id string, write, holder b
 // snapshot's walk) until the Reader is released: a reinstall is refused
 // meanwhile (ErrSnapshotting), as its installer would replace files under
 // the walk and the snapshot would hold some of each install. The Reader
-// also tells whether the server's status changed since (Changed): a
-// process started or stopped under the walk may have written the world
-// without the save-off the reader sent or would have sent. Errors:
-// ErrNotFound, ErrInstalling (an install or a reinstall is under way:
-// read the root once it is done).
+// also tells what changed since (Changed): a process started or stopped
+// under the walk may have written the world without the save-off the
+// reader sent or would have sent, and a batch of files moved into the
+// root (a modpack, an extracted archive: quota.Reservation.Batch) may
+// have been read in part. Errors: ErrNotFound, ErrInstalling (an install
+// or a reinstall is under way: read the root once it is done).
 func (s *Service) Reading(ctx context.Context, teamID, id string) (*Reader, error) {
 	sv, err := s.getLocal(ctx, teamID, id)
 	if err != nil {
@@ -114,16 +115,33 @@ func (s *Service) Reading(ctx context.Context, teamID, id string) (*Reader, erro
 		return nil, ErrInstalling
 	}
 	l.readers++
-	return &Reader{l: l, seen: l.changes}, nil
+	r := &Reader{l: l, seen: l.changes}
+	r.seenBatches, _ = l.disk.Batches()
+	return r, nil
 }
 
-// Reader is a read of a server's root whole (Reading). Changed and Again
-// are for the goroutine that reads; Release may come from any.
+// Reader is a read of a server's root whole (Reading). Changed, Batching
+// and Again are for the goroutine that reads; Release may come from any.
 type Reader struct {
-	l    *live
-	once sync.Once
-	seen uint64 // l.changes when the reading began, or at the last Again
+	l           *live
+	once        sync.Once
+	seen        uint64 // l.changes when the reading began, or at the last Again
+	seenBatches uint64 // the ledger's batch count then
 }
+
+// ReadChange is what changed under a reading (Reader.Changed).
+type ReadChange int
+
+const (
+	// Unchanged: neither the status nor a batch of files.
+	Unchanged ReadChange = iota
+	// StatusChanged: a process started, became running, stopped or
+	// crashed.
+	StatusChanged
+	// FilesMoved: a batch of files was moved into the root, or is being
+	// moved (a modpack installed, an archive extracted).
+	FilesMoved
+)
 
 // Release ends the reading; later calls do nothing.
 func (r *Reader) Release() {
@@ -134,14 +152,31 @@ func (r *Reader) Release() {
 	})
 }
 
-// Changed tells whether the server's status changed (a process started,
-// became running, stopped or crashed) since the reading began or since
-// the last Again.
-func (r *Reader) Changed() bool { return r.l.changeCount() != r.seen }
+// Changed tells what changed since the reading began or since the last
+// Again (a status change when both did).
+func (r *Reader) Changed() ReadChange {
+	if r.l.changeCount() != r.seen {
+		return StatusChanged
+	}
+	if n, open := r.l.disk.Batches(); n != r.seenBatches || open > 0 {
+		return FilesMoved
+	}
+	return Unchanged
+}
+
+// Batching tells whether a batch of files is being moved into the root
+// now (a reader waits for its end before it reads again).
+func (r *Reader) Batching() bool {
+	_, open := r.l.disk.Batches()
+	return open > 0
+}
 
 // Again makes Changed count from now (a reader that reads the root again
 // after a change).
-func (r *Reader) Again() { r.seen = r.l.changeCount() }
+func (r *Reader) Again() {
+	r.seen = r.l.changeCount()
+	r.seenBatches, _ = r.l.disk.Batches()
+}
 
 // Held is a server's root held for one writer (Hold).
 type Held struct {

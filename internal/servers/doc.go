@@ -23,8 +23,10 @@
 //     and a reading is refused while an install runs (ErrInstalling): the
 //     check and the mark are one step under the server's lock, so a
 //     snapshot never holds some files of each install. The Reader also
-//     counts the server's status changes under the walk (Changed), so the
-//     snapshot can walk again rather than keep files a process changed.
+//     counts the server's status changes under the walk (Changed), and
+//     the batches of files moved into the root meanwhile (a staged tree
+//     committed: the disk ledger counts them), so the snapshot can walk
+//     again rather than keep files a process changed or half a modpack.
 //   - A restore's hold (Hold) is checked and taken under the same lock as
 //     Reinstall's check and mark: one of the two refuses. While held, no
 //     process of the server starts: Power refuses a start, and a start

@@ -285,31 +285,120 @@ func TestReaderChanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Release()
-	if r.Changed() {
-		t.Fatal("Changed at once = true")
+	if c := r.Changed(); c != servers.Unchanged {
+		t.Fatalf("Changed at once = %v", c)
 	}
 	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
-	if !r.Changed() {
-		t.Fatal("Changed after a start = false")
+	if c := r.Changed(); c != servers.StatusChanged {
+		t.Fatalf("Changed after a start = %v", c)
 	}
 	r.Again()
-	if r.Changed() {
-		t.Fatal("Changed after Again = true")
+	if c := r.Changed(); c != servers.Unchanged {
+		t.Fatalf("Changed after Again = %v", c)
 	}
 	if err := svc.Command(ctx, teamID, sv.ID, "list"); err != nil {
 		t.Fatal(err)
 	}
-	if r.Changed() {
-		t.Error("Changed after a console command = true")
+	if c := r.Changed(); c != servers.Unchanged {
+		t.Errorf("Changed after a console command = %v", c)
 	}
 	if err := svc.Power(ctx, teamID, sv.ID, "stop"); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
-	if !r.Changed() {
-		t.Error("Changed after a stop = false")
+	if c := r.Changed(); c != servers.StatusChanged {
+		t.Errorf("Changed after a stop = %v", c)
+	}
+}
+
+// TestReaderSeesBatches: a staged tree committed into the root (more
+// than one move: a modpack, an extracted archive) is a change to a
+// Reader, seen while it is moved (Batching) and after; one file staged
+// and moved (one rename) is not.
+func TestReaderSeesBatches(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	svc := serverstest.New(t, db, serverstest.Options{}).Service
+	ctx := t.Context()
+	sv := newTestServer(t, svc, teamID)
+	r, err := svc.Reading(ctx, teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	commit := func(names ...string) {
+		t.Helper()
+		a, err := svc.Access(ctx, teamID, sv.ID, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		root, err := files.Open(a.Root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		res, err := a.Disk.Reserve(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Commit()
+		st, err := root.Stage(".", res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		for _, n := range names {
+			if _, err := st.Create(n, strings.NewReader(n), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := st.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit("one.txt")
+	if c := r.Changed(); c != servers.Unchanged {
+		t.Fatalf("Changed after one file = %v", c)
+	}
+	commit("mods/a.jar", "mods/b.jar", "config/c.toml")
+	if c := r.Changed(); c != servers.FilesMoved {
+		t.Fatalf("Changed after a staged tree = %v", c)
+	}
+	if r.Batching() {
+		t.Fatal("Batching after the commit = true")
+	}
+	r.Again()
+	if c := r.Changed(); c != servers.Unchanged {
+		t.Fatalf("Changed after Again = %v", c)
+	}
+	// While a batch is under way.
+	a, err := svc.Access(ctx, teamID, sv.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := a.Disk.Reserve(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Release()
+	end := res.Batch()
+	if c := r.Changed(); c != servers.FilesMoved || !r.Batching() {
+		t.Fatalf("during a batch: Changed = %v, Batching = %v", c, r.Batching())
+	}
+	r.Again()
+	if c := r.Changed(); c != servers.FilesMoved {
+		t.Fatalf("Again during a batch: Changed = %v (a reading begun during a batch may hold part of it)", c)
+	}
+	end()
+	end()
+	if r.Batching() {
+		t.Fatal("Batching after its end = true")
+	}
+	r.Again()
+	if c := r.Changed(); c != servers.Unchanged {
+		t.Fatalf("Changed after the batch and Again = %v", c)
 	}
 }

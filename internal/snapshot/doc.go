@@ -57,6 +57,14 @@
 //     after 3 walks changed under, the snapshot fails
 //     (ErrServerUnsettled). Refusing the start or the stop instead would
 //     hold up a user's power action for as long as a large world's walk.
+//     The same goes for a batch of files moved into the root under the
+//     walk (a modpack installed, an archive extracted: many renames, one
+//     at a time, counted by the root's disk ledger, quota.Reservation.Batch,
+//     which every writer passes): the walk may hold part of it, so it
+//     reads the files again once no batch is under way. A single file
+//     written (one rename) is atomic and does not count: files edited
+//     through the API or SFTP during a walk are read old or new, as a
+//     file manager's copy would.
 //   - Deleting a ready snapshot deletes the record first, then its
 //     manifest, then every chunk no other snapshot references (freed_bytes
 //     counts them and the manifest; shared_bytes the chunks kept). A

@@ -48,9 +48,10 @@ var (
 	// ErrSourceDeleted: the server a snapshot was to be taken of was
 	// being deleted when the snapshot started; nothing was stored.
 	ErrSourceDeleted = errors.New("the server was being deleted when the snapshot was to be taken")
-	// ErrServerUnsettled: the server was started or stopped under every
-	// walk of its files (walkAttempts); nothing consistent was read.
-	ErrServerUnsettled = errors.New("the server was started or stopped while its files were read, 3 times in a row; take the snapshot again once it is running or stopped")
+	// ErrServerUnsettled: the server was started or stopped, or a batch of
+	// files moved into it, under every walk of its files (walkAttempts);
+	// nothing consistent was read.
+	ErrServerUnsettled = errors.New("the server was started or stopped, or files were installed or extracted into it, while its files were read, 3 times in a row; take the snapshot again once it is running or stopped and no install is under way")
 )
 
 // walkAttempts is how many walks a snapshot makes of a server whose
@@ -614,9 +615,11 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 // walk stores the server's files (engine.Create), its saves paused
 // around the walk if it runs. A walk under which the server's status
 // changed (a process started, became running, stopped or crashed: one
-// that may have written its world without save-off) is not kept: its
-// manifest is dropped and the files are walked again once the server
-// settles, at most walkAttempts times (ErrServerUnsettled). The chunks
+// that may have written its world without save-off), or a batch of files
+// was moved into the root (a modpack, an extracted archive: the walk may
+// hold part of it), is not kept: its manifest is dropped and the files
+// are walked again once the server settles, at most walkAttempts times
+// (ErrServerUnsettled). The chunks
 // an earlier walk stored stay pinned to the snapshot: the next walk
 // finds most of them, and those it does not use lose their reference
 // when the snapshot becomes ready.
@@ -646,7 +649,8 @@ func (s *Service) walk(ctx context.Context, snap Snapshot, m *ignore.Matcher, ro
 			},
 		})
 		resume()
-		if err != nil || !reading.Changed() {
+		change := reading.Changed()
+		if err != nil || change == servers.Unchanged {
 			return r, err
 		}
 		if err := s.store.Delete(ctx, r.ManifestKey); err != nil && !errors.Is(err, blob.ErrNotFound) {
@@ -655,10 +659,14 @@ func (s *Service) walk(ctx context.Context, snap Snapshot, m *ignore.Matcher, ro
 		if attempt == walkAttempts {
 			return engine.Result{}, ErrServerUnsettled
 		}
-		s.log.Info("the server was started or stopped under a snapshot's walk; walking its files again",
+		what := "the server was started or stopped"
+		if change == servers.FilesMoved {
+			what = "files were installed or extracted into the server"
+		}
+		s.log.Info(what+" under a snapshot's walk; walking its files again",
 			"snapshot_id", snap.ID, "server_id", snap.SourceServerID, "attempt", attempt)
-		s.servers.Note(snap.SourceServerID, fmt.Sprintf("snapshot %s: the server was started or stopped while its files were read; reading them again", snap.ID))
-		if err := s.waitSettled(ctx, snap); err != nil {
+		s.servers.Note(snap.SourceServerID, fmt.Sprintf("snapshot %s: %s while its files were read; reading them again", snap.ID, what))
+		if err := s.waitSettled(ctx, snap, reading); err != nil {
 			return engine.Result{}, err
 		}
 		reading.Again()
@@ -666,15 +674,17 @@ func (s *Service) walk(ctx context.Context, snap Snapshot, m *ignore.Matcher, ro
 }
 
 // waitSettled waits, up to SaveTimeout, until the server is neither
-// starting nor stopping (a walk begun meanwhile would see it change).
-func (s *Service) waitSettled(ctx context.Context, snap Snapshot) error {
+// starting nor stopping and no batch of files is being moved into it (a
+// walk begun meanwhile would see it change).
+func (s *Service) waitSettled(ctx context.Context, snap Snapshot, reading *servers.Reader) error {
 	deadline := time.Now().Add(s.opts.SaveTimeout)
 	for {
 		sv, err := s.servers.Get(ctx, snap.TeamID, snap.SourceServerID)
 		if err != nil {
 			return err
 		}
-		if sv.Status != servers.StatusStarting && sv.Status != servers.StatusStopping || time.Now().After(deadline) {
+		settled := sv.Status != servers.StatusStarting && sv.Status != servers.StatusStopping && !reading.Batching()
+		if settled || time.Now().After(deadline) {
 			return nil
 		}
 		select {

@@ -1,11 +1,14 @@
 package snapshot
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 	"github.com/kilnhq/kiln/internal/store/storetest"
@@ -314,6 +318,58 @@ func TestStartedDuringWalk(t *testing.T) {
 	}
 }
 
+// TestExtractedDuringWalk: an archive extracted into the server while a
+// snapshot walks it (a batch of files moved in one by one, as a modpack's)
+// makes the walk read the files again, so the snapshot holds the whole
+// extraction — before, the walk had listed the root already and the
+// snapshot held none of it, or part of it.
+func TestExtractedDuringWalk(t *testing.T) {
+	e, gate := newPutGateEnv(t)
+	ctx := t.Context()
+	tree := map[string]string{}
+	for i := range 20 {
+		tree[fmt.Sprintf("world/region/r.%d.0.mca", i)] = randomText(150 << 10)
+	}
+	pack := map[string]string{"mods/a.jar": randomText(40 << 10), "mods/b.jar": randomText(40 << 10), "config/c.toml": "c = 1\n"}
+	var zipped bytes.Buffer
+	zw := zip.NewWriter(&zipped)
+	for name, body := range pack {
+		w, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(w, body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tree["pack.zip"] = zipped.String()
+	sv := e.server("extracted", tree)
+	snap := e.createHeld(gate, sv.ID, "walked twice")
+	if err := archive.NewService(e.srv).Decompress(ctx, e.team, sv.ID, "/", "pack.zip"); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.release)
+	snap = e.wait(snap.ID)
+	e.checkComplete(snap)
+	lines, _ := e.srv.Console(ctx, e.team, sv.ID, 200)
+	if want := "snapshot " + snap.ID + ": files were installed or extracted into the server while its files were read; reading them again"; !strings.Contains(strings.Join(lines, "\n"), want) {
+		t.Errorf("console lacks %q:\n%s", want, strings.Join(lines, "\n"))
+	}
+	other := e.server("copy", nil)
+	if err := e.svc.RestoreNow(ctx, e.team, snap.ID, other.ID); err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(tree, pack)
+	for p, want := range tree {
+		if b, err := os.ReadFile(filepath.Join(e.node.Node.Root(other.ID), p)); err != nil || string(b) != want {
+			t.Errorf("%s restored: %d bytes, %v; want %d bytes", p, len(b), err, len(want))
+		}
+	}
+}
+
 // TestUnsettledServerFailsSnapshot: a server started or stopped under
 // every one of a snapshot's walks fails it with a sentence saying so,
 // and nothing it stored stays referenced.
@@ -353,7 +409,7 @@ func TestUnsettledServerFailsSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap = e.finalOf(snap.ID)
-	if snap.Status != StatusFailed || deref(snap.Error) != "The server was started or stopped while its files were read, 3 times in a row; take the snapshot again once it is running or stopped." {
+	if snap.Status != StatusFailed || deref(snap.Error) != "The server was started or stopped, or files were installed or extracted into it, while its files were read, 3 times in a row; take the snapshot again once it is running or stopped and no install is under way." {
 		t.Fatalf("snapshot = %s, %q; want failed, the server unsettled", snap.Status, deref(snap.Error))
 	}
 	// The record says failed first; its manifest and references go
