@@ -142,8 +142,8 @@ func (in *Installer) Install(ctx context.Context, teamID, serverID string, req I
 		if !validSlug(string(req.ProjectID)) {
 			c.Add("project_id", "must be a Modrinth project id or slug")
 		}
-		if !validSlug(string(req.VersionID)) {
-			c.Add("version_id", "must be a Modrinth version id")
+		if !validVersionID(string(req.VersionID)) {
+			c.Add("version_id", "must be a Modrinth version id (8 letters and digits, as in a version page's address)")
 		}
 	default:
 		c.Add("catalog", "must be curseforge or modrinth")

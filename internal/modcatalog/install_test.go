@@ -253,6 +253,8 @@ func TestInstallRefusals(t *testing.T) {
 			"this file is for Minecraft 1.20.1; the server runs 1.21.4"},
 		{"no catalog", nil, InstallRequest{ProjectID: "x"}, "catalog", "must be curseforge or modrinth"},
 		{"modrinth with file_id", nil, InstallRequest{Catalog: CatalogModrinth, ProjectID: "luckperms", VersionID: "OrIs0S6b", FileID: "3"}, "file_id", "is for CurseForge"},
+		{"modrinth version null", nil, InstallRequest{Catalog: CatalogModrinth, ProjectID: "luckperms", VersionID: "null"}, "version_id", "must be a Modrinth version id (8 letters and digits"},
+		{"modrinth version number", nil, InstallRequest{Catalog: CatalogModrinth, ProjectID: "luckperms", VersionID: "5.4.102"}, "version_id", "must be a Modrinth version id"},
 		{"curseforge ids", nil, InstallRequest{Catalog: CatalogCurseForge, ProjectID: "jei", FileID: "1"}, "project_id", "positive integer"},
 	}
 	for _, tt := range tests {

@@ -306,8 +306,8 @@ func (m *Modpacks) Install(ctx context.Context, teamID, serverID string, req Mod
 		return ModpackInstall{}, validate.Errorf("version_id", "or file is required: a Modrinth version id, or the path of an .mrpack in the server's files")
 	case req.VersionID != "" && req.File != "":
 		return ModpackInstall{}, validate.Errorf("file", "must not be given with version_id: name one pack")
-	case req.VersionID != "" && !validSlug(req.VersionID):
-		return ModpackInstall{}, validate.Errorf("version_id", "must be a Modrinth version id")
+	case req.VersionID != "" && !validVersionID(req.VersionID):
+		return ModpackInstall{}, validate.Errorf("version_id", "must be a Modrinth version id (8 letters and digits, as in a version page's address)")
 	}
 	src := packSource{field: "version_id"}
 	if req.File != "" {

@@ -406,6 +406,8 @@ func TestModpackRequests(t *testing.T) {
 		{ModpackRequest{}, "version_id", "or file is required"},
 		{ModpackRequest{VersionID: "a", File: "b"}, "file", "name one pack"},
 		{ModpackRequest{VersionID: "no spaces"}, "version_id", "Modrinth version id"},
+		{ModpackRequest{VersionID: "null"}, "version_id", "Modrinth version id (8 letters and digits"},
+		{ModpackRequest{VersionID: "PackVer10"}, "version_id", "Modrinth version id"},
 		{ModpackRequest{File: "../x.mrpack"}, "file", `".."`},
 		{ModpackRequest{File: "/"}, "file", "not the server's root"},
 	} {

@@ -25,6 +25,16 @@ var slugRe = regexp.MustCompile(`^[A-Za-z0-9!@$()'.+,_\-]{1,64}$`)
 // URL rather than a name.
 func validSlug(s string) bool { return slugRe.MatchString(s) && strings.Trim(s, ".") != "" }
 
+// versionIDRe is a Modrinth version id: like every Modrinth id, 8 base62
+// digits (docs.modrinth.com, "identifiers"). Versions have no slug, so
+// anything else ("null" from a script whose lookup found nothing, a
+// version number such as "5.4.102") is refused here, with a sentence,
+// rather than answered 404 by the upstream.
+var versionIDRe = regexp.MustCompile(`^[0-9A-Za-z]{8}$`)
+
+// validVersionID reports whether s is a Modrinth version id.
+func validVersionID(s string) bool { return versionIDRe.MatchString(s) }
+
 // ModrinthSearch is the answer of GET /modrinth/search.
 type ModrinthSearch struct {
 	// Count is the number of items in Results.
@@ -292,8 +302,8 @@ func (s *Service) ModrinthProjectVersions(ctx context.Context, slug string, v ur
 // Errors: *validate.Error ("version_id"), ErrNotFound, *UpstreamError, the
 // context's error.
 func (s *Service) ModrinthVersion(ctx context.Context, versionID string) (ModrinthVersion, error) {
-	if !validSlug(versionID) {
-		return ModrinthVersion{}, errorf("version_id", "must be a Modrinth version id")
+	if !validVersionID(versionID) {
+		return ModrinthVersion{}, errorf("version_id", "must be a Modrinth version id (8 letters and digits, as in a version page's address)")
 	}
 	path := "/v2/version/" + url.PathEscape(versionID)
 	return fetch(ctx, s, s.modrinth, "mr:version:"+path, func(ctx context.Context) (ModrinthVersion, error) {
