@@ -15,8 +15,9 @@ import (
 // regionLike is n bytes shaped as a Minecraft region file's chunks are
 // (and worldgen's): records of zlib over part noise, part a repeated
 // 64-byte pattern, each padded with zeros to 4 KiB sectors. Where the
-// levels differ: the fastest one steps over the short periodic runs that
-// end each zlib stream.
+// levels differ: klauspost's fastest encoder steps over the short
+// periodic runs that end each zlib stream (Kiln's, zstdfast, caps its
+// step and does not).
 func regionLike(tr *enginetest.Tree, n int) []byte {
 	var out bytes.Buffer
 	for out.Len() < n {
@@ -34,7 +35,7 @@ func regionLike(tr *enginetest.Tree, n int) []byte {
 }
 
 // TestCompressionLevels: every level round-trips a tree byte for byte;
-// on region-like data each harder level stores fewer bytes; chunks made
+// on region-like data fastest and better store no more than default; chunks made
 // at one level dedupe with another's (names are of the uncompressed
 // bytes); an unknown level is refused before anything is stored.
 func TestCompressionLevels(t *testing.T) {
@@ -63,8 +64,12 @@ func TestCompressionLevels(t *testing.T) {
 		})
 	}
 	t.Logf("stored bytes: %v", stored)
-	if !(stored[engine.CompressionDefault] < stored[engine.CompressionFastest] && stored[engine.CompressionBetter] <= stored[engine.CompressionDefault]) {
-		t.Errorf("stored bytes by level = %v, want fastest > default >= better", stored)
+	// The fastest level's step is capped (zstdfast): it finds the runs
+	// klauspost's fastest steps over, and stores no more than default
+	// (uncapped: 73 KB more than default on this tree, and this check
+	// fails; capped: about 250 bytes less); better stores least.
+	if !(stored[engine.CompressionFastest] <= stored[engine.CompressionDefault] && stored[engine.CompressionBetter] <= stored[engine.CompressionDefault]) {
+		t.Errorf("stored bytes by level = %v, want fastest <= default >= better", stored)
 	}
 
 	for _, name := range []string{"FASTEST", "Default", ""} {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
@@ -208,8 +207,8 @@ type creator struct {
 	batch    blob.Batch          // the chunks' Puts, committed before the manifest's
 	slabs    *slabPool           // what bounds the chunk bytes in memory
 	budget   *semaphore.Weighted // inFlightBytes: what bounds the compressed ones
-	encoders chan *zstd.Encoder  // Workers of them for chunks: what bounds its CPU
-	packEnc  chan *zstd.Encoder  // Workers of them for packs
+	encoders chan chunkEncoder   // Workers of them for chunks: what bounds its CPU
+	packEnc  chan chunkEncoder   // Workers of them for packs
 	outs     *outPool            // buffers for compressed chunks, reused
 
 	parent *parent // nil: every file is read
@@ -270,7 +269,7 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 		}
 	}
 	c := &creator{root: root, store: store, opts: opts, seen: make(map[[32]byte]struct{}),
-		slabs: newSlabPool(slabCount(fileCutters(opts.Workers))), budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan *zstd.Encoder, opts.Workers), packEnc: make(chan *zstd.Encoder, opts.Workers),
+		slabs: newSlabPool(slabCount(fileCutters(opts.Workers))), budget: semaphore.NewWeighted(inFlightBytes), encoders: make(chan chunkEncoder, opts.Workers), packEnc: make(chan chunkEncoder, opts.Workers),
 		outs: &outPool{limit: outPoolLimit}}
 	// Chunk and pack encoders alike, one of each per worker: a world's
 	// thousands of small files come first in its walk, and one pack
@@ -282,7 +281,6 @@ func Create(ctx context.Context, root *files.Root, store Store, opts CreateOptio
 		if err != nil {
 			return Result{}, err
 		}
-		defer enc.Close()
 		if pack {
 			c.packEnc <- enc
 		} else {
@@ -935,7 +933,7 @@ func (c *creator) store1(ctx context.Context, j *job) error {
 	if j.pack {
 		encoders = c.packEnc
 	}
-	var enc *zstd.Encoder
+	var enc chunkEncoder
 	select {
 	case enc = <-encoders:
 	case <-ctx.Done():
