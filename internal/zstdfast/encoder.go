@@ -64,6 +64,12 @@ func New(o Options) (*Encoder, error) {
 	return &e, nil
 }
 
+// SetNoEntropy sets Options.NoEntropy for the calls of EncodeAll that
+// follow (kiln: one encoder serves inputs whose literals are noise, not
+// worth Huffman coding, and inputs whose literals are not). The output
+// is then what an Encoder made with that option writes.
+func (e *Encoder) SetNoEntropy(b bool) { e.o.noEntropy = b }
+
 // EncodeAll will encode all input in src and append it to dst.
 // kiln: it must not be called concurrently on one Encoder (upstream's
 // may be).

@@ -341,6 +341,31 @@ func TestIdenticalToUpstream(t *testing.T) {
 	}
 }
 
+// TestSetNoEntropy: one Encoder switched between the two settings from
+// call to call writes, each time, upstream's output for that setting.
+func TestSetNoEntropy(t *testing.T) {
+	const window = 4 << 20
+	ups := map[bool]*zstd.Encoder{false: upstream(t, window, false), true: upstream(t, window, true)}
+	enc := ours(t, zstdfast.Options{WindowSize: window, NoEntropy: true})
+	text := englishText(rand.New(rand.NewSource(7)), 300<<10)
+	for i, x := range corpus() {
+		for _, noEntropy := range []bool{i%2 == 0, i%2 != 0} {
+			enc.SetNoEntropy(noEntropy)
+			for _, src := range [][]byte{x.data, text} {
+				if got, want := enc.EncodeAll(src, nil), ups[noEntropy].EncodeAll(src, nil); !bytes.Equal(got, want) {
+					t.Fatalf("%s, noEntropy %t: %d bytes, upstream %d", x.name, noEntropy, len(got), len(want))
+				}
+			}
+		}
+	}
+	enc.SetNoEntropy(false)
+	coded := len(enc.EncodeAll(text, nil))
+	enc.SetNoEntropy(true)
+	if raw := len(enc.EncodeAll(text, nil)); coded >= raw {
+		t.Errorf("text with Huffman-coded literals: %d bytes, without: %d; want fewer", coded, raw)
+	}
+}
+
 // TestIdenticalToUpstreamManyFrames runs an Encoder long enough for its
 // position counter to pass upstream's reset line (math.MaxInt32 less two
 // windows) several times, in single-block frames and in multi-block ones

@@ -18,20 +18,24 @@ import (
 type Compression string
 
 // The levels, measured on a 1 GiB worldgen world (doc.go,
-// docs/benchmarks.md): fastest is the speed target's level, default
-// the size target's.
+// docs/benchmarks.md): fastest meets both the speed and the size
+// targets; default and better spend CPU for what zstd finds in files
+// other than region files.
 const (
 	// CompressionFastest: large files' chunks at klauspost's fastest
-	// level without entropy coding of literals, small files' packs at
-	// its default level.
+	// level with its step capped (zstdfast, stepCap), region files'
+	// without entropy coding of literals (fastEncoder), small files'
+	// packs at klauspost's default level. On region files the smallest
+	// of the three.
 	CompressionFastest Compression = "fastest"
-	// CompressionDefault: everything at klauspost's default level (about
-	// 0.8 % smaller on a world, 1.2–1.4 CPU-s more a GB).
+	// CompressionDefault: everything at klauspost's default level (1.2–1.4
+	// CPU-s more a GB than fastest; on a world's region files slightly
+	// larger than fastest since its cap, smaller on text).
 	CompressionDefault Compression = "default"
 	// CompressionBetter: large files' chunks at klauspost's better level
-	// (about 1 % smaller than fastest, 2.5 CPU-s more a GB), packs at its
-	// default (better tables for them too took kiln serve's peak RSS from
-	// 195 to 204 MiB for 0.2 MB of a 1 GiB world).
+	// (2.5 CPU-s more a GB than fastest), packs at its default (better
+	// tables for them too took kiln serve's peak RSS from 195 to 204 MiB
+	// for 0.2 MB of a 1 GiB world).
 	CompressionBetter Compression = "better"
 )
 
@@ -54,24 +58,42 @@ func ParseCompression(s string) (Compression, error) {
 	return "", fmt.Errorf("snapshot compression %q: want one of fastest, default, better", s)
 }
 
-// levels returns the zstd levels of chunks and of packs, and whether
-// chunks skip entropy coding of literals (fastest: it saved 0.2 s a GB
-// and cost nothing measurable on a world).
-func (c Compression) levels() (chunk, pack zstd.EncoderLevel, noEntropy bool) {
+// levels returns the zstd levels of chunks and of packs.
+func (c Compression) levels() (chunk, pack zstd.EncoderLevel) {
 	switch c {
 	case CompressionDefault:
-		return zstd.SpeedDefault, zstd.SpeedDefault, false
+		return zstd.SpeedDefault, zstd.SpeedDefault
 	case CompressionBetter:
-		return zstd.SpeedBetterCompression, zstd.SpeedDefault, false
+		return zstd.SpeedBetterCompression, zstd.SpeedDefault
 	default:
-		return zstd.SpeedFastest, zstd.SpeedDefault, true
+		return zstd.SpeedFastest, zstd.SpeedDefault
 	}
 }
 
 // chunkEncoder compresses a chunk or a pack into one zstd frame
-// appended to dst. One goroutine uses it at a time.
+// appended to dst; region says src is a region file's chunk. One
+// goroutine uses it at a time.
 type chunkEncoder interface {
-	EncodeAll(src, dst []byte) []byte
+	encode(src, dst []byte, region bool) []byte
+}
+
+// levelEncoder is klauspost's encoder (packs, and chunks at default and
+// better): literals Huffman coded.
+type levelEncoder struct{ enc *zstd.Encoder }
+
+func (e levelEncoder) encode(src, dst []byte, _ bool) []byte { return e.enc.EncodeAll(src, dst) }
+
+// fastEncoder is the fastest level's for chunks (zstdfast, its step
+// capped: stepCap). A region file's chunk is stored without entropy
+// coding of literals: they are zlib's output, where Huffman coding saved
+// nothing measurable and cost 0.2 s a GB of a world. Other files' chunks
+// are coded: on text (a log, a plugin's database dump) it makes them 11 %
+// smaller (Kiln's own sources, 2026-11-28).
+type fastEncoder struct{ enc *zstdfast.Encoder }
+
+func (e fastEncoder) encode(src, dst []byte, region bool) []byte {
+	e.enc.SetNoEntropy(region)
+	return e.enc.EncodeAll(src, dst)
 }
 
 // stepCap is how far the fastest level's encoder may step at a time
@@ -81,37 +103,35 @@ type chunkEncoder interface {
 // region files' zlib streams after kilobytes of noise; capped, it finds
 // them, as C zstd -1 (whose step grows four times slower) does. Measured
 // on the 1,064 MiB pieces of a 1 GiB world's region files (2026-11-28):
-// uncapped 735.34 MB, 16 727.50 MB (a third slower), 24 728.31, 32
-// 728.80, 48 730.02, 64 730.89; C zstd -1 of the same files 729.75 MB;
-// 32 costs about a tenth more of the encoder's time (doc.go).
+// uncapped 735.34 MB, 16 727.50 MB (half again the encoder's time), 24
+// 728.31 (+30 %), 32 728.80 (+14 %), 48 730.02 (+8 %), 64 730.89; C zstd
+// -1 of the same files 729.75 MB (doc.go).
 const stepCap = 32
 
 // newChunkEncoder returns a zstd encoder at level c for chunks (pack
-// false) or packs of small files: one frame per call of EncodeAll, no
-// frame checksum (a restore checks each chunk's SHA-256, which says more
-// than zstd's 32-bit xxhash). A chunk's window is maxChunk (a chunk is
-// never larger); a pack's is 1 MiB, which halves its encoder's memory and
-// costs nothing measurable (its files are small: what repeats is near).
-// The fastest level is zstdfast's copy of klauspost's encoder with its
-// step capped (stepCap); the others are klauspost's.
+// false) or packs of small files: one frame per call, no frame checksum
+// (a restore checks each chunk's SHA-256, which says more than zstd's
+// 32-bit xxhash). A chunk's window is maxChunk (a chunk is never larger);
+// a pack's is 1 MiB, which halves its encoder's memory and costs nothing
+// measurable (its files are small: what repeats is near). The fastest
+// level's chunks are zstdfast's (fastEncoder); the rest klauspost's.
 func newChunkEncoder(c Compression, pack bool) (chunkEncoder, error) {
-	chunk, packLevel, noEntropy := c.levels()
+	chunk, packLevel := c.levels()
 	level, window := chunk, MaxChunk
 	if pack {
-		level, noEntropy, window = packLevel, false, 1<<20
+		level, window = packLevel, 1<<20
 	}
 	if level == zstd.SpeedFastest {
-		enc, err := zstdfast.New(zstdfast.Options{WindowSize: window, NoEntropy: noEntropy, MaxStep: stepCap})
+		enc, err := zstdfast.New(zstdfast.Options{WindowSize: window, MaxStep: stepCap})
 		if err != nil {
 			return nil, fmt.Errorf("chunk encoder: %w", err)
 		}
-		return enc, nil
+		return fastEncoder{enc}, nil
 	}
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
-		zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(window), zstd.WithNoEntropyCompression(noEntropy),
-		zstd.WithEncoderCRC(false))
+		zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(window), zstd.WithEncoderCRC(false))
 	if err != nil {
 		return nil, fmt.Errorf("chunk encoder: %w", err)
 	}
-	return enc, nil
+	return levelEncoder{enc}, nil
 }

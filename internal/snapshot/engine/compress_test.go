@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"compress/zlib"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -89,5 +90,44 @@ func TestCompressionLevels(t *testing.T) {
 	})
 	if err != nil || len(keys) != 0 {
 		t.Errorf("the store after a refused level holds %v (%v), want nothing", keys, err)
+	}
+}
+
+// logText is n bytes of a server log's kind: lines of words drawn from
+// a small vocabulary, numbers among them.
+func logText(tr *enginetest.Tree, n int) []byte {
+	words := strings.Fields("[Server thread/INFO]: [Server thread/WARN]: player joined the game left lost connection " +
+		"Saving chunks for level ServerLevel minecraft:overworld All dimensions are saved Can't keep up! " +
+		"Is the server overloaded? Running 2000ms or 40 ticks behind issued server command: /tp /give diamond_sword")
+	var b strings.Builder
+	for b.Len() < n {
+		r := tr.Random(12)
+		fmt.Fprintf(&b, "[%02d:%02d:%02d] ", r[0]%24, r[1]%60, r[2]%60)
+		for _, x := range r[3:] {
+			b.WriteString(words[int(x)%len(words)])
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%d\n", int(r[11])*97)
+	}
+	return []byte(b.String()[:n])
+}
+
+// TestFastestCodesTextLiterals: at the fastest level a large file that is
+// not a region file (a log, a plugin's database) has its literals
+// Huffman coded, as the default level does: on this log it stores 1.09×
+// what default stores (without the coding 1.13×, and this test fails),
+// while a region file's chunks skip it (their literals are zlib's
+// noise).
+func TestFastestCodesTextLiterals(t *testing.T) {
+	tr := enginetest.NewTree(t)
+	tr.File("logs/latest.log", logText(tr, 6<<20), 0o644)
+	stored := map[engine.Compression]int64{}
+	for _, level := range []engine.Compression{engine.CompressionFastest, engine.CompressionDefault} {
+		res := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), enginetest.NewStore(t), engine.CreateOptions{Compression: level})
+		stored[level] = res.StoredBytes
+	}
+	t.Logf("stored bytes of a 6 MiB log: %v", stored)
+	if f, d := stored[engine.CompressionFastest], stored[engine.CompressionDefault]; f*100 > d*111 {
+		t.Errorf("a 6 MiB log at fastest stores %d bytes, %.3f× default's %d; want at most 1.11×", f, float64(f)/float64(d), d)
 	}
 }

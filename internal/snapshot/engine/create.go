@@ -939,7 +939,7 @@ func (c *creator) store1(ctx context.Context, j *job) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	out := enc.EncodeAll(j.data, buf[:0])
+	out := enc.encode(j.data, buf[:0], !j.pack && isRegionFile(j.items[0].en.Path))
 	encoders <- enc
 	j.free()
 	// Zeros up to the next 4 KiB in the buffer (outPool's capacities are

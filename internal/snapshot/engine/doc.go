@@ -76,41 +76,46 @@
 //     (chunks/<2 hex>/<64 hex>) and stored as one zstd frame each with a
 //     4 MiB window and no frame checksum (a restore checks the SHA-256).
 //     Levels, measured on the chunks of a 1 GiB worldgen world (one core
-//     unless said, 2026-11-23): large files' chunks at SpeedFastest
-//     without entropy coding of literals: 737.1 MB in 0.46 s (0.67 s with
-//     it, same size); SpeedDefault 731.4 MB in 1.2–1.4 s;
+//     unless said, 2026-11-23): large files' chunks at klauspost's
+//     SpeedFastest without entropy coding of literals: 737.1 MB in 0.46 s
+//     (0.67 s with it, same size); SpeedDefault 731.4 MB in 1.2–1.4 s;
 //     SpeedBetterCompression 729.5 MB in 1.8 s alone but 2.5 CPU-s more
-//     than SpeedFastest a GB inside Create. Where the fastest level loses
-//     is worldgen's region chunks: their zlib streams end in runs of one
-//     repeated deflate code (periodic bytes, 60–110 of them) after
-//     4,500 bytes of noise, and klauspost's fast encoder, which widens its
-//     step through incompressible input faster than C zstd -1 does, steps
-//     over them (replacing the zlib bytes with noise of the same length
-//     makes both equal). Packs of small files (text, mostly) at
-//     SpeedDefault, one encoder per worker (one made the small files'
+//     than SpeedFastest a GB inside Create. Where klauspost's fastest level
+//     loses is worldgen's region chunks: their zlib streams end in runs of
+//     one repeated deflate code (periodic bytes, 60–110 of them) after
+//     4,500 bytes of noise, and its fast encoder, which widens its step
+//     through incompressible input by 1/32 of the bytes since the last
+//     match (C zstd -1 by 1/128), steps over them (replacing the zlib
+//     bytes with noise of the same length makes both equal).
+//   - So the fastest level is Kiln's copy of that encoder (internal/zstdfast)
+//     with its step capped at 2+32 bytes (stepCap, compress.go): it finds
+//     those runs, and the region files of a 1 GiB world compress to
+//     728.80 MB against 735.34 uncapped and C zstd -1's 729.75, for about
+//     14 % more of the encoder's time (0.86 against 0.75 s a GiB, about
+//     0.1 CPU-s of a Create's ~2 a GB). Before the cap (until 2026-11-28)
+//     the store was 0.9 % larger than tar | zstd -1 and no level met the
+//     size and the speed targets together on two cores: SpeedDefault
+//     made it 1.001× for 1.2 CPU-s more a GB, SpeedBetterCompression
+//     0.998× for 2.5 more. Also measured and left: C zstd's search
+//     strength in the same encoder (728.98 MB, 45 % more of its time: a
+//     Create 0.3 s slower a GiB); smaller windows, and so blocks (4 KiB to
+//     128 KiB make the chunks 1.4–9.2 MB larger); a block ended every 4
+//     KiB through the streaming encoder's Flush (732.96 MB, half again the
+//     time). A replace directive naming a fork would break
+//     `go install …@version`, hence the copy, held to upstream's output
+//     byte for byte by its tests when uncapped.
+//   - The other levels stay klauspost's (CreateOptions.Compression, kiln
+//     serve --snapshot-compression: fastest, default, better;
+//     compress.go), as Wings' backups.compression_level lets operators
+//     buy space with CPU: on region files the capped fastest level is now
+//     the smallest of the three, but on files zstd compresses well (logs,
+//     plugin data, text) SpeedDefault and SpeedBetterCompression still
+//     find more. Packs of small files (text, mostly) are at SpeedDefault
+//     at every level, one encoder per worker (one made the small files'
 //     phase serial): SpeedBetterCompression would save 0.17 MB of 16 MB
 //     of small files for 0.2 CPU-s more (60 MB/s on them),
 //     SpeedBestCompression 0.29 MB more, but its tables are 35 MiB (kiln
 //     serve's RSS target).
-//     The trade (docs/benchmarks.md): the store is 0.8 % larger than
-//     tar | zstd -1 of the same tree. SpeedDefault makes it 1.0002× (the
-//     rest is 1 MB of fan-out directories, counted), SpeedBetterCompression
-//     0.998×, but they cost 1.2 and 2.5 CPU-s more a GB than the ~2 of a
-//     Create at SpeedFastest, which meets the speed target (0.8× of tar |
-//     zstd -1 -T0, 1.5 CPU-s) on a 2-core machine with 10 % to spare at
-//     most: either would miss it by far. Speed is the default; the size
-//     is the operator's to buy (CreateOptions.Compression, kiln serve
-//     --snapshot-compression: fastest, default, better; compress.go), as
-//     Wings' backups.compression_level lets them. Smaller windows (and
-//     so blocks) do not help: 4 KiB to 128 KiB make the chunks 1.4–9.2 MB
-//     larger. What would do both: klauspost's fast encoder widens its
-//     step by 1/32 of the literals since the last match (kSearchStrength
-//     6), C zstd's by 1/128 (8); the same encoder with 8 (a patched copy,
-//     measured 2026-11-27 on 1 MiB slices of the world: 728.98 MB against
-//     735.34, for 45 % more of its time, 0.9 → 1.3 s a GB where
-//     SpeedDefault takes 2.3) would meet the size for about a third of
-//     SpeedDefault's cost. It is not an option klauspost exposes, and a
-//     fork of the module for one constant is not worth carrying.
 //   - Packs: a file of at most 256 KiB would be a chunk of its own (FastCDC
 //     never cuts before that), so a world's 20,000 player, stats and
 //     config files made 20,136 chunks of a 200 MiB world, 10 KiB each:
