@@ -271,20 +271,28 @@ func TestHeldServerStopsAndStaysDown(t *testing.T) {
 	}
 }
 
+// newReading returns a service (SQLite) with one kiln-test server of a
+// team, and a Reader of its root, released at the test's end.
+func newReading(t *testing.T) (*servers.Service, string, servers.Server, *servers.Reader) {
+	t.Helper()
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	svc := serverstest.New(t, db, serverstest.Options{}).Service
+	sv := newTestServer(t, svc, teamID)
+	r, err := svc.Reading(t.Context(), teamID, sv.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Release)
+	return svc, teamID, sv, r
+}
+
 // TestReaderChanged: a Reader tells whether the server's status changed
 // since the reading began or since Again — a start (starting, then
 // running) and a stop each do.
 func TestReaderChanged(t *testing.T) {
-	db := storetest.SQLite(t)
-	teamID := team(t, db)
-	svc := serverstest.New(t, db, serverstest.Options{}).Service
+	svc, teamID, sv, r := newReading(t)
 	ctx := t.Context()
-	sv := newTestServer(t, svc, teamID)
-	r, err := svc.Reading(ctx, teamID, sv.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Release()
 	if c := r.Changed(); c != servers.Unchanged {
 		t.Fatalf("Changed at once = %v", c)
 	}
@@ -319,16 +327,8 @@ func TestReaderChanged(t *testing.T) {
 // Reader, seen while it is moved (Batching) and after; one file staged
 // and moved (one rename) is not.
 func TestReaderSeesBatches(t *testing.T) {
-	db := storetest.SQLite(t)
-	teamID := team(t, db)
-	svc := serverstest.New(t, db, serverstest.Options{}).Service
+	svc, teamID, sv, r := newReading(t)
 	ctx := t.Context()
-	sv := newTestServer(t, svc, teamID)
-	r, err := svc.Reading(ctx, teamID, sv.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Release()
 	commit := func(names ...string) {
 		t.Helper()
 		a, err := svc.Access(ctx, teamID, sv.ID, true)
