@@ -29,8 +29,8 @@
 // (by 2 % on region files, 4 % on text; best of 8 to 10 runs).
 // internal/le and internal/regmask are upstream's internal/le and
 // internal/regmask, unchanged but for where they live (and a doc.go of
-// Kiln's in each). Literals are
-// Huffman coded by upstream's exported github.com/klauspost/compress/huff0.
+// Kiln's in each). Literals are Huffman coded by upstream's exported
+// github.com/klauspost/compress/huff0.
 //
 // Trimmed means deleted, not rewritten: no decoder, dictionaries,
 // streaming Writer, concurrency or jobs, CRC (xxhash), padding, snappy,
