@@ -86,7 +86,7 @@ func run(ctx context.Context, rootDir, op, format, names, dir, arch string, free
 		if err != nil {
 			return err
 		}
-		res, _ := quota.NewAccount(free).Reserve(0)
+		res, _ := quota.NewAccount(free, quota.TempNames{}).Reserve(0)
 		e, err := archive.Compress(ctx, r, dir, strings.Split(names, ","), f, res)
 		if err != nil {
 			return err
@@ -94,7 +94,7 @@ func run(ctx context.Context, rootDir, op, format, names, dir, arch string, free
 		fmt.Printf("ARCHIVE_RESULT op=compress format=%s name=%s size=%d seconds=%.3f\n",
 			f, e.Name, e.Size, time.Since(start).Seconds())
 	case "decompress":
-		res, _ := quota.NewAccount(free).Reserve(0)
+		res, _ := quota.NewAccount(free, quota.TempNames{}).Reserve(0)
 		if err := archive.Decompress(ctx, r, arch, dir, res); err != nil {
 			return err
 		}

@@ -150,7 +150,7 @@ func serve(ctx context.Context, args []string) error {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv := &standIn{teamID: team.ID, id: id, root: *root, disk: quota.NewAccount(1 << 50)}
+	srv := &standIn{teamID: team.ID, id: id, root: *root, disk: quota.NewAccount(1<<50, quota.TempNames{})}
 	svc := kilnsftp.NewService(db, box, srv, kilnsftp.ServiceOptions{PublicHost: "127.0.0.1", Port: port}, log)
 	var lines []string
 	for i := range *logins {

@@ -131,7 +131,7 @@ func run(ctx context.Context, op, rootDir, storeDir, manifest, parent string, le
 			res.ManifestKey, res.SizeBytes, res.StoredBytes, len(res.Chunks), res.NewChunks, res.Files, res.Dirs,
 			res.Skipped.HardLinks+res.Skipped.Links+res.Skipped.Special, res.ReusedFiles, res.ReusedBytes, time.Since(start).Seconds())
 	case "restore":
-		resv, err := quota.NewAccount(1 << 50).Reserve(0)
+		resv, err := quota.NewAccount(1<<50, quota.TempNames{}).Reserve(0)
 		if err != nil {
 			return err
 		}

@@ -38,7 +38,9 @@ func tempEntries(t *testing.T, root string) []string {
 // the middle of a write, a decompress and a compress of one server, then
 // starts it again: the temporary files and staging trees the three left
 // are removed at the next start, and the server's disk figure does not
-// count them meanwhile.
+// count them meanwhile. Look-alikes a game server wrote into its root (a
+// file with Kiln's prefix, a forged restore directory whose journal
+// climbs out) are not Kiln's: they are neither removed nor replayed.
 func TestLeftoversCollectedAfterKillNine(t *testing.T) {
 	dir := t.TempDir()
 	ports := serverstest.PortRange(t, 5)
@@ -94,11 +96,38 @@ func TestLeftoversCollectedAfterKillNine(t *testing.T) {
 	go send("POST", "decompress", `{"root":"/in","file":"zeros.tar.gz"}`, nil)
 	go send("POST", "compress", `{"root":"/world","files":["sparse.bin"]}`, nil)
 
+	// What a game server can write into its own root: old look-alikes of
+	// Kiln's names, one a restore directory whose journal would delete a
+	// file outside the root.
+	outside := filepath.Join(dir, "outside.txt")
+	must0(os.WriteFile(outside, []byte("host file"), 0o600))
+	forged := map[string]string{
+		"world/.kiln-tmp-mine":           "a game's file",
+		".kiln-tmp-restore-x/journal":    "kiln-restore-journal 2\ndel \"../../../outside.txt\"\nend 1\n",
+		".kiln-tmp-restore-x/tree/keep":  "",
+		".kiln-tmp-restore-x/trash/keep": "",
+	}
+	old := time.Now().Add(-time.Hour)
+	for p, content := range forged {
+		must0(os.MkdirAll(filepath.Dir(filepath.Join(root, p)), 0o755))
+		must0(os.WriteFile(filepath.Join(root, p), []byte(content), 0o644))
+		must0(os.Chtimes(filepath.Join(root, p), old, old))
+	}
+	must0(os.Chtimes(filepath.Join(root, ".kiln-tmp-restore-x"), old, old))
+	notForged := func(list []string) (out []string) {
+		for _, s := range list {
+			if s != "world/.kiln-tmp-mine" && s != ".kiln-tmp-restore-x" {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+
 	// Kill once all three have something in flight.
 	deadline := time.Now().Add(60 * time.Second)
 	var seen []string
 	for {
-		seen = tempEntries(t, root)
+		seen = notForged(tempEntries(t, root))
 		in := map[string]bool{}
 		for _, s := range seen {
 			in[strings.SplitN(s, "/", 2)[0]] = true
@@ -115,21 +144,32 @@ func TestLeftoversCollectedAfterKillNine(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-p.done
-	left := tempEntries(t, root)
+	left := notForged(tempEntries(t, root))
 	if len(left) < 3 {
 		t.Fatalf("after kill -9 only %v are left: the test did not cut the operations", left)
 	}
 	t.Logf("left by kill -9: %v", left)
 
 	p2 := startServe(t, args...)
-	for deadline := time.Now().Add(60 * time.Second); len(tempEntries(t, root)) > 0; {
+	for deadline := time.Now().Add(60 * time.Second); len(notForged(tempEntries(t, root))) > 0; {
 		if time.Now().After(deadline) {
 			t.Fatalf("leftovers still there a minute after the restart: %v", tempEntries(t, root))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	for p, content := range forged {
+		if got, err := os.ReadFile(filepath.Join(root, p)); err != nil || string(got) != content {
+			t.Errorf("the game's %s: %q, %v; want it left as it was", p, got, err)
+		}
+	}
+	if got, err := os.ReadFile(outside); err != nil || string(got) != "host file" {
+		t.Errorf("the file outside the root: %q, %v; want it untouched", got, err)
+	}
+	if !strings.Contains(p2.Stderr(), "left entries named like Kiln's restore directories") {
+		t.Errorf("the start did not log the forged restore directory:\n%s", p2.Stderr())
+	}
 	// The disk figure counts what is there, not the leftovers.
-	want, err := quota.Usage(root, time.Time{})
+	want, err := quota.Usage(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,7 @@ var addrRE = regexp.MustCompile(`msg="kiln serving" addr=(\S+)`)
 // listens.
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
+	passable(t, args)
 	p := &proc{t: t, done: make(chan error, 1)}
 	p.cmd = exec.Command(kilnBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"}, args...)...)
 	p.cmd.Env = cleanEnv()
@@ -91,6 +92,32 @@ func startServe(t *testing.T, args ...string) *proc {
 		t.Fatalf("kiln serve did not listen within 60 s\nstderr:\n%s", p.Stderr())
 	}
 	return p
+}
+
+// passable lets other users through the directories above --data-dir
+// that the testing package made 0700 (t.TempDir): as root, kiln serve
+// runs each server as a user of its own (--uid-range), which must reach
+// its root, and refuses to start otherwise. Only directories below the
+// system's temporary directory are changed.
+func passable(t *testing.T, args []string) {
+	t.Helper()
+	dir := ""
+	for i, a := range args {
+		if a == "--data-dir" && i+1 < len(args) {
+			dir = args[i+1]
+		}
+	}
+	if dir == "" {
+		return
+	}
+	tmp := filepath.Clean(os.TempDir())
+	for d := filepath.Dir(filepath.Clean(dir)); strings.HasPrefix(d, tmp+"/"); d = filepath.Dir(d) {
+		if fi, err := os.Stat(d); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			if err := os.Chmod(d, fi.Mode().Perm()|0o011); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
 
 func (p *proc) copy(r io.Reader, buf *bytes.Buffer, addr chan<- string) {

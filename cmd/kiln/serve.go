@@ -36,6 +36,7 @@ import (
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/pull"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
@@ -125,6 +126,8 @@ type serveConfig struct {
 	SnapshotDedup      string
 	snapshotDedup      snapshot.Dedup
 	RestoreWriterWait  time.Duration
+	UIDRange           string
+	uidRange           servers.UIDRange
 }
 
 var serveCommand = command{
@@ -163,6 +166,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.SnapshotCompress, "snapshot-compression", "fastest", "how hard snapshots compress: fastest (the quickest; a world as small as zstd -1 makes it), default (about 1.2 CPU-seconds more a GB; text-like files such as logs and plugin databases about 8 % smaller) or better (2.5 CPU-seconds more a GB than fastest; text smaller still)")
 	s.fs.StringVar(&c.SnapshotDedup, "snapshot-dedup", "team", "which snapshots share the chunks they hold in common: team (each team stores its own, so no team learns what another holds) or global (every snapshot in the blob store: less space, but a snapshot's stored_bytes tell its team whether content is in the store already, anyone's)")
 	s.fs.DurationVar(&c.RestoreWriterWait, "restore-writer-wait", snapshot.DefaultWriterWait, "how long a snapshot restore waits, the server stopped, for the uploads, downloads and mod installs already writing into it to end before it fails (1s to 1h)")
+	s.fs.StringVar(&c.UIDRange, "uid-range", servers.DefaultUIDRange.String(), "user ids process-runtime servers run as, one each, when kiln runs as root (FIRST-LAST, free of the host's users and groups), or off: every server runs as kiln's user")
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
@@ -215,6 +219,9 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	}
 	if _, err := node.ParsePortRange(c.PortRange); err != nil {
 		return c, usageError{"--port-range: " + err.Error()}
+	}
+	if c.uidRange, err = servers.ParseUIDRange(c.UIDRange); err != nil {
+		return c, usageError{"--uid-range " + err.Error()}
 	}
 	c.javaHomes = map[int]string{}
 	for _, jh := range c.JavaHome {
@@ -416,9 +423,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// Restores a crash cut short are finished or undone before any server
-	// starts and before the disk ledger's first walk.
-	snapshot.RecoverRoots(ctx, filepath.Join(cfg.DataDir, "servers"), log)
+	users, err := serverUsers(cfg, log)
+	if err != nil {
+		return err
+	}
+	if err := secureDataDir(cfg.DataDir, !users.IsZero()); err != nil {
+		return err
+	}
+	if !users.IsZero() && cfg.Dev {
+		// kiln-test runs this binary as the servers' users.
+		if kilnBin, err = reachableBinary(kilnBin, cfg.DataDir); err != nil {
+			return fmt.Errorf("a copy of kiln the servers' users can run: %w", err)
+		}
+	}
 	box, err := secretbox.Load(cfg.DataDir, cfg.SecretKey)
 	if err != nil && cfg.SecretKey != "" {
 		return usageError{"--secret-key: " + err.Error()}
@@ -429,9 +446,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Databases of dbservices: their credentials are sealed with box and
 	// given to the servers attached to them at each start.
 	dbs := dbservice.NewService(db, box, log)
+	tempNames := quota.NewTempNames(box.Derive(servers.TempNamesPurpose))
+	// Restores a crash cut short are finished or undone before any server
+	// starts and before the disk ledger's first walk.
+	snapshot.RecoverRoots(ctx, filepath.Join(cfg.DataDir, "servers"), tempNames, log)
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
-		Injected: dbs, Javas: javas, Secrets: box,
+		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users,
 	}, log)
 	// Snapshots: taken, restored and deleted in the background; the
 	// executor takes one before a replace or delete.

@@ -94,7 +94,7 @@ func TestPullDownloads(t *testing.T) {
 	slow := mustJSON(body)["download"].(map[string]any)["identifier"].(string)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := os.Stat(filepath.Join(root, "mods", ".kiln-tmp-"+slow)); err == nil {
+		if m, _ := filepath.Glob(filepath.Join(root, "mods", ".kiln-tmp-"+slow+"-*")); len(m) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/kilnhq/kiln/internal/quota"
 )
@@ -20,7 +19,7 @@ import (
 // made stale so the next write measures it.
 func (h *harness) fillTo(id, root string, limitMB int, free int64) {
 	h.t.Helper()
-	used, err := quota.Usage(root, time.Time{})
+	used, err := quota.Usage(root)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -119,7 +118,7 @@ func TestQuotaExactUnderConcurrency(t *testing.T) {
 	}
 	// What is on disk never passes the limit, and is what the ledger holds
 	// once measured again.
-	used, err := quota.Usage(root, time.Time{})
+	used, err := quota.Usage(root)
 	if err != nil {
 		t.Fatal(err)
 	}

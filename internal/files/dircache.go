@@ -28,9 +28,11 @@ type dirCache struct {
 	// made, when set, is asked before a directory is made and told after
 	// (ok: it was made by this call); an error from it refuses the mkdir.
 	made func(ok bool) error
-	mu   sync.Mutex
-	dirs map[string]*cachedDir
-	lru  list.List // of *cachedDir, most recently used first
+	// owner gets the directories the cache makes (nil: kiln's user).
+	owner *owner
+	mu    sync.Mutex
+	dirs  map[string]*cachedDir
+	lru   list.List // of *cachedDir, most recently used first
 }
 
 // cachedDir is one open directory of a dirCache.
@@ -42,8 +44,8 @@ type cachedDir struct {
 	evicted bool // out of the cache while in use: closed at the last release
 }
 
-func newDirCache(top, max int) *dirCache {
-	return &dirCache{top: cachedDir{rel: ".", fd: top}, max: max, dirs: make(map[string]*cachedDir)}
+func newDirCache(top, max int, o *owner) *dirCache {
+	return &dirCache{top: cachedDir{rel: ".", fd: top}, max: max, owner: o, dirs: make(map[string]*cachedDir)}
 }
 
 // acquire returns directory rel (cleaned, relative to the top), opening it
@@ -65,7 +67,7 @@ func (c *dirCache) acquire(rel string, create bool) (*cachedDir, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd, err := openDirAtHook(parent.fd, path.Base(rel), create, c.made)
+	fd, err := openDirAtHook(parent.fd, path.Base(rel), create, c.made, c.owner)
 	c.release(parent)
 	if err != nil {
 		return nil, fmt.Errorf("open directory %s: %w", rel, err)
@@ -151,12 +153,13 @@ func (c *dirCache) close() {
 // with create, a missing one is made first. A symlink is ErrSymlink, any
 // other non-directory ErrNotDirectory.
 func openDirAt(parent int, name string, create bool) (int, error) {
-	return openDirAtHook(parent, name, create, nil)
+	return openDirAtHook(parent, name, create, nil, nil)
 }
 
 // openDirAtHook is openDirAt asking made (if set) before it makes a
-// directory, and telling it whether it did.
-func openDirAtHook(parent int, name string, create bool, made func(ok bool) error) (int, error) {
+// directory, and telling it whether it did; a directory it makes goes to
+// o (nil: kiln's user).
+func openDirAtHook(parent int, name string, create bool, made func(ok bool) error, o *owner) (int, error) {
 	for {
 		fd, err := unix.Openat(parent, name, dirFlags, 0)
 		switch {
@@ -173,6 +176,11 @@ func openDirAtHook(parent int, name string, create bool, made func(ok bool) erro
 			err := unix.Mkdirat(parent, name, 0o755)
 			if err != nil && !errors.Is(err, unix.EEXIST) {
 				return -1, pathErr("mkdirat", name, err)
+			}
+			if err == nil {
+				if err := o.ownAt(parent, name); err != nil {
+					return -1, err
+				}
 			}
 			if made != nil && err == nil {
 				_ = made(true)

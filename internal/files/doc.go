@@ -16,6 +16,17 @@
 // rather than on the bytes it wrote.
 //
 // Decisions:
+//   - Kiln's names: a path with a segment starting with ".kiln-tmp-"
+//     (quota.Reserved) is refused by Clean, so no user path (the files
+//     API, SFTP, archive entries, remote downloads, mod and modpack
+//     installs, a restore's path) creates, writes, renames, copies or
+//     chmods one: the prefix names Kiln's temporary files, staging trees
+//     and restore journals, and a restore's recovery once replayed a
+//     journal a team planted. CleanRemovable and JoinRemovable accept them
+//     for deletes only: Kiln leaves look-alikes it did not make (quota's
+//     doc, "Kiln's names"), so their owner must be able to remove them.
+//     Root's methods take Kiln's own names (checkClean lets them through):
+//     Kiln renames its temporary files into place with them.
 //   - A leading "/" in a user path means the server's root. ".." segments
 //     are refused even when they would stay inside: a path names one place.
 //     NUL bytes, invalid UTF-8, paths over 4096 bytes and names over 255

@@ -128,7 +128,7 @@ func TestListStatAndEntries(t *testing.T) {
 
 // budget is a reservation of a fresh ledger with free bytes free.
 func budget(free int64) *quota.Reservation {
-	r, _ := quota.NewAccount(free).Reserve(0)
+	r, _ := quota.NewAccount(free, quota.TempNames{}).Reserve(0)
 	return r
 }
 
@@ -414,22 +414,22 @@ func TestWriteFileTemp(t *testing.T) {
 	}()
 	pw.Write([]byte("partial"))
 	// While the write runs, its partial file has the known name.
-	if _, err := os.Stat(filepath.Join(dir, "downloads", TempName("dl_abc"))); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "downloads", quota.TempNames{}.Name("dl_abc"))); err != nil {
 		t.Fatalf("temporary file: %v", err)
 	}
 	pw.CloseWithError(errors.New("connection reset"))
 	if err := <-done; err == nil {
 		t.Fatal("WriteFileTemp succeeded on a broken source")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "downloads", TempName("dl_abc"))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, "downloads", quota.TempNames{}.Name("dl_abc"))); !os.IsNotExist(err) {
 		t.Errorf("partial file left after a failed write: %v", err)
 	}
 	// A leftover of a crash is removed by RemoveTemp.
-	write(t, dir, "downloads/"+TempName("dl_old"), "junk")
-	if err := r.RemoveTemp("downloads", "dl_old"); err != nil {
+	write(t, dir, "downloads/"+quota.TempNames{}.Name("dl_old"), "junk")
+	if err := r.RemoveTemp("downloads", "dl_old", quota.TempNames{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.RemoveTemp("downloads", "dl_none"); err != nil {
+	if err := r.RemoveTemp("downloads", "dl_none", quota.TempNames{}); err != nil {
 		t.Errorf("RemoveTemp of nothing = %v", err)
 	}
 	if _, err := r.WriteFileTemp("x", "a/b", strings.NewReader("x"), budget(10)); err == nil {

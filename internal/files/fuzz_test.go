@@ -55,7 +55,7 @@ func FuzzResolve(f *testing.F) {
 	r, err := Open(root)
 	must(err)
 	f.Cleanup(func() { r.Close() })
-	disk := quota.NewAccount(1 << 30)
+	disk := quota.NewAccount(1<<30, quota.TempNames{})
 
 	f.Fuzz(func(t *testing.T, in string) {
 		rel, err := Clean("path", in)

@@ -49,8 +49,8 @@ func (r *Root) Rename(from, to string) error {
 		if _, err := statAt(ffd, path.Base(from)); err != nil {
 			return err
 		}
-		if err := r.r.MkdirAll(path.Dir(to), 0o755); err != nil {
-			return classify(err)
+		if _, err := r.mkdirAll(path.Dir(to), nil); err != nil {
+			return err
 		}
 		return r.withDir(path.Dir(to), func(tfd int) error {
 			return renameNoReplace(ffd, path.Base(from), tfd, path.Base(to))

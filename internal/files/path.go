@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -19,9 +20,18 @@ const (
 // "/" means the server's root, never the host's. It refuses, with a
 // *validate.Error at field, NUL bytes, invalid UTF-8, ".." components (even
 // ones that would stay inside: a path names one place, without detours),
-// over-long paths and components. It does not touch the file system:
-// symlinks are the resolver's business.
-func Clean(field, p string) (string, error) {
+// over-long paths and components, and names in Kiln's namespace
+// (quota.Reserved: ".kiln-tmp-…", Kiln's temporary files, staging trees
+// and restore journals; doc.go, "Kiln's names"). It does not touch the
+// file system: symlinks are the resolver's business.
+func Clean(field, p string) (string, error) { return clean(field, p, false) }
+
+// CleanRemovable is Clean for a path the user only removes: a name in
+// Kiln's namespace is accepted, so that a look-alike Kiln did not make
+// (which Kiln never removes on its own) can be deleted by its owner.
+func CleanRemovable(field, p string) (string, error) { return clean(field, p, true) }
+
+func clean(field, p string, reservedOK bool) (string, error) {
 	switch {
 	case len(p) > MaxPathLen:
 		return "", validate.Errorf(field, "is longer than %d bytes", MaxPathLen)
@@ -41,6 +51,9 @@ func Clean(field, p string) (string, error) {
 		if len(part) > MaxNameLen {
 			return "", validate.Errorf(field, "has a name longer than %d bytes", MaxNameLen)
 		}
+		if !reservedOK && quota.Reserved(part) {
+			return "", validate.Errorf(field, "must not name %q: names starting with %q are reserved for Kiln's temporary files", part, quota.TempPrefix)
+		}
 		parts = append(parts, part)
 	}
 	if len(parts) == 0 {
@@ -52,11 +65,21 @@ func Clean(field, p string) (string, error) {
 // Join cleans dir and name (both user input) and joins them; name may hold
 // slashes ("config/a.yml" under "/plugins").
 func Join(dirField, dir, nameField, name string) (string, error) {
-	d, err := Clean(dirField, dir)
+	return joinUser(dirField, dir, nameField, name, false)
+}
+
+// JoinRemovable is Join for a path the user only removes
+// (CleanRemovable).
+func JoinRemovable(dirField, dir, nameField, name string) (string, error) {
+	return joinUser(dirField, dir, nameField, name, true)
+}
+
+func joinUser(dirField, dir, nameField, name string, reservedOK bool) (string, error) {
+	d, err := clean(dirField, dir, reservedOK)
 	if err != nil {
 		return "", err
 	}
-	n, err := Clean(nameField, name)
+	n, err := clean(nameField, name, reservedOK)
 	if err != nil {
 		return "", err
 	}

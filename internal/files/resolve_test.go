@@ -157,7 +157,7 @@ func TestOpenBeneath(t *testing.T) {
 // directory or a hard-linked file, and keeps the ledger exact.
 func TestOpenWriteStaysInside(t *testing.T) {
 	resolvers(t, func(t *testing.T, r *Root, root, outside string) {
-		disk := quota.NewAccount(1 << 20)
+		disk := quota.NewAccount(1<<20, quota.TempNames{})
 		create := WriteFlags{Create: true, Truncate: true}
 		for _, tc := range []struct {
 			rel     string
@@ -285,7 +285,7 @@ func TestOpenWriteStaysInside(t *testing.T) {
 // truncated (which frees blocks).
 func TestOpenWriteAtTheLimit(t *testing.T) {
 	resolvers(t, func(t *testing.T, r *Root, root, _ string) {
-		disk := quota.NewAccount(2 * quota.BlockSize)
+		disk := quota.NewAccount(2*quota.BlockSize, quota.TempNames{})
 		disk.Adjust(2 * quota.BlockSize) // the root is full
 		create := WriteFlags{Create: true, Truncate: true}
 		if _, err := r.OpenWrite("inner/new.txt", create, disk); !errors.Is(err, ErrQuota) {
@@ -338,7 +338,7 @@ func TestSymlinkSwappedMidPath(t *testing.T) {
 				_ = os.Rename(real, sw)
 			}
 		})
-		disk := quota.NewAccount(1 << 30)
+		disk := quota.NewAccount(1<<30, quota.TempNames{})
 		res := budget(1 << 30)
 		for i := range 2000 {
 			if h, err := r.OpenWrite("sw/new", WriteFlags{Create: true}, disk); err == nil {

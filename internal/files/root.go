@@ -29,6 +29,9 @@ type Root struct {
 	// resolves beneath (resolve.go); beneath says openat2 works here.
 	fd      int
 	beneath bool
+	// owner is who entries Kiln creates here belong to (owner.go): the
+	// root directory's owner, when that is a server's own user.
+	owner *owner
 }
 
 // Open opens the server root at dir (an absolute host path from the node).
@@ -50,7 +53,7 @@ func Open(dir string) (*Root, error) {
 		r.Close()
 		return nil, fmt.Errorf("open server root: %w", err)
 	}
-	return &Root{r: r, dir: dir, fd: fd, beneath: probeBeneath(fd)}, nil
+	return &Root{r: r, dir: dir, fd: fd, beneath: probeBeneath(fd), owner: ownerOf(fd)}, nil
 }
 
 // Close releases the directory handles. A second Close does nothing
@@ -68,10 +71,13 @@ func (r *Root) Close() error {
 // a bug in Kiln, refused rather than resolved.
 var errUnclean = errors.New("files: path was not cleaned")
 
-// checkClean refuses any path that Clean would change.
+// checkClean refuses any path that Clean would change. Names in Kiln's
+// namespace pass: Root's methods are also how Kiln moves its own
+// temporary entries (an archive's temporary file renamed into place);
+// users' paths were refused them by Clean before they got here.
 func checkClean(paths ...string) error {
 	for _, p := range paths {
-		if c, err := Clean("path", p); err != nil || c != p {
+		if c, err := clean("path", p, true); err != nil || c != p {
 			return fmt.Errorf("%w: %q", errUnclean, p)
 		}
 	}

@@ -238,7 +238,9 @@ func (s *Service) Delete(ctx context.Context, teamID, id, root string, names []s
 	}
 	rels := make([]string, len(names))
 	for i, n := range names {
-		rel, err := Join("root", root, fieldAt("files", i, ""), n)
+		// Removable: a look-alike of Kiln's names that Kiln did not make
+		// (it never removes those on its own) can be deleted by its owner.
+		rel, err := JoinRemovable("root", root, fieldAt("files", i, ""), n)
 		if err != nil {
 			return err
 		}

@@ -104,7 +104,7 @@ func (r *Root) MkdirOne(rel string, perm fs.FileMode, res *quota.Reservation) er
 			return pathErr("mkdir", rel, err)
 		}
 		res.Changed(quota.EntryCost)
-		return nil
+		return r.owner.ownAt(dfd, path.Base(rel))
 	})
 }
 

@@ -152,6 +152,11 @@ func (h *WriteHandle) create(r *Root, mode int, perm fs.FileMode) error {
 	}
 	// The umask may have narrowed perm: set it as asked.
 	_ = unix.Fchmod(fd, uint32(perm.Perm()))
+	if err := r.owner.ownFD(fd); err != nil {
+		unix.Close(fd)
+		h.res.Shrink(quota.Cost(0))
+		return err
+	}
 	h.f = os.NewFile(uintptr(fd), h.name)
 	h.base, h.cost, h.size = 0, quota.Cost(0), 0
 	return nil

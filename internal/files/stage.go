@@ -62,7 +62,7 @@ type Stager struct {
 	closeErr  error
 }
 
-// Stage creates a staging directory (TempName("stage-<random>"): invisible
+// Stage creates a staging directory (res.TempName("stage-<random>"): invisible
 // to Walk, on the same file system as dest so that Commit moves by
 // renaming) in directory dest and returns a Stager on it. Every file,
 // directory and link it creates is reserved from res first, by what it
@@ -80,7 +80,7 @@ func (r *Root) Stage(dest string, res *quota.Reservation) (*Stager, error) {
 	for range 10 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		name := TempName("stage-" + hex.EncodeToString(b[:]))
+		name := res.TempName("stage-" + hex.EncodeToString(b[:]))
 		if err := unix.Mkdirat(dfd, name, 0o700); errors.Is(err, unix.EEXIST) {
 			continue
 		} else if err != nil {
@@ -97,7 +97,7 @@ func (r *Root) Stage(dest string, res *quota.Reservation) (*Stager, error) {
 			return nil, fmt.Errorf("stage in %s: %w", Display(dest), err)
 		}
 		st := &Stager{r: r, dest: dest, name: name, dfd: dfd, sfd: sfd,
-			stage: newDirCache(sfd, stageCacheMax), res: res}
+			stage: newDirCache(sfd, stageCacheMax, r.owner), res: res}
 		st.stage.made = st.madeDir
 		return st, nil
 	}
@@ -180,6 +180,9 @@ func (s *Stager) Create(rel string, src io.Reader, perm fs.FileMode) (int64, err
 	}
 	// The umask may have narrowed the mode openat was given.
 	err = unix.Fchmod(fd, uint32(perm.Perm()))
+	if err == nil {
+		err = s.r.owner.ownFD(fd)
+	}
 	var n int64
 	qw := &quota.Writer{Res: s.res}
 	if err == nil {
@@ -264,7 +267,7 @@ func (s *Stager) Symlink(target, rel string) error {
 		return pathErr("symlink", rel, err)
 	}
 	s.res.Changed(quota.EntryCost)
-	return nil
+	return s.r.owner.ownAt(d.fd, path.Base(rel))
 }
 
 // Open opens regular file rel of the staging tree for reading (a hard
@@ -356,7 +359,7 @@ func (s *Stager) Commit(ctx context.Context) error {
 	if err := s.Sync(); err != nil {
 		return err
 	}
-	dest := newDirCache(s.dfd, stageCacheMax)
+	dest := newDirCache(s.dfd, stageCacheMax, s.r.owner)
 	defer dest.close()
 	var moves []stagedMove
 	if err := s.plan(ctx, dest, ".", &moves); err != nil {

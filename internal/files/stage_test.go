@@ -44,7 +44,7 @@ func readHost(t *testing.T, p string) string {
 
 func TestStagerCreateCommitClose(t *testing.T) {
 	s, r, dir := newStager(t, "plugins", 1<<20)
-	if !strings.HasPrefix(s.Dir(), "plugins/"+TempName("stage-")) {
+	if !strings.HasPrefix(s.Dir(), "plugins/"+quota.TempPrefix+"stage-") {
 		t.Errorf("Dir() = %q, want a temporary name in plugins", s.Dir())
 	}
 	if err := s.Mkdir("cfg", 0o750); err != nil {
@@ -274,7 +274,7 @@ func TestStagerRefusesBadNames(t *testing.T) {
 func TestStagerCacheBound(t *testing.T) {
 	s, _, dir := newStager(t, ".", 1<<30)
 	const bound = 4
-	s.stage = newDirCache(s.sfd, bound)
+	s.stage = newDirCache(s.sfd, bound, nil)
 	fdsBefore := openFDs(t)
 	const dirs, workers = 300, 6
 	var wg sync.WaitGroup

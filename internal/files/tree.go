@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -166,7 +167,7 @@ func (r *Root) walkDir(ctx context.Context, dfd int, rel string, fn WalkFunc, la
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if strings.HasPrefix(name, tmpPrefix) {
+		if quota.Reserved(name) {
 			continue // another operation's temporary file
 		}
 		child := name
@@ -327,8 +328,11 @@ func (r *Root) Symlink(target, rel string) error {
 	if !r.LinkInside(rel, target) {
 		return validate.Errorf("target", "leads outside the server's root through the links on its way")
 	}
-	if err := r.r.MkdirAll(path.Dir(rel), 0o755); err != nil {
+	if _, err := r.mkdirAll(path.Dir(rel), nil); err != nil {
+		return err
+	}
+	if err := r.r.Symlink(target, rel); err != nil {
 		return classify(err)
 	}
-	return classify(r.r.Symlink(target, rel))
+	return r.ownRel(rel)
 }

@@ -17,10 +17,6 @@ import (
 	"github.com/kilnhq/kiln/internal/quota"
 )
 
-// tmpPrefix names the temporary files of atomic writes (quota's: a walk
-// leaves the ones in flight out and collects those a crash left).
-const tmpPrefix = quota.TempPrefix
-
 // quotaWriter grows the reservation by what the file will cost before
 // each write passes it on: the limit is enforced on bytes actually
 // written, never on a size someone claimed.
@@ -51,14 +47,10 @@ func (r *Root) WriteFile(rel string, src io.Reader, res *quota.Reservation) (Ent
 	return e, err
 }
 
-// TempName is the name of the temporary file WriteFileTemp uses for tag,
-// in the target's directory.
-func TempName(tag string) string { return tmpPrefix + tag }
-
-// WriteFileTemp is WriteFile with a known temporary file name (TempName of
-// tag, e.g. a download id) instead of a random one, so that an operation
-// interrupted by a crash can find and remove its partial file later
-// (RemoveTemp). tag must be a plain name without "/".
+// WriteFileTemp is WriteFile with a known temporary file name (res's
+// TempName of tag, e.g. a download id) instead of a random one, so that
+// an operation interrupted by a crash can find and remove its partial
+// file later (RemoveTemp). tag must be a plain name without "/".
 func (r *Root) WriteFileTemp(rel, tag string, src io.Reader, res *quota.Reservation) (Entry, error) {
 	if tag == "" || strings.ContainsAny(tag, "/\x00") || len(tag) > 64 {
 		return Entry{}, fmt.Errorf("files: bad temporary file tag %q", tag)
@@ -66,12 +58,13 @@ func (r *Root) WriteFileTemp(rel, tag string, src io.Reader, res *quota.Reservat
 	return r.write(rel, tag, src, res)
 }
 
-// RemoveTemp removes the temporary file of tag in directory dir, if any.
-func (r *Root) RemoveTemp(dir, tag string) error {
+// RemoveTemp removes the temporary file of tag in directory dir, if any:
+// the one WriteFileTemp made under a reservation of an account of names.
+func (r *Root) RemoveTemp(dir, tag string, names quota.TempNames) error {
 	if err := checkClean(dir); err != nil {
 		return err
 	}
-	err := r.r.Remove(path.Join(dir, TempName(tag)))
+	err := r.r.Remove(path.Join(dir, names.Name(tag)))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -238,6 +231,12 @@ func (r *Root) mkdirAll(rel string, res *quota.Reservation) (int64, error) {
 	if err := r.r.MkdirAll(rel, 0o755); err != nil {
 		return 0, classify(err)
 	}
+	// The missing directories were the last ones of rel.
+	for p, i := rel, int64(0); i < missing && p != "."; p, i = path.Dir(p), i+1 {
+		if err := r.ownRel(p); err != nil {
+			return 0, err
+		}
+	}
 	return missing, nil
 }
 
@@ -260,19 +259,20 @@ func statFile(f *os.File, name string) (Entry, error) {
 	return fromStatx(name, &st), nil
 }
 
-// createTemp makes a new, exclusive temporary file in dir: TempName(tag),
-// or a random name when tag is empty. A leftover file of the same tag (a
-// crash) is replaced.
+// createTemp makes a new, exclusive temporary file in dir: res's
+// TempName of tag, or of a random body when tag is empty (names only Kiln
+// can make: quota.TempNames). A leftover file of the same tag (a crash) is
+// replaced.
 func (r *Root) createTemp(dir, tag string, perm fs.FileMode, res *quota.Reservation) (string, *os.File, error) {
 	if tag != "" {
-		_ = r.r.Remove(path.Join(dir, TempName(tag)))
+		_ = r.r.Remove(path.Join(dir, res.TempName(tag)))
 	}
 	for range 10 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		name := path.Join(dir, tmpPrefix+hex.EncodeToString(b[:]))
+		name := path.Join(dir, res.TempName(hex.EncodeToString(b[:])))
 		if tag != "" {
-			name = path.Join(dir, TempName(tag))
+			name = path.Join(dir, res.TempName(tag))
 		}
 		f, err := r.r.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 		if errors.Is(err, fs.ErrExist) {
@@ -282,8 +282,12 @@ func (r *Root) createTemp(dir, tag string, perm fs.FileMode, res *quota.Reservat
 			return "", nil, classify(err)
 		}
 		// The umask may have narrowed perm; set it as asked. Tracked: a
-		// walk leaves it out, its bytes are in res.
+		// walk leaves it out, its bytes are in res. The server's user
+		// owns it (its game may rewrite it in place).
 		err = f.Chmod(perm)
+		if err == nil {
+			err = r.owner.ownFD(int(f.Fd()))
+		}
 		if err == nil {
 			err = res.Track(int(f.Fd()))
 		}

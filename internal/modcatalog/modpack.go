@@ -892,7 +892,7 @@ func packPath(raw string) (string, error) {
 		if seg == ".." {
 			return "", errors.New("leads out of the server's root (\"..\")")
 		}
-		if strings.HasPrefix(seg, files.TempName("")) {
+		if quota.Reserved(seg) {
 			return "", errors.New("uses a name Kiln keeps for its temporary files")
 		}
 	}

@@ -62,7 +62,7 @@ func (r *roots) Access(_ context.Context, teamID, id string, write bool) (server
 	if write {
 		r.mu.Lock()
 		if s.disk == nil {
-			s.disk = quota.NewAccount(s.limit)
+			s.disk = quota.NewAccount(s.limit, quota.TempNames{})
 			if _, err := s.disk.Walk(s.dir, time.Time{}); err != nil {
 				r.mu.Unlock()
 				return servers.Access{}, err

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 )
 
 // FuzzParseRequest checks what Start accepts: an http(s) URL with a host
@@ -40,7 +41,7 @@ func FuzzParseRequest(f *testing.F) {
 			t.Fatalf("filename %q became %q", name, r.filename)
 		}
 		if r.filename == "" || r.filename == "." || r.filename == ".." || strings.ContainsAny(r.filename, "/\x00") ||
-			strings.HasPrefix(r.filename, files.TempName("")) {
+			quota.Reserved(r.filename) {
 			t.Fatalf("parseRequest(%q, %q, %q) accepted file name %q", rawURL, dir, name, r.filename)
 		}
 		if c, err := files.Clean("x", r.rel); err != nil || c != r.rel {

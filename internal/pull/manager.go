@@ -250,7 +250,7 @@ func (m *Manager) removePartial(ctx context.Context, d Download) {
 		return
 	}
 	defer root.Close()
-	if err := root.RemoveTemp(dir, d.ID); err != nil && !errors.Is(err, files.ErrNotFound) && !errors.Is(err, files.ErrNotDirectory) {
+	if err := root.RemoveTemp(dir, d.ID, acc.Names); err != nil && !errors.Is(err, files.ErrNotFound) && !errors.Is(err, files.ErrNotDirectory) {
 		m.log.WarnContext(ctx, "remove partial download", "download_id", d.ID, "server_id", d.ServerID, "err", err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/ids"
 	"github.com/kilnhq/kiln/internal/netguard/netguardtest"
 	"github.com/kilnhq/kiln/internal/pull"
@@ -67,8 +66,8 @@ func TestProgressWithContentLength(t *testing.T) {
 		}
 		// The partial file is the download's temporary file, not the target.
 		dir := e.roots.dir(serverA)
-		if _, err := os.Stat(filepath.Join(dir, files.TempName(d.ID))); err != nil {
-			t.Errorf("partial file: %v, want %s present", err, files.TempName(d.ID))
+		if _, err := os.Stat(filepath.Join(dir, quota.TempNames{}.Name(d.ID))); err != nil {
+			t.Errorf("partial file: %v, want %s present", err, quota.TempNames{}.Name(d.ID))
 		}
 		if _, err := os.Stat(filepath.Join(dir, "a.bin")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("a.bin before completion: %v, want it absent", err)
@@ -167,7 +166,7 @@ func TestCancel(t *testing.T) {
 		dir := e.roots.dir(serverA)
 		d := e.mustStart(t, serverA, up.URL+"/hang/3000", "/plugins", "big.jar")
 		e.waitFor(t, teamA, serverA, d.ID, "3000 bytes received", func(d pull.Download) bool { return d.Written == 3000 })
-		partial := filepath.Join(dir, "plugins", files.TempName(d.ID))
+		partial := filepath.Join(dir, "plugins", quota.TempNames{}.Name(d.ID))
 		if _, err := os.Stat(partial); err != nil {
 			t.Fatalf("partial file during the transfer: %v", err)
 		}
@@ -382,7 +381,7 @@ func TestRecoveryAfterCrash(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(dir, "plugins"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []string{filepath.Join(dir, "plugins", files.TempName(running)), filepath.Join(dir, files.TempName(queued))} {
+		for _, p := range []string{filepath.Join(dir, "plugins", quota.TempNames{}.Name(running)), filepath.Join(dir, quota.TempNames{}.Name(queued))} {
 			if err := os.WriteFile(p, make([]byte, 500), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -495,7 +494,7 @@ func TestValidation(t *testing.T) {
 		{"filename NUL", ok, "/", "a\x00", []string{"filename"}},
 		{"filename dot", ok, "/", ".", []string{"filename"}},
 		{"filename dotdot", ok, "/", "..", []string{"filename"}},
-		{"filename temporary", ok, "/", files.TempName("dl_x"), []string{"filename"}},
+		{"filename temporary", ok, "/", quota.TempPrefix + "dl_x", []string{"filename"}},
 		{"filename too long", ok, "/", strings.Repeat("a", 256), []string{"filename"}},
 		{"no name in url", "http://127.0.0.1/dir/", "/", "", []string{"filename"}},
 		{"no path in url", "http://127.0.0.1", "/", "", []string{"filename"}},

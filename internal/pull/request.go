@@ -119,9 +119,6 @@ func plainName(field, name string) error {
 	if c == "." {
 		return validate.Errorf(field, "must be a file name")
 	}
-	if strings.HasPrefix(name, files.TempName("")) {
-		return validate.Errorf(field, "must not start with %q (Kiln's temporary files)", files.TempName(""))
-	}
 	return nil
 }
 

@@ -233,7 +233,7 @@ func (m *Manager) fetchInto(ctx context.Context, cancel context.CancelCauseFunc,
 	e, err := root.WriteFileTemp(t.req.rel, t.d.ID, newVerifying(body, t.req.sum), res)
 	if err != nil {
 		// WriteFileTemp removed its temporary file; make sure.
-		if rerr := root.RemoveTemp(t.req.dir, t.d.ID); rerr != nil && !errors.Is(rerr, files.ErrNotFound) && !errors.Is(rerr, files.ErrNotDirectory) {
+		if rerr := root.RemoveTemp(t.req.dir, t.d.ID, res.Names()); rerr != nil && !errors.Is(rerr, files.ErrNotFound) && !errors.Is(rerr, files.ErrNotDirectory) {
 			m.log.WarnContext(ctx, "remove partial download", "download_id", t.d.ID, "err", rerr)
 		}
 		return err

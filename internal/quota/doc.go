@@ -23,12 +23,31 @@
 //     the same tree costs the same everywhere.
 //   - Names starting with TempPrefix (".kiln-tmp-") are Kiln's writes in
 //     flight (temporary files of atomic writes, downloads, staging trees
-//     of extractions). A writer tracks the ones it holds open
-//     (Reservation.Track): a walk leaves those out, since their bytes are
-//     in the reservation. An untracked one modified before the start of
-//     this process (the collectBefore of Walk) is a leftover of a crash
-//     and is removed; any other is counted like a file of the user's, so
-//     a game server cannot hide bytes behind the prefix.
+//     of extractions and restores). A writer tracks the ones it holds
+//     open (Reservation.Track): a walk leaves those out, since their bytes
+//     are in the reservation. An untracked one modified before the start
+//     of this process (the collectBefore of Walk) is a leftover of a crash
+//     and is removed, if Kiln made it; any other is counted like a file of
+//     the user's, so a game server cannot hide bytes behind the prefix.
+//   - Kiln's names (tempnames.go). A root is its server's to write: a game
+//     server, and before they refused the prefix the files API and SFTP,
+//     can make an entry with the prefix. So each name a writer takes comes
+//     from its account (Reservation.TempName): TempPrefix, a body and a
+//     tag, the first 64 bits of an HMAC-SHA256 of the body under a key
+//     users never see (kiln serve derives it from the secret key). Only a
+//     name whose tag verifies is Kiln's (TempNames.Ours): only those are
+//     removed as leftovers, and the restore recovery only runs journals in
+//     directories so named, MAC'd with the same key (TempNames.MAC). A
+//     look-alike is never removed silently: it stays, counted, and its
+//     owner may delete it. The tag is in the name rather than recorded
+//     outside the root because a name costs nothing per write, where a
+//     record outside would cost a write and an fsync per temporary file,
+//     and survives anything that keeps the root. A name seen by a game
+//     server (a temporary file of a write while it runs) could be made
+//     again by it after Kiln removed its own; the worst that gives is
+//     Kiln removing the copy at the next start as a leftover, inside the
+//     same root. The zero TempNames (tests, Kiln's writes outside roots)
+//     owns nothing.
 //   - A walk and writers run at once. A commit during a walk is added on
 //     top of the walk's result: a file the walk saw and whose commit it
 //     also adds is counted twice until the next walk (the error is on the

@@ -58,13 +58,40 @@ type Account struct {
 	batches  uint64         // begins and ends of batches (Batch)
 	batching int            // batches begun and not ended
 	walk     sync.Mutex
+	names    TempNames // Kiln's temporary names in this root
 }
 
 // fileID names an inode.
 type fileID struct{ dev, ino uint64 }
 
-// NewAccount returns an account with a limit of limit bytes, never walked.
-func NewAccount(limit int64) *Account { return &Account{limit: limit} }
+// NewAccount returns an account with a limit of limit bytes, never
+// walked, whose writers name their temporary entries with names.
+func NewAccount(limit int64, names TempNames) *Account {
+	return &Account{limit: limit, names: names}
+}
+
+// Names are the account's temporary names: what its writers mint, and
+// what its walks recognise as Kiln's.
+func (a *Account) Names() TempNames { return a.names }
+
+// Names are the temporary names of the reservation's account (zero for
+// a nil reservation).
+func (r *Reservation) Names() TempNames {
+	if r == nil {
+		return TempNames{}
+	}
+	return r.a.names
+}
+
+// TempName is names.Name(body) of the reservation's account: the name of
+// a temporary entry of this operation. A nil reservation (Kiln's own
+// writes outside any root) mints keyless names, which no walk removes.
+func (r *Reservation) TempName(body string) string {
+	if r == nil {
+		return TempNames{}.Name(body)
+	}
+	return r.a.names.Name(body)
+}
 
 // SetLimit changes the limit (a server's disk_mb was updated).
 func (a *Account) SetLimit(limit int64) {

@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ func TestCost(t *testing.T) {
 // hold more than the limit together, and what they commit adds up.
 func TestReserveExactUnderConcurrency(t *testing.T) {
 	const limit = 10 << 20
-	a := NewAccount(limit)
+	a := NewAccount(limit, TempNames{})
 	a.Adjust(1 << 20) // already used
 	var wg sync.WaitGroup
 	var committed, peak atomic.Int64
@@ -79,7 +80,7 @@ func TestReserveExactUnderConcurrency(t *testing.T) {
 }
 
 func TestWriterCredit(t *testing.T) {
-	a := NewAccount(100 << 10)
+	a := NewAccount(100<<10, TempNames{})
 	a.Adjust(96 << 10) // 4 KiB free
 	r, _ := a.Reserve(0)
 	// Replacing a 64 KiB file: up to 68 KiB may be written.
@@ -124,11 +125,11 @@ func TestUsage(t *testing.T) {
 	os.Symlink("/etc/passwd", dir+"/l") // 4096, not followed
 	os.Symlink("/", dir+"/d/root")      // 4096, not descended
 	want := int64(4096 + 4096 + 8192 + 4096 + 4096 + 4096 + 4096)
-	got, err := Usage(dir, time.Time{})
+	got, err := Usage(dir)
 	if err != nil || got != want {
 		t.Errorf("Usage = %d, %v; want %d", got, err, want)
 	}
-	if got, err := Usage(dir+"/missing", time.Time{}); got != 0 || err != nil {
+	if got, err := Usage(dir + "/missing"); got != 0 || err != nil {
 		t.Errorf("Usage(missing) = %d, %v; want 0, nil", got, err)
 	}
 }
@@ -160,7 +161,7 @@ func TestUsageDeeperThanPathMax(t *testing.T) {
 	unix.Write(wfd, make([]byte, 5000))
 	unix.Close(wfd)
 	unix.Close(fd)
-	a := NewAccount(1 << 30)
+	a := NewAccount(1<<30, TempNames{})
 	got, err := a.Walk(dir, time.Time{})
 	if want := int64(depth*4096 + 8192); err != nil || got != want {
 		t.Fatalf("Walk of a %d-deep tree = %d, %v; want %d", depth, got, err, want)
@@ -171,20 +172,29 @@ func TestUsageDeeperThanPathMax(t *testing.T) {
 }
 
 func TestWalkTemporaries(t *testing.T) {
+	names := NewTempNames(bytes.Repeat([]byte{3}, 32))
+	other := NewTempNames(bytes.Repeat([]byte{4}, 32))
+	leftover, stage := names.Name("old"), names.Name("stage-x")
+	// Look-alikes Kiln did not make (a user's, a game server's, another
+	// key's): old, yet never removed, and counted.
+	forged, wrongTag, otherKey := TempPrefix+"restore-x", TempPrefix+"old-0123456789abcdef", other.Name("old")
 	dir := t.TempDir()
-	write(t, dir+"/keep", 100)                             // 4096
-	write(t, dir+"/"+TempPrefix+"old", 9000)               // a leftover: removed
-	write(t, dir+"/sub/"+TempPrefix+"stage-x/deep/f", 100) // a leftover tree: removed; sub: 4096
-	write(t, dir+"/"+TempPrefix+"new", 9000)               // untracked, new: counted (12288)
-	write(t, dir+"/"+TempPrefix+"mine", 50000)             // tracked: left out
+	write(t, dir+"/keep", 100)                 // 4096
+	write(t, dir+"/"+leftover, 9000)           // a leftover: removed
+	write(t, dir+"/sub/"+stage+"/deep/f", 100) // a leftover tree: removed; sub: 4096
+	write(t, dir+"/"+TempPrefix+"new", 9000)   // untracked, new: counted (12288)
+	write(t, dir+"/"+TempPrefix+"mine", 50000) // tracked: left out
+	write(t, dir+"/"+forged+"/journal", 10)    // 4096 + 4096
+	write(t, dir+"/"+wrongTag, 10)             // 4096
+	write(t, dir+"/"+otherKey, 10)             // 4096
 	old := time.Now().Add(-time.Hour)
-	for _, p := range []string{dir + "/" + TempPrefix + "old", dir + "/sub/" + TempPrefix + "stage-x"} {
-		if err := os.Chtimes(p, old, old); err != nil {
+	for _, p := range []string{leftover, "sub/" + stage, forged, wrongTag, otherKey} {
+		if err := os.Chtimes(dir+"/"+p, old, old); err != nil {
 			t.Fatal(err)
 		}
 	}
-	os.Chmod(dir+"/sub/"+TempPrefix+"stage-x/deep", 0o500) // a leftover staging tree whose modes were narrowed
-	a := NewAccount(1 << 30)
+	os.Chmod(dir+"/sub/"+stage+"/deep", 0o500) // a leftover staging tree whose modes were narrowed
+	a := NewAccount(1<<30, names)
 	r, _ := a.Reserve(50000)
 	f, err := os.Open(dir + "/" + TempPrefix + "mine")
 	if err != nil {
@@ -195,16 +205,17 @@ func TestWalkTemporaries(t *testing.T) {
 	}
 	f.Close()
 	start := time.Now().Add(-time.Minute)
+	foreign := int64(4 * 4096)
 	got, err := a.Walk(dir, start)
-	if want := int64(4096 + 4096 + 12288); err != nil || got != want {
+	if want := int64(4096+4096+12288) + foreign; err != nil || got != want {
 		t.Errorf("Walk = %d, %v; want %d", got, err, want)
 	}
-	for _, p := range []string{TempPrefix + "old", "sub/" + TempPrefix + "stage-x"} {
+	for _, p := range []string{leftover, "sub/" + stage} {
 		if _, err := os.Lstat(dir + "/" + p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("leftover %s still there: %v", p, err)
 		}
 	}
-	for _, p := range []string{"keep", TempPrefix + "new", TempPrefix + "mine"} {
+	for _, p := range []string{"keep", TempPrefix + "new", TempPrefix + "mine", forged + "/journal", wrongTag, otherKey} {
 		if _, err := os.Lstat(dir + "/" + p); err != nil {
 			t.Errorf("%s removed: %v", p, err)
 		}
@@ -212,8 +223,41 @@ func TestWalkTemporaries(t *testing.T) {
 	// Once the writer is done, its file is counted like any other.
 	r.Release()
 	got, _ = a.Walk(dir, start)
-	if want := int64(4096 + 4096 + 12288 + Cost(50000)); got != want {
+	if want := int64(4096+4096+12288) + foreign + Cost(50000); got != want {
 		t.Errorf("Walk after the release = %d, want %d", got, want)
+	}
+	// An account without a key removes nothing: nothing is Kiln's.
+	write(t, dir+"/"+leftover, 10)
+	os.Chtimes(dir+"/"+leftover, old, old)
+	if _, err := NewAccount(1<<30, TempNames{}).Walk(dir, start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(dir + "/" + leftover); err != nil {
+		t.Errorf("a keyless walk removed %s: %v", leftover, err)
+	}
+}
+
+// TestTempNames: a name is Kiln's only under the key that made it.
+func TestTempNames(t *testing.T) {
+	names := NewTempNames(bytes.Repeat([]byte{3}, 32))
+	n := names.Name("restore-ab-cd")
+	if !strings.HasPrefix(n, TempPrefix+"restore-ab-cd-") || len(n) != len(TempPrefix+"restore-ab-cd-")+16 {
+		t.Fatalf("Name = %q", n)
+	}
+	if !names.Ours(n) || !Reserved(n) {
+		t.Errorf("Ours(%q) = false", n)
+	}
+	for _, bad := range []string{
+		n[:len(n)-1] + "0", // another tag
+		n + "x", TempPrefix + "restore-ab-cd", "restore-ab-cd-" + n[len(n)-16:], "x" + n,
+		NewTempNames(bytes.Repeat([]byte{4}, 32)).Name("restore-ab-cd"),
+	} {
+		if names.Ours(bad) {
+			t.Errorf("Ours(%q) = true", bad)
+		}
+	}
+	if (TempNames{}).Ours(TempNames{}.Name("x")) {
+		t.Error("a keyless TempNames owns a name")
 	}
 }
 
@@ -224,8 +268,8 @@ func TestWalkKeepsCommitsMadeMeanwhile(t *testing.T) {
 	for i := range 2000 {
 		write(t, filepath.Join(dir, strings.Repeat("d", 1+i%7), "f"+string(rune('a'+i%26))+time.Duration(i).String()), 1)
 	}
-	a := NewAccount(1 << 40)
-	base, _ := Usage(dir, time.Time{})
+	a := NewAccount(1<<40, TempNames{})
+	base, _ := Usage(dir)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -258,7 +302,7 @@ func TestIsDiskFull(t *testing.T) {
 // ended — one of 0 bytes included (a writer that grows as it writes), a
 // refused one not, a second Commit or Release not twice.
 func TestWriters(t *testing.T) {
-	a := NewAccount(10 * BlockSize)
+	a := NewAccount(10*BlockSize, TempNames{})
 	r0, err := a.Reserve(0)
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +333,7 @@ func TestWriters(t *testing.T) {
 // time, and after Release reserves for anyone again (the holder's Hold
 // no more).
 func TestHold(t *testing.T) {
-	a := NewAccount(10 * BlockSize)
+	a := NewAccount(10*BlockSize, TempNames{})
 	before, err := a.Reserve(0)
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,7 @@ func (a *Account) Walk(dir string, collectBefore time.Time) (int64, error) {
 	a.mu.Lock()
 	a.walking, a.walkAdd, a.staled = true, 0, false
 	a.mu.Unlock()
-	used, err := usage(dir, collectBefore, a.inFlight)
+	used, err := usage(dir, collectBefore, a.names, a.inFlight)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.walking = false
@@ -48,15 +48,15 @@ type frame struct {
 }
 
 // Usage adds up what the tree at dir costs (Cost, EntryCost), without
-// following symlinks. TempPrefix entries modified before collectBefore (a
-// zero time: none) are removed and not counted. A dir that does not exist
-// holds nothing.
-func Usage(dir string, collectBefore time.Time) (int64, error) {
-	return usage(dir, collectBefore, nil)
+// following symlinks or removing anything (leftovers are the account's
+// Walk's to remove: it knows which names are Kiln's). A dir that does not
+// exist holds nothing.
+func Usage(dir string) (int64, error) {
+	return usage(dir, time.Time{}, TempNames{}, nil)
 }
 
-// usage is Usage leaving out the TempPrefix entries skip names.
-func usage(dir string, collectBefore time.Time, skip func(dev, ino uint64) bool) (int64, error) {
+// usage is Usage leaving out the temporary entries skip names.
+func usage(dir string, collectBefore time.Time, names TempNames, skip func(dev, ino uint64) bool) (int64, error) {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return 0, nil
@@ -64,7 +64,7 @@ func usage(dir string, collectBefore time.Time, skip func(dev, ino uint64) bool)
 	if err != nil {
 		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
-	w := &walker{collectBefore: collectBefore, skip: skip}
+	w := &walker{collectBefore: collectBefore, names: names, skip: skip}
 	root, err := w.enter(fd)
 	if err != nil {
 		unix.Close(fd)
@@ -142,6 +142,7 @@ func reopenParent(child, parent *frame) error {
 
 type walker struct {
 	collectBefore time.Time
+	names         TempNames // which temporary entries are Kiln's to remove
 	skip          func(dev, ino uint64) bool
 	total         int64
 }
@@ -191,7 +192,7 @@ func (w *walker) entry(f *frame, name string) error {
 		if w.skip != nil && w.skip(st.Dev, st.Ino) {
 			return nil // a writer in flight holds its bytes
 		}
-		if !w.collectBefore.IsZero() && time.Unix(st.Mtim.Unix()).Before(w.collectBefore) {
+		if !w.collectBefore.IsZero() && time.Unix(st.Mtim.Unix()).Before(w.collectBefore) && w.names.Ours(name) {
 			removeAt(f.fd, name, isDir)
 			return nil
 		}

@@ -10,11 +10,14 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // maxLine caps one console line.
@@ -195,6 +198,9 @@ func startChild(spec Spec, cgroupFD int) (*child, error) {
 	if cgroupFD >= 0 {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD
 	}
+	if u := spec.User; u != nil {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{}}
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -205,13 +211,35 @@ func startChild(spec Spec, cgroupFD int) (*child, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
+	if err := startNoNewPrivs(cmd); err != nil {
 		pr.Close()
 		pw.Close()
 		return nil, err
 	}
 	pw.Close()
 	return &child{cmd: cmd, stdin: stdin, out: pr}, nil
+}
+
+// startNoNewPrivs starts cmd with no_new_privs set (PR_SET_NO_NEW_PRIVS:
+// no setuid binary, file capability or LSM transition can give the game
+// more than it starts with). os/exec has no such option; the bit belongs
+// to a thread and a child inherits its creating thread's, so the start
+// runs on a thread locked for it and marked first. The thread is unlocked
+// afterwards, not ended: the child's parent-death signal (Pdeathsig)
+// fires when its creating thread ends. It goes back to the pool marked,
+// which costs kiln nothing: it executes nothing that gains privileges.
+func startNoNewPrivs(cmd *exec.Cmd) error {
+	errc := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			errc <- fmt.Errorf("set no_new_privs: %w", err)
+			return
+		}
+		errc <- cmd.Start()
+	}()
+	return <-errc
 }
 
 // readLines calls fn for each line of r, splitting lines over maxLine.

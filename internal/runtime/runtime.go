@@ -16,7 +16,14 @@ type Spec struct {
 	CPUPercent int // percent of one core; 0 = unlimited
 	Port       int // game port on the host
 	BindHost   string
+	// User is the server's own user (process runtime): the command runs
+	// with that uid and gid, no supplementary groups and no_new_privs.
+	// nil runs it as kiln's own user.
+	User *User
 }
+
+// User is a uid and gid a server runs as.
+type User struct{ UID, GID uint32 }
 
 // Stats are live figures of a running instance.
 type Stats struct {

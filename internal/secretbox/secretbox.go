@@ -3,7 +3,9 @@ package secretbox
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -26,7 +28,10 @@ const prefix = "v1:"
 var ErrOpen = errors.New("secretbox: the value cannot be opened with this key")
 
 // Box seals and opens with one key.
-type Box struct{ aead cipher.AEAD }
+type Box struct {
+	aead cipher.AEAD
+	prk  []byte // HKDF-Extract of the key, for Derive
+}
 
 // LogValue keeps the key out of logs.
 func (b *Box) LogValue() slog.Value { return slog.StringValue("[secretbox]") }
@@ -44,7 +49,22 @@ func New(key []byte) (*Box, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Box{aead: aead}, nil
+	prk, err := hkdf.Extract(sha256.New, key, []byte("kiln secretbox derive"))
+	if err != nil {
+		return nil, err
+	}
+	return &Box{aead: aead, prk: prk}, nil
+}
+
+// Derive returns a 32-byte key for purpose (HKDF-SHA256 of the box's
+// key): one secret, keys that cannot be turned into each other or into
+// the sealing key, each for one use (a MAC must not share the sealing key).
+func (b *Box) Derive(purpose string) []byte {
+	k, err := hkdf.Expand(sha256.New, b.prk, purpose, KeySize)
+	if err != nil {
+		panic(fmt.Sprintf("secretbox: derive: %v", err)) // only for lengths over 255*32
+	}
+	return k
 }
 
 // Load returns the Box of the operator's key (base64 of KeySize bytes)

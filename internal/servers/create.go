@@ -572,6 +572,8 @@ func (s *Service) remove(ctx context.Context, teamID, id string) error {
 	l.console.end("deleted")
 	if err := os.RemoveAll(s.node.Root(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		s.log.Error("remove server files", "server_id", id, "err", err)
+	} else if s.users != nil {
+		s.users.release(id) // its root is gone: the id is free
 	}
 	return nil
 }

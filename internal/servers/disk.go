@@ -35,6 +35,9 @@ func (s *Service) Root(ctx context.Context, teamID, id string) (string, error) {
 type Access struct {
 	Root string
 	Disk *quota.Account // nil unless the access was for a write
+	// Names are Kiln's temporary names in the root (Options.TempNames):
+	// how an operation finds the leftover of its own crash.
+	Names quota.TempNames
 	// Hold is set on the holder's access (Held.Access): while a root is
 	// held its ledger refuses every other new reservation, and the holder
 	// reserves through Hold (files.Writing does).
@@ -66,7 +69,7 @@ func (s *Service) access(ctx context.Context, teamID, id string, write, holder b
 	if err != nil {
 		return Access{}, err
 	}
-	a := Access{Root: s.node.Root(id)}
+	a := Access{Root: s.node.Root(id), Names: s.opts.TempNames}
 	if !write {
 		return a, nil
 	}
@@ -328,4 +331,4 @@ func (s *Service) DiskUsage(ctx context.Context, teamID, id string) (Disk, error
 // DiskUsage is what the tree at root costs against a disk limit
 // (quota.Usage: files by block, directories and links one block each,
 // symlinks never followed). A root that does not exist holds nothing.
-func DiskUsage(root string) (int64, error) { return quota.Usage(root, time.Time{}) }
+func DiskUsage(root string) (int64, error) { return quota.Usage(root) }

@@ -104,4 +104,16 @@
 //     sets can pass for one); scan opens them (sealenv.go).
 //   - Every query is scoped by team id: a server of another team is simply
 //     not found (ErrNotFound), never "forbidden".
+//   - A user per server (users.go, Options.Users): on the process runtime
+//     with kiln as root, each server runs as a uid of the operator's range
+//     (gid the same number), recorded nowhere but as its root directory's
+//     owner: only root can chown, so the game cannot change it, and the
+//     record moves with the files. The root is 0700; before every start
+//     the whole tree is given to that user (node.OwnTree), which is how
+//     installers, restores and roots of older versions catch up, and
+//     internal/files gives what it creates to the root's owner, so a file
+//     written while the game runs is the game's to rewrite. Not in the
+//     database: a second source of truth could disagree with the disk, and
+//     uids are a node's business (another node picks its own when a server
+//     moves there).
 package servers

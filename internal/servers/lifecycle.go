@@ -87,7 +87,7 @@ func (s *Service) liveOf(id string) *live {
 	defer s.mu.Unlock()
 	l, ok := s.live[id]
 	if !ok {
-		l = &live{console: newConsole(), disk: quota.NewAccount(0)}
+		l = &live{console: newConsole(), disk: quota.NewAccount(0, s.opts.TempNames)}
 		s.live[id] = l
 	}
 	return l
@@ -335,6 +335,9 @@ func (s *Service) start(ctx context.Context, id string) {
 	spec, err := s.spec(sv)
 	if err == nil {
 		spec.Env, err = s.inject(ctx, sv, spec.Env)
+	}
+	if err == nil {
+		spec.User, err = s.runAs(id)
 	}
 	if err == nil {
 		err = s.configure(ctx, sv)

@@ -162,6 +162,7 @@ type Service struct {
 	onDelete   []func(ctx context.Context, id string) error
 	onEnded    []func(id string) // a delete that ran onDelete ended (failed or done)
 	onHold     []func(id string) // a root was held (Hold)
+	users      *users            // nil: servers run as kiln's user (Options.Users)
 
 	ctx    context.Context // of Run; background work stops with it
 	cancel context.CancelFunc

@@ -3,10 +3,12 @@ package servers
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/store"
@@ -70,6 +72,18 @@ type Options struct {
 	// servers table, so the database never holds them in the clear; nil
 	// refuses to store one (a clear error at create/PATCH).
 	Secrets *secretbox.Box
+	// TempNames name Kiln's temporary entries in the servers' roots (the
+	// disk ledger's: quota.TempNames), keyed by a key users never see, so
+	// that what a walk removes as a crash's leftover and what a restore's
+	// recovery replays is only ever what Kiln made. The zero value makes
+	// walks leave every look-alike alone (nothing is Kiln's).
+	TempNames quota.TempNames
+	// Users is the range of user ids servers run as, one each (process
+	// runtime, kiln running as root; users.go): each server's root is
+	// its user's (mode 0700), its process runs as it with no_new_privs,
+	// and what Kiln writes into the root is given to it. The zero range
+	// runs every server as kiln's own user.
+	Users UIDRange
 	// Injected adds variables to the environment of servers a deployment
 	// owns (a dbservice's credentials), read at every start; nil for none.
 	Injected EnvSource
@@ -118,14 +132,24 @@ const (
 	restartWindow = 10 * time.Minute
 )
 
+// TempNamesPurpose is what the key of Options.TempNames is derived for
+// (secretbox.Box.Derive): the same secret key gives the same names after
+// a restart, so leftovers of a crash are recognised.
+const TempNamesPurpose = "kiln temp names v1"
+
 // NewService builds the service; call Run to start background work
 // (recovery, sampling) and to own the servers' supervisors.
 func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options, log *slog.Logger) *Service {
 	opts.defaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Service{
+	svc := &Service{
 		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, installer: inst, opts: opts,
 		live: map[string]*live{}, supervised: map[runtime.Instance]string{}, lists: map[string]listCache{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
 		remeasure: make(chan string, 64), started: time.Now(),
 	}
+	if !opts.Users.IsZero() {
+		// The node keeps every root in one directory: Root of any id.
+		svc.users = &users{rng: opts.Users, dir: filepath.Dir(n.Root("x"))}
+	}
+	return svc
 }

@@ -329,7 +329,7 @@ func TestQuota(t *testing.T) {
 		sv, root := e.newServer("quota")
 		c := e.creds(sv.ID, false)
 		// Leave 2 MiB free under the 1 GiB limit (a sparse file's size counts).
-		used, err := quota.Usage(root, time.Time{})
+		used, err := quota.Usage(root)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,7 +381,7 @@ func TestQuota(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		walked, err := quota.Usage(root, time.Time{})
+		walked, err := quota.Usage(root)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -400,7 +400,7 @@ func TestQuota(t *testing.T) {
 		if err := sc.Remove("/up.bin"); err != nil {
 			t.Fatal(err)
 		}
-		walked, _ = quota.Usage(root, time.Time{})
+		walked, _ = quota.Usage(root)
 		if fig := a.Disk.Figures(); fig.Used != walked {
 			t.Errorf("after remove: ledger used %d, walk %d", fig.Used, walked)
 		}

@@ -9,16 +9,20 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/snapshot/restore"
 )
 
 // RecoverRoots finishes or undoes the restores a crash interrupted in the
 // server roots under dir (<data-dir>/servers/<uuid>): kiln serve calls it
 // at start, before any server starts and before the disk ledger's first
-// walk (which removes .kiln-tmp- entries, a restore's included). A root
-// it cannot recover is logged and left for the next start; its server's
-// files stay as the journal left them (old or new tree per path).
-func RecoverRoots(ctx context.Context, dir string, log *slog.Logger) {
+// walk (which removes Kiln's .kiln-tmp- leftovers, a restore's included).
+// Only restore directories and journals Kiln made under names are run or
+// removed (restore.Recover); look-alikes are left and logged once per
+// root. A root it cannot recover is logged and left for the next start;
+// its server's files stay as the journal left them (old or new tree per
+// path).
+func RecoverRoots(ctx context.Context, dir string, names quota.TempNames, log *slog.Logger) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !os.IsNotExist(err) {
@@ -35,8 +39,16 @@ func RecoverRoots(ctx context.Context, dir string, log *slog.Logger) {
 			log.Warn("snapshot recovery: open a server root", "server_id", e.Name(), "err", err)
 			continue
 		}
-		rec, err := restore.Recover(ctx, root)
+		rec, err := restore.Recover(ctx, root, names)
 		root.Close()
+		if len(rec.Foreign) > 0 {
+			log.Warn("snapshot recovery: left entries named like Kiln's restore directories that Kiln did not make (a user's or a game server's; not run, not removed)",
+				"server_id", e.Name(), "names", rec.Foreign)
+		}
+		if len(rec.Untrusted) > 0 {
+			log.Error("snapshot recovery: left restore journals that do not verify (changed in the root, or an older Kiln's): not run; remove the directories once the server's files are checked",
+				"server_id", e.Name(), "names", rec.Untrusted)
+		}
 		switch {
 		case err != nil:
 			log.Error("snapshot recovery: an interrupted restore could not be finished", "server_id", e.Name(), "err", err)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -169,7 +170,7 @@ func sampleTree(t *testing.T, dir string) {
 		}
 	}
 	// Kiln's own temporary files are never archived.
-	writeFile(t, dir, files.TempName("0123456789abcdef"), "partial write", 0o644)
+	writeFile(t, dir, quota.TempPrefix+"0123456789abcdef", "partial write", 0o644)
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -178,7 +179,7 @@ func TestRoundTrip(t *testing.T) {
 			w := newWorld(t)
 			sampleTree(t, filepath.Join(w.root, "src"))
 			want := snapshot(t, filepath.Join(w.root, "src"), false)
-			delete(want, files.TempName("0123456789abcdef"))
+			delete(want, quota.TempPrefix+"0123456789abcdef")
 			delete(want, ".")
 			outside := w.outside(t)
 

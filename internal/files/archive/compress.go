@@ -88,7 +88,7 @@ func compress(ctx context.Context, r *files.Root, dir string, names []string, fo
 		}
 	}
 
-	tmp := join(dir, files.TempName("archive-"+randomHex()))
+	tmp := join(dir, res.TempName("archive-"+randomHex()))
 	var pipe archivePipe = newChunkPipe()
 	if format == TarZst {
 		if pipe, err = newZstdPipe(zstd.SpeedDefault); err != nil {

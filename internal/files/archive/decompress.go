@@ -58,7 +58,8 @@ var errStopped = errors.New("archive: extraction stopped")
 // the same path twice, more than MaxEntries entries or a name over
 // MaxEntryName bytes refuses the whole archive with an *EntryError (or
 // ErrUnsupported). Setuid, setgid and sticky bits are dropped; directories
-// always keep their owner's rwx. Entries named ".kiln-tmp-*" are skipped.
+// always keep their owner's rwx. An entry with a name in Kiln's namespace
+// (".kiln-tmp-*", files.Clean) refuses the archive too.
 //
 // The entries are extracted into a staging directory in dir
 // (files.Stager, ".kiln-tmp-stage-…"), synced, and moved into place only
@@ -315,9 +316,6 @@ func (x *extractor) add(e entry) error {
 		}
 		return refuse(e.name, "has an empty name")
 	}
-	if isTemp(name) {
-		return nil // another Kiln operation's temporary file: never ours to create
-	}
 	// Staged, the path is one component longer than in its final place:
 	// it must still be one the root can name.
 	if staged := join(x.stage.Dir(), name); len(staged) > files.MaxPathLen {
@@ -385,17 +383,6 @@ func issue(err error, fallback string) string {
 		return ve.Issues[0].Message
 	}
 	return fallback
-}
-
-// isTemp tells whether a path has a component named like a temporary file.
-func isTemp(name string) bool {
-	prefix := files.TempName("")
-	for seg := range strings.SplitSeq(name, "/") {
-		if strings.HasPrefix(seg, prefix) {
-			return true
-		}
-	}
-	return false
 }
 
 // claim records name as typ. Its parents must be directories of the

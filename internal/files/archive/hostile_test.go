@@ -424,21 +424,21 @@ func hostileCases() []hostileCase {
 					t.Errorf("literal backslash name not extracted inside the root: %v", err)
 				}
 			}},
-		{name: "kiln temporary names skipped", archive: "a.tar",
+		{name: "kiln temporary names refused", archive: "a.tar",
 			build: func(t *testing.T) []byte {
-				return tarOf(t, file(".kiln-tmp-x-0000/evil", "x"), file("ok/.kiln-tmp-1", "x"), file("ok.txt", "ok"))
+				return tarOf(t, file("ok.txt", "ok"), file(".kiln-tmp-restore-x/journal", "del \"../x\"\n"))
 			},
-			check: func(err error) bool { return err == nil },
-			after: func(t *testing.T, w *world) {
-				got := snapshot(t, w.root, false)
-				for k := range got {
-					if strings.Contains(k, ".kiln-tmp-") {
-						t.Errorf("temporary name %q extracted", k)
-					}
-				}
-				if _, ok := got["ok.txt"]; !ok {
-					t.Errorf("ok.txt not extracted")
-				}
+			check: func(err error) bool {
+				ee, ok := errors.AsType[*EntryError](err)
+				return ok && ee.Name == ".kiln-tmp-restore-x/journal" && strings.Contains(ee.Error(), "reserved for Kiln")
+			}},
+		{name: "kiln temporary names refused below a directory", archive: "a.zip",
+			build: func(t *testing.T) []byte {
+				return zipOf(t, zipItem{name: "ok/.kiln-tmp-1", mode: 0o644, body: "x"})
+			},
+			check: func(err error) bool {
+				_, ok := errors.AsType[*EntryError](err)
+				return ok && strings.Contains(err.Error(), "reserved for Kiln")
 			}},
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -178,6 +179,7 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 		}
 		so.Secrets = box
 	}
+	so.TempNames = quota.NewTempNames(so.Secrets.Derive(servers.TempNamesPurpose))
 	svc := servers.NewService(db, n, cat, inst, so, o.Log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

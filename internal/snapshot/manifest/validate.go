@@ -34,13 +34,13 @@ func NewValidator() *Validator { return &Validator{stack: []openDir{{path: "."}}
 // has a ".." after a name (it could climb out through another link).
 func (v *Validator) Check(en *Entry) error {
 	p := en.Path
-	if c, err := files.Clean("path", p); err != nil || c != p || p == "." {
-		return invalidf("path %q is not a clean relative path", p)
-	}
 	for seg := range strings.SplitSeq(p, "/") {
 		if strings.HasPrefix(seg, quota.TempPrefix) {
 			return invalidf("path %q uses Kiln's temporary prefix", p)
 		}
+	}
+	if c, err := files.Clean("path", p); err != nil || c != p || p == "." {
+		return invalidf("path %q is not a clean relative path", p)
 	}
 	parent, name := path.Dir(p), path.Base(p)
 	for len(v.stack) > 1 && v.stack[len(v.stack)-1].path != parent {

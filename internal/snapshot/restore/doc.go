@@ -99,8 +99,7 @@
 //     protect goes to the staging directory's trash; a directory both
 //     sides have is merged and then given the snapshot's mode and mtime
 //     (after its content); a file kept in place gets the snapshot's mode
-//     and mtime ("keep", journal version 2; version 1 journals are still
-//     run). Each step can be run again: a "put" is done when the root's
+//     and mtime ("keep"). Each step can be run again: a "put" is done when the root's
 //     entry is the staged inode, a "del" when the path is gone, an "attr"
 //     or a "keep" is the same each time (a "keep" whose path is no longer
 //     that inode does nothing). So Recover, finding a
@@ -115,6 +114,23 @@
 //     has no RENAME_EXCHANGE or RENAME_NOREPLACE (EINVAL) the old entry is
 //     moved to the trash first; a crash between the two renames leaves the
 //     path missing until Recover, which finishes the step.
+//   - Only Kiln's restores are recovered. The root is its server's: a
+//     game server (or, before Clean refused the prefix, the files API and
+//     SFTP) can make ".kiln-tmp-restore-x/{tree,trash,journal}", and a
+//     Recover that replayed it ran a team's steps as Kiln's user: its ".."
+//     paths deleted host files and another team's world, and moved a host
+//     secret into the team's trash. So the restore directory's name is
+//     minted by the reservation's account (quota.TempNames: a tag only
+//     Kiln's key makes), the journal (version 3) ends with an HMAC of
+//     everything before it, bound to that name, and Recover runs a journal
+//     only in a directory of Kiln's name whose MAC verifies; everything
+//     else is left as it is and reported (Recovered.Foreign, .Untrusted).
+//     Each path of a step must also be one files.Clean leaves as it is (no
+//     "..", empty or "." segment, no name of Kiln's), checked as it runs,
+//     so a leaked key still cannot lead out. Journals of versions 1 and 2
+//     have no MAC and are not run: a restore an older Kiln left mid-swap
+//     stays for the operator (logged at start; Restore answers ErrPending
+//     until its directory is removed).
 //   - Recover must run at start, before the server runs and before the
 //     disk ledger's first walk of the root: the walk removes ".kiln-tmp-"
 //     entries a crash left (quota), and would take the half of a swap not

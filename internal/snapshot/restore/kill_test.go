@@ -31,7 +31,7 @@ func TestRestoreChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Run(t.Context(), root, nil, store, key, Options{Only: os.Getenv("KILN_SNAPSHOT_CHILD_ONLY")}); err != nil {
+	if _, err := Run(t.Context(), root, enginetest.Unlimited(t), store, key, Options{Only: os.Getenv("KILN_SNAPSHOT_CHILD_ONLY")}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -154,7 +154,7 @@ wait:
 	t.Logf("killed: %v; journal left: %d; at the kill, %d of 3000 extra entries were left and %d of %d entries were the snapshot's",
 		killed, pending, extras, swapped, len(want))
 
-	got, err := Recover(t.Context(), enginetest.OpenRoot(t, live.Dir))
+	got, err := Recover(t.Context(), enginetest.OpenRoot(t, live.Dir), enginetest.Names())
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}

@@ -19,7 +19,7 @@ func TestRestoreQuota(t *testing.T) {
 	res := enginetest.Create(t, enginetest.OpenRoot(t, tr.Dir), store, engine.CreateOptions{})
 	dst := t.TempDir()
 	before := enginetest.State(t, dst)
-	acct := quota.NewAccount(1 << 20)
+	acct := quota.NewAccount(1<<20, enginetest.Names())
 	r, err := acct.Reserve(0)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +34,7 @@ func TestRestoreQuota(t *testing.T) {
 	}
 
 	// Within the limit: the change is what the tree now costs.
-	acct = quota.NewAccount(1 << 30)
+	acct = quota.NewAccount(1<<30, enginetest.Names())
 	r, err = acct.Reserve(0)
 	if err != nil {
 		t.Fatal(err)
@@ -46,13 +46,13 @@ func TestRestoreQuota(t *testing.T) {
 		t.Errorf("reservation change = %d, want %d", got, want)
 	}
 	r.Commit()
-	if got, _ := quota.Usage(dst, noTime); got != quota.Cost(3<<20) {
+	if got, _ := quota.Usage(dst); got != quota.Cost(3<<20) {
 		t.Errorf("the root costs %d after the restore, want %d", got, quota.Cost(3<<20))
 	}
 
 	// Over the same tree with 1 MiB free (3 used of 4): the file stays in
 	// place, nothing needs reserving.
-	acct = quota.NewAccount(4 << 20)
+	acct = quota.NewAccount(4<<20, enginetest.Names())
 	acct.Adjust(quota.Cost(3 << 20))
 	r, err = acct.Reserve(0)
 	if err != nil {

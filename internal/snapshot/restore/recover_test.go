@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -83,7 +84,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 	}
 
 	// Nothing to recover in a root without a restore.
-	if got, err := Recover(t.Context(), enginetest.OpenRoot(t, done.Dir)); err != nil || got != (Recovered{}) {
+	if got, err := Recover(t.Context(), enginetest.OpenRoot(t, done.Dir), enginetest.Names()); err != nil || !reflect.DeepEqual(got, Recovered{}) {
 		t.Errorf("Recover(a clean root) = %+v, %v; want nothing", got, err)
 	}
 
@@ -111,7 +112,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 				t.Errorf("staging changed the tree:\n%s", d)
 			}
 		} else {
-			err := runJournal(rootFD, st.fd, k-1)
+			err := runJournal(rootFD, st.fd, st.name, enginetest.Names(), k-1)
 			if k-1 < steps && !errors.Is(err, errStopped) || k-1 == steps && err != nil {
 				t.Fatalf("runJournal(%d of %d) = %v", k-1, steps, err)
 			}
@@ -119,12 +120,12 @@ func TestRecoverAtEveryStep(t *testing.T) {
 		st.close()
 		dir.Close()
 
-		got, err := Recover(t.Context(), enginetest.OpenRoot(t, live.Dir))
+		got, err := Recover(t.Context(), enginetest.OpenRoot(t, live.Dir), enginetest.Names())
 		if err != nil {
 			t.Fatalf("cut before step %d: Recover: %v", k, err)
 		}
 		if k == 0 {
-			if got != (Recovered{Discarded: 1}) {
+			if !reflect.DeepEqual(got, Recovered{Discarded: 1}) {
 				t.Errorf("Recover = %+v, want one discarded", got)
 			}
 			if d := enginetest.DiffState(old, enginetest.State(t, live.Dir)); d != "" {
@@ -132,7 +133,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 			}
 			continue
 		}
-		if got != (Recovered{Finished: 1}) {
+		if !reflect.DeepEqual(got, Recovered{Finished: 1}) {
 			t.Errorf("cut before step %d: Recover = %+v, want one finished", k, got)
 		}
 		if d := enginetest.DiffState(want, keptDir(enginetest.State(t, live.Dir))); d != "" {
@@ -155,7 +156,7 @@ func TestRecoverAtEveryStep(t *testing.T) {
 	if _, err := Run(t.Context(), root, enginetest.Unlimited(t), store, res.ManifestKey, opts); !errors.Is(err, ErrPending) {
 		t.Errorf("Restore over a pending swap: %v, want ErrPending", err)
 	}
-	if _, err := Recover(t.Context(), root); err != nil {
+	if _, err := Recover(t.Context(), root, enginetest.Names()); err != nil {
 		t.Fatal(err)
 	}
 	run(t, root, store, res.ManifestKey, opts)

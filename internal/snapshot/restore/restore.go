@@ -71,7 +71,8 @@ type Result struct {
 // Walk, tracked by the reservation while the restore runs) and, inside it,
 // the staged tree, the entries swapped out, and the journal.
 const (
-	restorePrefix = quota.TempPrefix + "restore-"
+	restoreBody   = "restore-"                     // then random hex: quota.TempNames.Name's body
+	restorePrefix = quota.TempPrefix + restoreBody // what every restore directory's name starts with
 	stageTree     = "tree"
 	stageTrash    = "trash"
 	journalName   = "journal"
@@ -149,7 +150,7 @@ func Run(ctx context.Context, root *files.Root, res *quota.Reservation, store en
 		return Result{}, fmt.Errorf("restore %s: %w", manifestKey, files.ErrQuota)
 	}
 
-	if pending, err := journaled(rootDir); err != nil || pending {
+	if pending, err := journaled(rootDir, res.Names()); err != nil || pending {
 		return Result{}, fmt.Errorf("restore %s: %w", manifestKey, errors.Join(err, ErrPending))
 	}
 	st, p, err := prepare(ctx, rootFD, res, store, manifestKey, info, opts)
@@ -158,7 +159,7 @@ func Run(ctx context.Context, root *files.Root, res *quota.Reservation, store en
 	}
 	out.Kept, out.KeptBytes = p.kept, p.keptBytes
 	defer st.close()
-	if err := finish(rootFD, st.name, st.fd, -1); err != nil {
+	if err := finish(rootFD, st.name, st.fd, res.Names(), -1); err != nil {
 		return Result{}, fmt.Errorf("restore %s: swap (Recover finishes it): %w", manifestKey, err)
 	}
 	res.Changed(-p.removedCost)
@@ -198,7 +199,7 @@ func prepare(ctx context.Context, rootFD int, res *quota.Reservation, store engi
 			return opts.Ignore != nil && opts.Ignore(rel, isDir)
 		}
 	}
-	p, err := st.plan(ctx, rootFD, ignore)
+	p, err := st.plan(ctx, rootFD, ignore, res.Names())
 	if err != nil {
 		return nil, swapPlan{}, err
 	}
@@ -228,7 +229,7 @@ func newStaging(rootFD int, res *quota.Reservation) (*staging, error) {
 	for range 10 {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
-		name := restorePrefix + hex.EncodeToString(b[:])
+		name := res.TempName(restoreBody + hex.EncodeToString(b[:]))
 		if err := unix.Mkdirat(rootFD, name, 0o700); errors.Is(err, unix.EEXIST) {
 			continue
 		} else if err != nil {

@@ -1,10 +1,12 @@
 package restore
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -288,7 +290,7 @@ func TestKeptFileChangedBeforeSwap(t *testing.T) {
 	// Written between the check and the plan.
 	must(os.WriteFile(filepath.Join(live, "a.txt"), []byte("written!!!"), 0o644))
 	old := withoutStaging(enginetest.State(t, live))
-	if _, err := st.plan(t.Context(), rootFD, nil); err == nil || !strings.Contains(err.Error(), "changed while the restore checked it") {
+	if _, err := st.plan(t.Context(), rootFD, nil, enginetest.Names()); err == nil || !strings.Contains(err.Error(), "changed while the restore checked it") {
 		t.Errorf("plan after a kept file changed = %v, want a refusal", err)
 	}
 	st.discard(rootFD)
@@ -297,13 +299,13 @@ func TestKeptFileChangedBeforeSwap(t *testing.T) {
 	}
 }
 
-// TestRecoverJournalV1: a journal an earlier Kiln wrote (version 1, no
-// keep steps) is still run by Recover.
-func TestRecoverJournalV1(t *testing.T) {
+// TestRecoverLeavesUnsignedJournal: a journal without a MAC (what an
+// earlier Kiln wrote, versions 1 and 2) is not run: Recover reports it
+// and leaves the tree and the restore directory as they are.
+func TestRecoverLeavesUnsignedJournal(t *testing.T) {
 	snap := snapshotSide(t)
 	store := enginetest.NewStore(t)
 	res := enginetest.Create(t, enginetest.OpenRoot(t, snap.Dir), store, engine.CreateOptions{})
-	want := enginetest.State(t, snap.Dir)
 	live := enginetest.NewTree(t)
 	live.File("a.txt", []byte("live a"), 0o644)
 	live.File("gone/y", []byte("removed"), 0o644)
@@ -312,12 +314,9 @@ func TestRecoverJournalV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, p, err := prepare(t.Context(), int(dir.Fd()), enginetest.Unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, Options{})
+	st, _, err := prepare(t.Context(), int(dir.Fd()), enginetest.Unlimited(t), store, res.ManifestKey, manifest.Info{Totals: manifest.Totals{Bytes: res.SizeBytes}}, Options{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if p.kept != 0 {
-		t.Fatalf("%d files kept; the fixture should keep none (a v1 journal has no keep step)", p.kept)
 	}
 	jpath := filepath.Join(live.Dir, st.name, journalName)
 	st.close()
@@ -326,15 +325,21 @@ func TestRecoverJournalV1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j = []byte(journalHeaderV1 + strings.TrimPrefix(string(j), journalHeader))
+	// Version 2: the same steps, no MAC line.
+	body, _, _ := strings.Cut(string(j), "mac ")
+	j = []byte("kiln-restore-journal 2" + strings.TrimPrefix(body, journalHeader))
 	if err := os.WriteFile(jpath, j, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := Recover(t.Context(), root)
-	if err != nil || got != (Recovered{Finished: 1}) {
-		t.Fatalf("Recover of a v1 journal = %+v, %v; want one finished", got, err)
+	before := enginetest.State(t, live.Dir)
+	got, err := Recover(t.Context(), root, enginetest.Names())
+	if err != nil || !reflect.DeepEqual(got, Recovered{Untrusted: []string{st.name}}) {
+		t.Fatalf("Recover of an unsigned journal = %+v, %v; want it reported untrusted", got, err)
 	}
-	if d := enginetest.DiffState(want, enginetest.State(t, live.Dir)); d != "" {
-		t.Errorf("the recovered tree differs:\n%s", d)
+	if d := enginetest.DiffState(before, enginetest.State(t, live.Dir)); d != "" {
+		t.Errorf("an unsigned journal changed the tree:\n%s", d)
+	}
+	if _, err := Run(t.Context(), root, enginetest.Unlimited(t), store, res.ManifestKey, Options{}); !errors.Is(err, ErrPending) {
+		t.Errorf("Restore over an untrusted journal = %v, want ErrPending (an operator looks first)", err)
 	}
 }

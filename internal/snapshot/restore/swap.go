@@ -2,9 +2,13 @@ package restore
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"slices"
@@ -24,19 +28,27 @@ import (
 // harm, so that a restore cut anywhere after the journal is finished by
 // running the journal again from its start:
 //
-//	kiln-restore-journal 2
+//	kiln-restore-journal 3
 //	put <inode> <path>               the staged entry (that inode) replaces path
 //	del <path>                       path goes to the trash
 //	attr <mode> <mtime> <path>       a directory kept in place gets its mode and mtime
 //	keep <inode> <mode> <mtime> <path>  a file kept in place (that inode) gets its mode and mtime
 //	end <steps>
+//	mac <hex>
 //
 // Paths are quoted (strconv.Quote: a name in the tree may hold any byte
-// but "/" and NUL). Steps come parents' content first, a directory's attr
-// after everything in it. Version 1 (no keep steps) is still run.
+// but "/" and NUL) and must be clean and relative (files.Clean leaves them
+// as they are: no "..", no empty or "." segment, no name of Kiln's). Steps
+// come parents' content first, a directory's attr after everything in it.
+// The last line is an HMAC-SHA256 of every byte before it, under the
+// root's temporary-name key and bound to the restore directory's name
+// (quota.TempNames.MAC): a journal is run only when it verifies, so one a
+// user or a game server wrote (the root is theirs) is never run. Journals
+// of versions 1 and 2 (before the MAC) are not run either: a restore an
+// older Kiln left mid-swap is left as it is, with a log line.
 const (
-	journalHeader   = "kiln-restore-journal 2"
-	journalHeaderV1 = "kiln-restore-journal 1"
+	journalHeader = "kiln-restore-journal 3"
+	journalMACUse = "restore journal" // quota.TempNames.MAC's purpose
 )
 
 // swapPlan is what plan found.
@@ -60,7 +72,7 @@ type planner struct {
 
 // plan writes the journal (journalTemp) of the swap of the staged tree
 // into the root. It moves nothing.
-func (s *staging) plan(ctx context.Context, rootFD int, ignore engine.IgnoreFunc) (swapPlan, error) {
+func (s *staging) plan(ctx context.Context, rootFD int, ignore engine.IgnoreFunc, names quota.TempNames) (swapPlan, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(s.fd, &st); err != nil {
 		return swapPlan{}, fmt.Errorf("plan the swap: %w", err)
@@ -76,7 +88,8 @@ func (s *staging) plan(ctx context.Context, rootFD int, ignore engine.IgnoreFunc
 		return swapPlan{}, fmt.Errorf("plan the swap: %w", err)
 	}
 	defer keep.close()
-	pl := &planner{ctx: ctx, ignore: ignore, dev: st.Dev, w: bufio.NewWriterSize(f, 64<<10), keep: keep}
+	mac := names.MAC(journalMACUse, s.name)
+	pl := &planner{ctx: ctx, ignore: ignore, dev: st.Dev, w: bufio.NewWriterSize(io.MultiWriter(f, mac), 64<<10), keep: keep}
 	fmt.Fprintln(pl.w, journalHeader)
 	if err := pl.merge(s.tree, rootFD, "."); err != nil {
 		return swapPlan{}, fmt.Errorf("plan the swap: %w", err)
@@ -86,6 +99,9 @@ func (s *staging) plan(ctx context.Context, rootFD int, ignore engine.IgnoreFunc
 	}
 	fmt.Fprintf(pl.w, "end %d\n", pl.p.steps)
 	if err := pl.w.Flush(); err != nil {
+		return swapPlan{}, fmt.Errorf("write the journal: %w", err)
+	}
+	if _, err := fmt.Fprintf(f, "mac %x\n", mac.Sum(nil)); err != nil {
 		return swapPlan{}, fmt.Errorf("write the journal: %w", err)
 	}
 	if err := f.Sync(); err != nil {
@@ -374,8 +390,8 @@ func join(dir, name string) string {
 // finish runs the journal of the restore directory name (fd) from its
 // start, then removes the directory: the end of Restore, and Recover.
 // Tests stop it after steps steps (errStopped); -1 runs them all.
-func finish(rootFD int, name string, fd int, steps int) error {
-	if err := runJournal(rootFD, fd, steps); err != nil {
+func finish(rootFD int, name string, fd int, names quota.TempNames, steps int) error {
+	if err := runJournal(rootFD, fd, name, names, steps); err != nil {
 		return err
 	}
 	// The renames are durable before the journal goes: a crash after this
@@ -436,15 +452,66 @@ func openPath(top int, rel string) (int, error) {
 // errStopped: a test stopped the swap here, as a crash would.
 var errStopped = errors.New("swap stopped")
 
-// runJournal carries out the steps of the journal in directory fd: all
-// of them, or the first limit (then errStopped).
-func runJournal(rootFD, fd, limit int) error {
+// ErrUntrusted: a restore journal that does not verify under the root's
+// key (quota.TempNames.MAC): written by someone else than Kiln, changed,
+// cut, or an older Kiln's (no MAC). It is never run; it stays where it is.
+var ErrUntrusted = errors.New("the restore journal is not Kiln's (its MAC does not verify): left as it is")
+
+// maxJournalLine bounds a journal line: a quoted path of MaxPathLen bytes
+// (each byte at most 4 when quoted) and a step's numbers.
+const maxJournalLine = 4*files.MaxPathLen + 256
+
+// verifyJournal reads the journal jf through to its MAC line and checks
+// it against the MAC of restore directory name under names.
+func verifyJournal(jf *os.File, name string, names quota.TempNames) error {
+	mac := names.MAC(journalMACUse, name)
+	br := bufio.NewReaderSize(jf, 64<<10)
+	first := true
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, bufio.ErrBufferFull) || len(line) > maxJournalLine {
+				return fmt.Errorf("%w: a line is too long", ErrUntrusted)
+			}
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("%w: no MAC", ErrUntrusted)
+			}
+			return fmt.Errorf("read the journal: %w", err)
+		}
+		if first && string(line) != journalHeader+"\n" {
+			return fmt.Errorf("%w: header %.40q", ErrUntrusted, line)
+		}
+		first = false
+		if rest, ok := bytes.CutPrefix(line, []byte("mac ")); ok {
+			want := hex.EncodeToString(mac.Sum(nil)) + "\n"
+			if !hmac.Equal(rest, []byte(want)) {
+				return ErrUntrusted
+			}
+			if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+				return fmt.Errorf("%w: bytes after the MAC", ErrUntrusted)
+			}
+			return nil
+		}
+		mac.Write(line)
+	}
+}
+
+// runJournal carries out the steps of the journal in restore directory
+// name (fd), once it verified (ErrUntrusted): all of them, or the first
+// limit (then errStopped).
+func runJournal(rootFD, fd int, name string, names quota.TempNames, limit int) error {
 	jfd, err := unix.Openat(fd, journalName, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open the journal: %w", err)
 	}
 	jf := os.NewFile(uintptr(jfd), journalName)
 	defer jf.Close()
+	if err := verifyJournal(jf, name, names); err != nil {
+		return err
+	}
+	if _, err := jf.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("read the journal: %w", err)
+	}
 	treeFD, err := openDirAt(fd, stageTree)
 	if err != nil {
 		return fmt.Errorf("open the staged tree: %w", err)
@@ -457,8 +524,8 @@ func runJournal(rootFD, fd, limit int) error {
 	defer unix.Close(trashFD)
 
 	sc := bufio.NewScanner(jf)
-	sc.Buffer(make([]byte, 64<<10), 64<<10)
-	if !sc.Scan() || sc.Text() != journalHeader && sc.Text() != journalHeaderV1 {
+	sc.Buffer(make([]byte, 64<<10), maxJournalLine+1)
+	if !sc.Scan() || sc.Text() != journalHeader {
 		return errors.New("the journal has no header")
 	}
 	dirs := dirPair{cur: -1, tree: -1}
@@ -520,11 +587,17 @@ func (d *dirPair) parent(rootFD, treeFD int, rel string) error {
 	return nil
 }
 
-// unquote reads the quoted path ending a step.
+// unquote reads the quoted path ending a step: a clean relative path
+// naming something below the root, which files.Clean leaves as it is (no
+// "..", no empty or "." segment, no leading "/", no name of Kiln's). The
+// MAC already vouches for the journal; this holds even if it did not.
 func unquote(s string) (string, error) {
 	p, err := strconv.Unquote(s)
-	if err != nil || p == "" || p == "." || strings.HasPrefix(p, "/") {
-		return "", fmt.Errorf("bad path %q", s)
+	if err != nil || p == "" || p == "." {
+		return "", fmt.Errorf("bad path %.200q", s)
+	}
+	if c, err := files.Clean("path", p); err != nil || c != p {
+		return "", fmt.Errorf("bad path %.200q: not a clean relative path", s)
 	}
 	return p, nil
 }
@@ -682,9 +755,9 @@ func renameNoReplace(fromFD int, from string, toFD int, to string) error {
 	return err
 }
 
-// journaled reports whether the root (dir) holds a restore directory
-// with a journal: a swap Recover has to finish.
-func journaled(dir *os.File) (bool, error) {
+// journaled reports whether the root (dir) holds a restore directory of
+// Kiln's (names.Ours) with a journal: a swap Recover has to finish.
+func journaled(dir *os.File, names quota.TempNames) (bool, error) {
 	fd, err := unix.Dup(int(dir.Fd()))
 	if err != nil {
 		return false, err
@@ -696,7 +769,7 @@ func journaled(dir *os.File) (bool, error) {
 		return false, fmt.Errorf("list the root: %w", err)
 	}
 	for _, name := range list {
-		if !strings.HasPrefix(name, restorePrefix) {
+		if !strings.HasPrefix(name, restorePrefix) || !names.Ours(name) {
 			continue
 		}
 		var st unix.Stat_t
@@ -711,17 +784,30 @@ func journaled(dir *os.File) (bool, error) {
 type Recovered struct {
 	Finished  int // restores cut during their swap, finished now
 	Discarded int // restores cut before their commit point (or after their swap), removed
+	// Foreign lists (up to 16) names that look like a restore directory
+	// but that Kiln did not make (names.Ours): a user's or a game
+	// server's. They are left as they are: neither run nor removed.
+	Foreign []string
+	// Untrusted lists (up to 16) restore directories of Kiln's whose
+	// journal does not verify (ErrUntrusted): left as they are.
+	Untrusted []string
 }
+
+// maxListed bounds Recovered's lists.
+const maxListed = 16
 
 // Recover finishes or discards the restores a crash cut short in root:
 // one with a journal is finished (its swap run again from the start: every
 // step is done at most once), one without is removed (it had not swapped
 // anything in, or it had swapped everything and was being cleaned up).
-// It must run before anything else touches the root after a start: before
-// the server runs and before the disk ledger's first walk, which would
-// remove the restore's directory as a crash's leftover (quota.TempPrefix)
-// and lose the half of the swap not yet done. Never while a Restore runs.
-func Recover(ctx context.Context, root *files.Root) (Recovered, error) {
+// Only restore directories Kiln made are considered (names.Ours), and a
+// journal is run only if it verifies (ErrUntrusted): a root is its
+// server's to write, so anything else there may be a forgery. It must run
+// before anything else touches the root after a start: before the server
+// runs and before the disk ledger's first walk, which would remove the
+// restore's directory as a crash's leftover and lose the half of the swap
+// not yet done. Never while a Restore runs.
+func Recover(ctx context.Context, root *files.Root, names quota.TempNames) (Recovered, error) {
 	var out Recovered
 	dir, err := root.OpenDir(".")
 	if err != nil {
@@ -738,6 +824,12 @@ func Recover(ctx context.Context, root *files.Root) (Recovered, error) {
 		if !strings.HasPrefix(name, restorePrefix) {
 			continue
 		}
+		if !names.Ours(name) {
+			if len(out.Foreign) < maxListed {
+				out.Foreign = append(out.Foreign, name)
+			}
+			continue
+		}
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
@@ -747,9 +839,14 @@ func Recover(ctx context.Context, root *files.Root) (Recovered, error) {
 		}
 		_, journal, err := lstat(fd, journalName)
 		if err == nil && journal {
-			err = finish(rootFD, name, fd, -1)
+			err = finish(rootFD, name, fd, names, -1)
 			if err == nil {
 				out.Finished++
+			} else if errors.Is(err, ErrUntrusted) {
+				if len(out.Untrusted) < maxListed {
+					out.Untrusted = append(out.Untrusted, name)
+				}
+				err = nil
 			}
 		} else if err == nil {
 			err = quota.RemoveAllAt(rootFD, name)

@@ -207,10 +207,14 @@ func DiffState(want, got map[string]string) string {
 	return b.String()
 }
 
+// Names are the temporary names of the tests' accounts: a fixed key, as
+// kiln serve's is fixed by its secret key.
+func Names() quota.TempNames { return quota.NewTempNames([]byte("enginetest temporary names key!!")) }
+
 // Unlimited is a reservation of an account with no practical limit.
 func Unlimited(t testing.TB) *quota.Reservation {
 	t.Helper()
-	res, err := quota.NewAccount(1 << 50).Reserve(0)
+	res, err := quota.NewAccount(1<<50, Names()).Reserve(0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/kilnhq/kiln/internal/servers"
+)
+
+// serverUsers decides who servers run as (servers.Options.Users): on the
+// process runtime, when kiln runs as root, a user of their own each from
+// --uid-range, once the range is checked against the host's users and
+// groups and the server roots are reachable by other users. Not root:
+// one warning, and servers share kiln's user. Docker keeps its own
+// isolation (containers), the zero range.
+func serverUsers(cfg serveConfig, log *slog.Logger) (servers.UIDRange, error) {
+	rng := cfg.uidRange
+	if cfg.Runtime != "process" || rng.IsZero() {
+		if cfg.Runtime == "process" {
+			log.Warn("--uid-range off: every game server runs as kiln's own user; one server's code can read the others' files and kiln's data dir")
+		}
+		return servers.UIDRange{}, nil
+	}
+	if os.Geteuid() != 0 {
+		log.Warn("kiln does not run as root: every game server runs as kiln's own user and is not isolated from the others (their files, their environment, kiln's data dir); run kiln as root to give each server a user of its own (--uid-range)",
+			"euid", os.Geteuid())
+		return servers.UIDRange{}, nil
+	}
+	if err := servers.CheckUIDRange(rng, "/etc/passwd", "/etc/group"); err != nil {
+		return servers.UIDRange{}, usageError{"--uid-range: " + err.Error()}
+	}
+	roots, err := filepath.Abs(filepath.Join(cfg.DataDir, "servers"))
+	if err != nil {
+		return servers.UIDRange{}, err
+	}
+	if dir, mode, ok := unreachable(filepath.Dir(filepath.Dir(roots))); !ok {
+		return servers.UIDRange{}, usageError{fmt.Sprintf(
+			"--data-dir %s: servers run as users of their own (--uid-range %s) and must reach their roots below it, but %s (mode %04o) lets no other user through: run chmod o+x %s, choose a --data-dir other users can reach (e.g. /var/lib/kiln), or pass --uid-range off",
+			cfg.DataDir, rng, dir, mode, dir)}
+	}
+	log.Info("game servers run as users of their own", "uid_range", rng.String())
+	return rng, nil
+}
+
+// unreachable finds the first directory from / down to dir that other
+// users cannot pass (no o+x); ok when there is none.
+func unreachable(dir string) (string, os.FileMode, bool) {
+	var chain []string
+	for d := dir; ; d = filepath.Dir(d) {
+		chain = append(chain, d)
+		if d == "/" || d == "." {
+			break
+		}
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		fi, err := os.Stat(chain[i])
+		if err != nil {
+			continue // made later (the data dir on a first start)
+		}
+		if fi.Mode().Perm()&0o001 == 0 {
+			return chain[i], fi.Mode().Perm(), false
+		}
+	}
+	return "", 0, true
+}
+
+// secureDataDir closes the data dir to other users: the directory 0711
+// (servers' users pass through to their roots, list nothing) or 0700, its
+// servers directory likewise, every other directory in it 0700 and every
+// file 0600 (the database and its WAL, keys, the bootstrap token). Below
+// those, nothing is reachable by another user, so deeper modes do not
+// matter. It runs at each start: files an older Kiln made 0644 are
+// closed too.
+func secureDataDir(dataDir string, users bool) error {
+	pass := os.FileMode(0o700)
+	if users {
+		pass = 0o711
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("create the data dir: %w", err)
+	}
+	if err := os.Chmod(dataDir, pass); err != nil {
+		return fmt.Errorf("close the data dir: %w", err)
+	}
+	entries, err := os.ReadDir(dataDir)
+	if err != nil {
+		return fmt.Errorf("close the data dir: %w", err)
+	}
+	for _, e := range entries {
+		p := filepath.Join(dataDir, e.Name())
+		mode := os.FileMode(0o600)
+		switch {
+		case e.Type()&os.ModeSymlink != 0:
+			continue
+		case (e.Name() == "servers" || e.Name() == "bin") && e.IsDir():
+			mode = pass // bin: reachableBinary's copy
+		case e.IsDir():
+			mode = 0o700
+		case !e.Type().IsRegular():
+			continue
+		}
+		if err := os.Chmod(p, mode); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("close %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// reachableBinary returns a path of the kiln binary self that servers'
+// users can run (kiln-test runs it): self if every directory above it
+// lets them pass and it is executable by them, else a copy in
+// <data-dir>/bin (0711; the copy 0755), made again at each start.
+func reachableBinary(self, dataDir string) (string, error) {
+	if fi, err := os.Stat(self); err == nil && fi.Mode().Perm()&0o001 != 0 {
+		if _, _, ok := unreachable(filepath.Dir(self)); ok {
+			return self, nil
+		}
+	}
+	dir, err := filepath.Abs(filepath.Join(dataDir, "bin")) // run from the server's root
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(dir, 0o711); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "kiln")
+	src, err := os.Open(self)
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	tmp, err := os.CreateTemp(dir, ".kiln-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, src); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return "", err
+	}
+	return dst, nil
+}

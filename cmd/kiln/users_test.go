@@ -1,0 +1,162 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
+)
+
+// procStatus reads the fields of /proc/<pid>/status.
+func procStatus(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// readAs tries to read path as uid and gid (no supplementary groups, as
+// the server runs) with cat, and returns cat's error output ("" when it
+// read the file).
+func readAs(t *testing.T, uid, gid uint32, path string) string {
+	t.Helper()
+	cmd := exec.Command("cat", path)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return ""
+	}
+	if _, ok := errors.AsType[*exec.ExitError](err); !ok {
+		t.Fatalf("run cat as %d: %v", uid, err)
+	}
+	return string(out)
+}
+
+// TestServersRunAsTheirOwnUsers: kiln serve as root on the process
+// runtime runs each server as a user of its own, with no_new_privs, and
+// what one server's code can do as its user: read its own files, and not
+// another team's server's files, that server's environment
+// (/proc/<pid>/environ), kiln's database or its secret key (EACCES).
+// Files written through the API belong to the server's user.
+func TestServersRunAsTheirOwnUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP USERS SUITE: needs root (kiln gives each server a user of its own only as root)")
+	}
+	dir := t.TempDir()
+	ports := serverstest.PortRange(t, 5)
+	p := startServe(t, "--data-dir", dir, "--dev", "--port-range", ports.String())
+	token := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(dir, "bootstrap-token")))))
+	out, errOut, code := kiln(t, "admin", "team", "create", "other", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("team create: %s %s", out, errOut)
+	}
+	out, errOut, code = kiln(t, "admin", "token", "create", "--team", "other", "--kind", "user", "--name", "t", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("token create: %s %s", out, errOut)
+	}
+	other := strings.TrimSpace(out)
+
+	type srv struct {
+		id, port, root string
+		pid            int
+		uid, gid       uint32
+	}
+	start := func(token, name string) srv {
+		code, out := call(t, p.addr, token, "POST", "/servers", `{"name":"`+name+`","software":"kiln-test","memory_mb":512,"disk_mb":1024}`)
+		if code != 202 {
+			t.Fatalf("create %s: %d %v", name, code, out)
+		}
+		sv := out["server"].(map[string]any)
+		id := sv["id"].(string)
+		waitServer(t, p.addr, token, id, "offline")
+		if code, out := call(t, p.addr, token, "POST", "/servers/"+id+"/power", `{"action":"start"}`); code != 200 && code != 202 {
+			t.Fatalf("start %s: %d %v", name, code, out)
+		}
+		sv = waitServer(t, p.addr, token, id, "running")
+		addr := sv["address"].(string)
+		port := addr[strings.LastIndex(addr, ":")+1:]
+		pids := testserverPIDs(port)
+		if len(pids) != 1 {
+			t.Fatalf("%s: %d game processes on port %s", name, len(pids), port)
+		}
+		st := procStatus(t, pids[0])
+		uids, gids := strings.Fields(st["Uid"]), strings.Fields(st["Gid"])
+		uid, _ := strconv.ParseUint(uids[0], 10, 32)
+		gid, _ := strconv.ParseUint(gids[0], 10, 32)
+		for _, u := range append(uids, gids...) {
+			if u != uids[0] {
+				t.Errorf("%s runs with uids %v gids %v: want one id for all", name, uids, gids)
+			}
+		}
+		if uid < 200000 || uid > 299999 {
+			t.Errorf("%s runs as uid %d: want one of the default --uid-range 200000-299999", name, uid)
+		}
+		if st["NoNewPrivs"] != "1" || st["Groups"] != "" {
+			t.Errorf("%s: NoNewPrivs %q, Groups %q; want 1 and none", name, st["NoNewPrivs"], st["Groups"])
+		}
+		root := filepath.Join(dir, "servers", id)
+		var rst syscall.Stat_t
+		must0(syscall.Stat(root, &rst))
+		if rst.Uid != uint32(uid) || rst.Mode&0o777 != 0o700 {
+			t.Errorf("%s's root: owner %d mode %o; want %d and 0700", name, rst.Uid, rst.Mode&0o777, uid)
+		}
+		return srv{id: id, port: port, root: root, pid: pids[0], uid: uint32(uid), gid: uint32(gid)}
+	}
+	a := start(token, "a")
+	b := start(other, "b")
+	if a.uid == b.uid {
+		t.Fatalf("both servers run as uid %d", a.uid)
+	}
+
+	// A file written through the API is the server's user's.
+	if code, out := call(t, p.addr, token, "POST", "/servers/"+a.id+"/files/create-directory", `{"root":"/","name":"plugins/x"}`); code != 200 {
+		t.Fatalf("create-directory: %d %v", code, out)
+	}
+	for _, rel := range []string{"plugins", "plugins/x", "server.properties", "world/level.dat"} {
+		var st syscall.Stat_t
+		must0(syscall.Lstat(filepath.Join(a.root, rel), &st))
+		if st.Uid != a.uid || st.Gid != a.gid {
+			t.Errorf("a's %s belongs to %d:%d, want its user %d:%d", rel, st.Uid, st.Gid, a.uid, a.gid)
+		}
+	}
+
+	// What a's code can read as a's user.
+	if e := readAs(t, a.uid, a.gid, filepath.Join(a.root, "server.properties")); e != "" {
+		t.Errorf("a cannot read its own server.properties: %s", e)
+	}
+	if e := readAs(t, a.uid, a.gid, fmt.Sprintf("/proc/%d/environ", a.pid)); e != "" {
+		t.Errorf("a cannot read its own environment: %s", e)
+	}
+	for _, path := range []string{
+		filepath.Join(b.root, "server.properties"),
+		filepath.Join(b.root, "world", "level.dat"),
+		fmt.Sprintf("/proc/%d/environ", b.pid),
+		filepath.Join(dir, "kiln.db"),
+		filepath.Join(dir, "kiln.db-wal"),
+		filepath.Join(dir, "secret.key"),
+		filepath.Join(dir, "bootstrap-token"),
+	} {
+		if e := readAs(t, a.uid, a.gid, path); !strings.Contains(e, "Permission denied") {
+			t.Errorf("a's user reading %s: %q; want Permission denied", path, e)
+		}
+	}
+	if err := p.stop(os.Interrupt); err != nil {
+		t.Errorf("kiln serve after SIGINT: %v\n%s", err, p.Stderr())
+	}
+}
