@@ -128,6 +128,9 @@ type serveConfig struct {
 	RestoreWriterWait  time.Duration
 	UIDRange           string
 	uidRange           servers.UIDRange
+	ServerAllow        listFlag
+	serverAllow        []node.Allowed
+	ServerEgress       string
 }
 
 var serveCommand = command{
@@ -167,6 +170,8 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.SnapshotDedup, "snapshot-dedup", "team", "which snapshots share the chunks they hold in common: team (each team stores its own, so no team learns what another holds) or global (every snapshot in the blob store: less space, but a snapshot's stored_bytes tell its team whether content is in the store already, anyone's)")
 	s.fs.DurationVar(&c.RestoreWriterWait, "restore-writer-wait", snapshot.DefaultWriterWait, "how long a snapshot restore waits, the server stopped, for the uploads, downloads and mod installs already writing into it to end before it fails (1s to 1h)")
 	s.fs.StringVar(&c.UIDRange, "uid-range", servers.DefaultUIDRange.String(), "user ids process-runtime servers run as, one each, when kiln runs as root (FIRST-LAST, free of the host's users and groups), or off: every server runs as kiln's user")
+	s.fs.Var(&c.ServerAllow, "server-allow", "ADDR[/BITS][:PORT] game servers with users of their own may connect to despite the network rules (a private mod mirror, a service on the host; database hosts are allowed by themselves); repeatable, or comma-separated")
+	s.fs.StringVar(&c.ServerEgress, "server-egress", "guarded", "guarded: game servers with users of their own reach the internet and the node's game ports, not the host's other services nor private, loopback or link-local ranges (nftables); open: no rules")
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
@@ -222,6 +227,16 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	}
 	if c.uidRange, err = servers.ParseUIDRange(c.UIDRange); err != nil {
 		return c, usageError{"--uid-range " + err.Error()}
+	}
+	for _, a := range c.ServerAllow {
+		al, err := node.ParseAllowed(a)
+		if err != nil {
+			return c, usageError{"--server-allow " + err.Error()}
+		}
+		c.serverAllow = append(c.serverAllow, al)
+	}
+	if c.ServerEgress != "guarded" && c.ServerEgress != "open" {
+		return c, usageError{fmt.Sprintf("--server-egress %q: want guarded or open", c.ServerEgress)}
 	}
 	c.javaHomes = map[int]string{}
 	for _, jh := range c.JavaHome {
@@ -446,6 +461,22 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Databases of dbservices: their credentials are sealed with box and
 	// given to the servers attached to them at each start.
 	dbs := dbservice.NewService(db, box, log)
+	var egress *egressKeeper
+	if !users.IsZero() && cfg.ServerEgress == "guarded" {
+		egress = &egressKeeper{log: log, hosts: dbs.Hosts, base: node.Egress{
+			FirstUID: users.First, LastUID: users.Last, Ports: ports,
+			Resolvers: node.Resolvers("/etc/resolv.conf"), Allow: cfg.serverAllow,
+		}}
+		// Loaded before any server starts.
+		if err := egress.apply(ctx); err != nil {
+			if errors.Is(err, node.ErrNoNft) {
+				return usageError{"--server-egress guarded: " + err.Error() + "; or pass --server-egress open (servers then reach the host's services and private ranges)"}
+			}
+			return fmt.Errorf("load the servers' network rules: %w", err)
+		}
+	} else if !users.IsZero() {
+		log.Warn("--server-egress open: game servers reach the host's services and private, loopback and link-local ranges")
+	}
 	tempNames := quota.NewTempNames(box.Derive(servers.TempNamesPurpose))
 	// Restores a crash cut short are finished or undone before any server
 	// starts and before the disk ledger's first walk.
@@ -625,6 +656,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	if pgLimiter != nil {
 		g.Go(func() error { sweepLoop(gctx, pgLimiter, log); return nil })
+	}
+	if egress != nil {
+		g.Go(func() error { egress.run(gctx); return nil })
 	}
 	if sshLn != nil {
 		sftpSrv, err := sftp.NewServer(sftpSvc, sftp.Config{DataDir: cfg.DataDir}, log)

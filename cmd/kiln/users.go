@@ -1,12 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
 
+	"github.com/kilnhq/kiln/internal/dbservice"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
@@ -155,4 +163,72 @@ func reachableBinary(self, dataDir string) (string, error) {
 		return "", err
 	}
 	return dst, nil
+}
+
+// egressKeeper keeps the servers' network wall (node.Egress) loaded: the
+// node's game ports, the host's name servers, --server-allow, and the
+// address of every database host (`kiln admin dbhost add`, maybe from
+// another process: looked at again every egressRefresh).
+type egressKeeper struct {
+	base  node.Egress // without the database hosts
+	hosts func(ctx context.Context) ([]dbservice.Host, error)
+	log   *slog.Logger
+	last  string // the ruleset loaded last
+}
+
+// egressRefresh is how often the database hosts are read again.
+const egressRefresh = 30 * time.Second
+
+// apply loads the rules when they changed.
+func (k *egressKeeper) apply(ctx context.Context) error {
+	e := k.base
+	e.Allow = slices.Clone(e.Allow)
+	hosts, err := k.hosts(ctx)
+	if err != nil {
+		return fmt.Errorf("the database hosts servers reach: %w", err)
+	}
+	for _, h := range hosts {
+		host, port, err := net.SplitHostPort(h.Address)
+		p, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || p < 1 || p > 65535 {
+			k.log.Warn("database host address not understood; servers cannot reach it", "dbhost", h.Name, "address", h.Address)
+			continue
+		}
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			k.log.Warn("database host address does not resolve; servers cannot reach it", "dbhost", h.Name, "address", h.Address, "err", err)
+			continue
+		}
+		for _, ip := range ips {
+			ip = ip.Unmap()
+			e.Allow = append(e.Allow, node.Allowed{Prefix: netip.PrefixFrom(ip, ip.BitLen()), Port: uint16(p)})
+		}
+	}
+	rs := e.Ruleset()
+	if rs == k.last {
+		return nil
+	}
+	if err := node.ApplyEgress(ctx, e); err != nil {
+		return err
+	}
+	k.last = rs
+	k.log.Info("servers' network rules loaded", "table", e.TableName(), "game_ports", e.Ports.String(), "allowed", len(e.Allow))
+	return nil
+}
+
+// run refreshes the rules until ctx ends; the rules stay loaded after
+// (servers' users hold them, not this process).
+func (k *egressKeeper) run(ctx context.Context) {
+	t := time.NewTicker(egressRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := k.apply(ctx); err != nil && ctx.Err() == nil {
+				k.log.Error("refresh the servers' network rules", "err", err)
+			}
+		}
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,12 +49,49 @@ func readAs(t *testing.T, uid, gid uint32, path string) string {
 	return string(out)
 }
 
+// connectAs tries a TCP connection to addr as uid (bash's /dev/tcp) and
+// returns bash's error output, "" when it connected.
+func connectAs(t *testing.T, uid uint32, addr string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command("bash", "-c", "exec 3<>/dev/tcp/"+host+"/"+port)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	cmd.Dir = "/"
+	out, err := cmd.CombinedOutput()
+	if err != nil && len(out) == 0 {
+		return err.Error()
+	}
+	return string(out)
+}
+
+// listenLocal accepts (and closes) connections on addr until the test ends.
+func listenLocal(t *testing.T, addr string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 // TestServersRunAsTheirOwnUsers: kiln serve as root on the process
 // runtime runs each server as a user of its own, with no_new_privs, and
 // what one server's code can do as its user: read its own files, and not
 // another team's server's files, that server's environment
 // (/proc/<pid>/environ), kiln's database or its secret key (EACCES).
-// Files written through the API belong to the server's user.
+// Files written through the API belong to the server's user, and the
+// servers' users reach the node's game ports but not the host's other
+// services (the network rules, --server-egress guarded).
 func TestServersRunAsTheirOwnUsers(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP USERS SUITE: needs root (kiln gives each server a user of its own only as root)")
@@ -154,6 +192,29 @@ func TestServersRunAsTheirOwnUsers(t *testing.T) {
 	} {
 		if e := readAs(t, a.uid, a.gid, path); !strings.Contains(e, "Permission denied") {
 			t.Errorf("a's user reading %s: %q; want Permission denied", path, e)
+		}
+	}
+	// The network wall: a's code reaches b's game port, not Kiln's API,
+	// not another port of the host (b's RCON, say), not the host's other
+	// addresses (Docker's bridge); kiln itself is not limited.
+	rcon := listenLocal(t, "127.0.0.1:0")
+	if e := connectAs(t, a.uid, "127.0.0.1:"+b.port); e != "" {
+		t.Errorf("a to b's game port: %s", e)
+	}
+	for _, to := range []string{p.addr, rcon} {
+		if e := connectAs(t, a.uid, to); e == "" {
+			t.Errorf("a's user connected to %s", to)
+		}
+		if e := connectAs(t, 0, to); e != "" {
+			t.Errorf("root to %s: %s", to, e)
+		}
+	}
+	if br, err := net.InterfaceByName("docker0"); err == nil {
+		if addrs, _ := br.Addrs(); len(addrs) > 0 {
+			ip := addrs[0].(*net.IPNet).IP.String()
+			if to := listenLocal(t, net.JoinHostPort(ip, "0")); connectAs(t, a.uid, to) == "" {
+				t.Errorf("a's user connected to the host's bridge address %s", to)
+			}
 		}
 	}
 	if err := p.stop(os.Interrupt); err != nil {

@@ -9,4 +9,28 @@
 //
 // It must never touch the database: which ports are taken is the servers
 // table's business; a node only says which ports exist.
+//
+// It also owns two walls around the servers of the host: giving a root
+// to its server's user (OwnTree, owner.go) and the network rules of the
+// servers' users (Egress, egress.go).
+//
+// Decisions:
+//   - Egress is enforced by the kernel, on the servers' uids (nftables
+//     meta skuid): a game server is arbitrary code, so no check inside
+//     Kiln or the JVM can hold it. The rules are written as an nft script
+//     and loaded with the nft command (nft -f: one transaction, so never a
+//     moment without rules) rather than through a netlink library
+//     (github.com/google/nftables): the script is what an operator reads
+//     with nft list ruleset, the expressions used (fib, ct, skuid ranges,
+//     anonymous sets, reject icmpx) are one line each in it and dozens of
+//     hand-built expression structs in the library, and nft is Debian's
+//     maintained tool for exactly this. Only packets of sockets a server's
+//     user owns jump to the servers chain; packets without a socket (the
+//     kernel's replies) never match.
+//   - What servers reach: the internet, the node's game ports on any
+//     local address (a proxy and its backends), port 53 of the name
+//     servers, database hosts and the operator's entries. Refused: every
+//     other local address and port, and the ranges remote downloads
+//     refuse (internal/netguard's table), all of IPv6 outside 2000::/3.
+//     Answers to connections players opened pass (ct established).
 package node

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/google/uuid"
 	"golang.org/x/sys/unix"
@@ -209,7 +208,3 @@ func (s *Service) runAs(id string) (*runtime.User, error) {
 	}
 	return &usr, nil
 }
-
-// isRoot reports whether kiln runs as root (euid 0): only root can run
-// servers as users of their own.
-func isRoot() bool { return syscall.Geteuid() == 0 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/klauspost/compress/zstd"
@@ -16,8 +15,6 @@ import (
 	"github.com/kilnhq/kiln/internal/snapshot/engine/enginetest"
 	"github.com/kilnhq/kiln/internal/snapshot/manifest"
 )
-
-var noTime time.Time
 
 func TestHostileManifests(t *testing.T) {
 	store := enginetest.NewStore(t)
