@@ -29,7 +29,7 @@ require github.com/kr/fs v0.1.0 // indirect
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/PlakarKorp/go-cdc-chunkers v1.1.0
-	github.com/go-sql-driver/mysql v1.10.1 // indirect
+	github.com/go-sql-driver/mysql v1.10.1
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/klauspost/crc32 v1.3.0 // indirect
 	github.com/minio/crc64nvme v1.1.1 // indirect

@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	"github.com/klauspost/compress/zstd"
-
-	"github.com/kilnhq/kiln/internal/zstdfast"
 )
 
 // Compression is how hard Create compresses what it stores: the
@@ -23,14 +21,11 @@ type Compression string
 // other than region files.
 const (
 	// CompressionFastest: large files' chunks at klauspost's fastest
-	// level with its step capped (zstdfast, stepCap), region files'
-	// without entropy coding of literals (fastEncoder), small files'
-	// packs at klauspost's default level. On region files the smallest
-	// of the three.
+	// level, region files' without entropy coding of literals
+	// (fastEncoder), small files' packs at klauspost's default level.
 	CompressionFastest Compression = "fastest"
 	// CompressionDefault: everything at klauspost's default level (1.2–1.4
-	// CPU-s more a GB than fastest; on a world's region files slightly
-	// larger than fastest since its cap, smaller on text).
+	// CPU-s more a GB than fastest; smaller, on text by about 8 %).
 	CompressionDefault Compression = "default"
 	// CompressionBetter: large files' chunks at klauspost's better level
 	// (2.5 CPU-s more a GB than fastest), packs at its default (better
@@ -83,30 +78,21 @@ type levelEncoder struct{ enc *zstd.Encoder }
 
 func (e levelEncoder) encode(src, dst []byte, _ bool) []byte { return e.enc.EncodeAll(src, dst) }
 
-// fastEncoder is the fastest level's for chunks (zstdfast, its step
-// capped: stepCap). A region file's chunk is stored without entropy
-// coding of literals: they are zlib's output, where Huffman coding saved
-// nothing measurable and cost 0.2 s a GB of a world. Other files' chunks
-// are coded: on text (a log, a plugin's database dump) it makes them 11 %
-// smaller (Kiln's own sources, 2026-11-28).
-type fastEncoder struct{ enc *zstdfast.Encoder }
+// fastEncoder is the fastest level's for chunks: klauspost's fastest
+// encoder, and for a region file's chunk a second one without entropy
+// coding of literals (zstd.WithNoEntropyCompression): they are zlib's
+// output, where Huffman coding saved nothing measurable and cost 0.2 s a
+// GB of a world. Other files' chunks are coded: on text (a log, a
+// plugin's database dump) it makes them 11 % smaller (Kiln's own sources,
+// 2026-11-28).
+type fastEncoder struct{ coded, raw *zstd.Encoder }
 
 func (e fastEncoder) encode(src, dst []byte, region bool) []byte {
-	e.enc.SetNoEntropy(region)
-	return e.enc.EncodeAll(src, dst)
+	if region {
+		return e.raw.EncodeAll(src, dst)
+	}
+	return e.coded.EncodeAll(src, dst)
 }
-
-// stepCap is how far the fastest level's encoder may step at a time
-// through bytes that match nothing (zstdfast.Options.MaxStep): 2+32
-// bytes. klauspost's step grows without bound (1/32 of the bytes since
-// the last match), and passes over the short repeated runs that end
-// region files' zlib streams after kilobytes of noise; capped, it finds
-// them, as C zstd -1 (whose step grows four times slower) does. Measured
-// on the 1,064 MiB pieces of a 1 GiB world's region files (2026-11-28):
-// uncapped 735.34 MB, 16 727.50 MB (half again the encoder's time), 24
-// 728.31 (+30 %), 32 728.80 (+14 %), 48 730.02 (+8 %), 64 730.89; C zstd
-// -1 of the same files 729.75 MB (doc.go).
-const stepCap = 32
 
 // newChunkEncoder returns a zstd encoder at level c for chunks (pack
 // false) or packs of small files: one frame per call, no frame checksum
@@ -114,24 +100,35 @@ const stepCap = 32
 // 32-bit xxhash). A chunk's window is maxChunk (a chunk is never larger);
 // a pack's is 1 MiB, which halves its encoder's memory and costs nothing
 // measurable (its files are small: what repeats is near). The fastest
-// level's chunks are zstdfast's (fastEncoder); the rest klauspost's.
+// level's chunks go through fastEncoder.
 func newChunkEncoder(c Compression, pack bool) (chunkEncoder, error) {
 	chunk, packLevel := c.levels()
 	level, window := chunk, MaxChunk
 	if pack {
 		level, window = packLevel, 1<<20
 	}
-	if level == zstd.SpeedFastest {
-		enc, err := zstdfast.New(zstdfast.Options{WindowSize: window, MaxStep: stepCap})
-		if err != nil {
-			return nil, fmt.Errorf("chunk encoder: %w", err)
-		}
-		return fastEncoder{enc}, nil
+	enc, err := newZstd(level, window, false)
+	if err != nil {
+		return nil, err
 	}
+	if level != zstd.SpeedFastest {
+		return levelEncoder{enc}, nil
+	}
+	raw, err := newZstd(level, window, true)
+	if err != nil {
+		return nil, err
+	}
+	return fastEncoder{coded: enc, raw: raw}, nil
+}
+
+// newZstd is klauspost's encoder of one frame per call at level, without
+// entropy coding of literals when raw.
+func newZstd(level zstd.EncoderLevel, window int, raw bool) (*zstd.Encoder, error) {
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(level), zstd.WithEncoderConcurrency(1),
-		zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(window), zstd.WithEncoderCRC(false))
+		zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(window), zstd.WithEncoderCRC(false),
+		zstd.WithNoEntropyCompression(raw))
 	if err != nil {
 		return nil, fmt.Errorf("chunk encoder: %w", err)
 	}
-	return levelEncoder{enc}, nil
+	return enc, nil
 }

@@ -17,8 +17,7 @@ import (
 // (and worldgen's): records of zlib over part noise, part a repeated
 // 64-byte pattern, each padded with zeros to 4 KiB sectors. Where the
 // levels differ: klauspost's fastest encoder steps over the short
-// periodic runs that end each zlib stream (Kiln's, zstdfast, caps its
-// step and does not).
+// periodic runs that end each zlib stream, the other levels find them.
 func regionLike(tr *enginetest.Tree, n int) []byte {
 	var out bytes.Buffer
 	for out.Len() < n {
@@ -36,7 +35,8 @@ func regionLike(tr *enginetest.Tree, n int) []byte {
 }
 
 // TestCompressionLevels: every level round-trips a tree byte for byte;
-// on region-like data fastest and better store no more than default; chunks made
+// on region-like data better stores no more than default, which stores no
+// more than fastest, and fastest at most 2 % more than default; chunks made
 // at one level dedupe with another's (names are of the uncompressed
 // bytes); an unknown level is refused before anything is stored.
 func TestCompressionLevels(t *testing.T) {
@@ -65,12 +65,11 @@ func TestCompressionLevels(t *testing.T) {
 		})
 	}
 	t.Logf("stored bytes: %v", stored)
-	// The fastest level's step is capped (zstdfast): it finds the runs
-	// klauspost's fastest steps over, and stores no more than default
-	// (uncapped: 73 KB more than default on this tree, and this check
-	// fails; capped: about 250 bytes less); better stores least.
-	if !(stored[engine.CompressionFastest] <= stored[engine.CompressionDefault] && stored[engine.CompressionBetter] <= stored[engine.CompressionDefault]) {
-		t.Errorf("stored bytes by level = %v, want fastest <= default >= better", stored)
+	// klauspost's fastest level steps over the runs the others find (73
+	// KB more than default on this tree: 0.6 %).
+	f, d, b := stored[engine.CompressionFastest], stored[engine.CompressionDefault], stored[engine.CompressionBetter]
+	if !(b <= d && d <= f && f*100 <= d*102) {
+		t.Errorf("stored bytes by level = %v, want better <= default <= fastest <= 1.02 × default", stored)
 	}
 
 	for _, name := range []string{"FASTEST", "Default", ""} {

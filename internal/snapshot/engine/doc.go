@@ -87,28 +87,29 @@
 //     through incompressible input by 1/32 of the bytes since the last
 //     match (C zstd -1 by 1/128), steps over them (replacing the zlib
 //     bytes with noise of the same length makes both equal).
-//   - So the fastest level is Kiln's copy of that encoder (internal/zstdfast)
-//     with its step capped at 2+32 bytes (stepCap, compress.go): it finds
-//     those runs, and the region files of a 1 GiB world compress to
-//     728.80 MB against 735.34 uncapped and C zstd -1's 729.75, for about
-//     14 % more of the encoder's time (0.86 against 0.75 s a GiB, about
-//     0.1 CPU-s of a Create's ~2 a GB). Before the cap (until 2026-11-28)
-//     the store was 0.9 % larger than tar | zstd -1 and no level met the
-//     size and the speed targets together on two cores: SpeedDefault
-//     made it 1.001× for 1.2 CPU-s more a GB, SpeedBetterCompression
-//     0.998× for 2.5 more. Also measured and left: C zstd's search
-//     strength in the same encoder (728.98 MB, 45 % more of its time: a
-//     Create 0.3 s slower a GiB); smaller windows, and so blocks (4 KiB to
-//     128 KiB make the chunks 1.4–9.2 MB larger); a block ended every 4
-//     KiB through the streaming encoder's Flush (732.96 MB, half again the
-//     time). A replace directive naming a fork would break
-//     `go install …@version`, hence the copy, held to upstream's output
-//     byte for byte by its tests when uncapped.
+//   - So the fastest level's region chunks come out about 0.9 % larger
+//     than C zstd -1 makes them (735.34 MB against 729.75 on a 1 GiB
+//     world's region files). Kiln uses klauspost's encoder as it is:
+//     from 2026-11-28 02:40 to the next stop a trimmed copy of it with
+//     that step capped at 2+32 bytes (internal/zstdfast, 728.80 MB) was in
+//     the tree, and Kiln's code is written here: other projects' code
+//     comes in as modules only. The cap is proposed upstream as an
+//     option (a maximum step for the fast and default encoders, e.g.
+//     zstd.WithEncoderMaxSkip(n)); until klauspost/compress has it, the
+//     fastest level's store is up to 1 % larger than tar | zstd -1 (it
+//     stays smaller and faster than restic's), and the operator who wants
+//     the smaller store picks default (1.001× of zstd -1 for 1.2 CPU-s
+//     more a GB) or better (0.998×, 2.5 more). A fork behind a replace
+//     directive would break `go install …@version` and is a copy too.
+//     Region chunks skip entropy coding of literals
+//     (zstd.WithNoEntropyCompression: their literals are zlib's noise,
+//     where Huffman coding saved nothing measurable and cost 0.2 s a GB);
+//     other large files' chunks keep it (a log 11 % smaller).
 //   - The other levels stay klauspost's (CreateOptions.Compression, kiln
 //     serve --snapshot-compression: fastest, default, better;
 //     compress.go), as Wings' backups.compression_level lets operators
-//     buy space with CPU: on region files the capped fastest level is now
-//     the smallest of the three, but on files zstd compresses well (logs,
+//     buy space with CPU: on region files default and better are
+//     smaller than fastest by under 1 %, and on files zstd compresses well (logs,
 //     plugin data, text) SpeedDefault and SpeedBetterCompression still
 //     find more. Packs of small files (text, mostly) are at SpeedDefault
 //     at every level, one encoder per worker (one made the small files'
