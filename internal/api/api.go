@@ -106,7 +106,21 @@ type Server struct {
 	routes   []route
 	lists    listEncodings // encoded server lists, by team
 	transfer transferLimits
+	// failed counts requests with a missing or bad token per client
+	// address (this process's, unauthFailures): past it, an address's
+	// requests are refused before their token is looked up.
+	failed *ratelimit.Memory
 }
+
+// unauthFailures is how many requests with a missing or bad token one
+// client address may make a minute (a burst of as many) before its
+// requests are refused without a look-up of their token: each look-up
+// is a database query, so an unauthenticated client must not be able to
+// make the database do unbounded work.
+const unauthFailures = 60
+
+// unauthRule is unauthFailures a minute.
+func unauthRule() ratelimit.Rule { return ratelimit.Rule{Limit: unauthFailures, Period: time.Minute} }
 
 // New builds the handler with every route registered.
 func New(cfg Config, deps Deps) (*Server, error) {
@@ -122,7 +136,7 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	s := &Server{cfg: cfg, deps: deps, log: deps.Log, mux: http.NewServeMux(), openapi: doc,
-		transfer: transferLimits{idle: cfg.TransferIdle, rate: cfg.MinTransferRate}}
+		transfer: transferLimits{idle: cfg.TransferIdle, rate: cfg.MinTransferRate}, failed: ratelimit.NewMemory(time.Now)}
 	s.routes = s.table()
 	for _, rt := range s.routes {
 		s.mux.Handle(rt.method+" "+Prefix+rt.path, s.wrap(rt))

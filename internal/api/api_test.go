@@ -244,20 +244,76 @@ func TestRouteClassRules(t *testing.T) {
 		limitCompress: 20, limitDecompress: 20, limitSnapshotCreate: 10, limitSnapshotDownload: 10,
 	} {
 		rules := s.rules(class)
-		if len(rules) != 2 || rules[0].rule.Limit != 100 || rules[1].rule.Limit != want {
-			t.Errorf("rules(%s) = %+v, want global 100 and %d", class, rules, want)
+		if len(rules) != 2 || rules[0].rule.Limit != want || rules[1].name != "global" || rules[1].rule.Limit != 100 {
+			t.Errorf("rules(%s) = %+v, want %d then global 100", class, rules, want)
 		}
 	}
 	s.cfg.RateLimit = 1_000_000
-	if r := s.rules(limitFilesPull); r[1].rule.Limit != 100_000 {
-		t.Errorf("scaled pull limit = %d, want 100000", r[1].rule.Limit)
+	if r := s.rules(limitFilesPull); r[0].rule.Limit != 100_000 {
+		t.Errorf("scaled pull limit = %d, want 100000", r[0].rule.Limit)
 	}
 	s.cfg.RateLimit = 1
-	if r := s.rules(limitFilesPull); r[1].rule.Limit != 1 {
-		t.Errorf("scaled pull limit at 1/min = %d, want at least 1", r[1].rule.Limit)
+	if r := s.rules(limitFilesPull); r[0].rule.Limit != 1 {
+		t.Errorf("scaled pull limit at 1/min = %d, want at least 1", r[0].rule.Limit)
 	}
 	if r := s.rules(limitNone); len(r) != 1 {
 		t.Errorf("rules(none) = %+v, want only the global rule", r)
+	}
+}
+
+// TestRefusedRequestsSpendNothing: a request a route's limit refuses
+// does not count against the token's global limit (it did: 15 pulls, 5
+// of them refused, spent 16 of the global budget with the next request
+// instead of 11).
+func TestRefusedRequestsSpendNothing(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		h := newHarness(t, db, func(c *Config, _ *Deps) { c.RateLimit = 100 })
+		id, _ := h.fileServer(1024)
+		_, hdr, _ := h.do("GET", Prefix+"/servers", h.token, nil)
+		r0, _ := strconv.Atoi(hdr.Get("RateLimit-Remaining"))
+		refused := 0
+		for range 15 {
+			status, _, _ := h.do("POST", Prefix+"/servers/"+id+"/files/pull", h.token, strings.NewReader(`{}`), "Content-Type", "application/json")
+			if status == 429 {
+				refused++
+			}
+		}
+		if refused != 5 {
+			t.Fatalf("%d of 15 pulls refused, want 5 (10 a minute)", refused)
+		}
+		// 11 spent (the budget refills meanwhile: at least); counting the
+		// refused pulls, 16.
+		status, hdr, body := h.do("GET", Prefix+"/servers", h.token, nil)
+		if got, _ := strconv.Atoi(hdr.Get("RateLimit-Remaining")); status != 200 || got < r0-11 {
+			t.Errorf("after 10 pulls and 5 refused: %d, RateLimit-Remaining %d; want at least %d (%s)", status, got, r0-11, body)
+		}
+	})
+}
+
+// TestUnauthenticatedAreLimited: an address whose requests keep carrying
+// a bad token is refused (429) before its token is looked up, once it
+// passed unauthFailures a minute; another address is not.
+func TestUnauthenticatedAreLimited(t *testing.T) {
+	h := newHarness(t, sqliteDB(t))
+	bad := "Bearer " + string(mustGenerate(t))
+	for i := range unauthFailures {
+		status, _, body := h.do("GET", Prefix+"/servers", "", nil, "Authorization", bad)
+		if status != 401 {
+			t.Fatalf("bad token %d: %d %s, want 401", i+1, status, body)
+		}
+	}
+	status, hdr, body := h.do("GET", Prefix+"/servers", "", nil, "Authorization", bad)
+	wantError(t, status, body, 429, "RATE_LIMITED", "invalid token")
+	if hdr.Get("Retry-After") == "" {
+		t.Error("no Retry-After")
+	}
+	// The address is refused whatever it sends (its token is not looked
+	// up); another address is not.
+	if status, _, _ := h.do("GET", Prefix+"/servers", h.token, nil); status != 429 {
+		t.Errorf("a good token from the same address: %d, want 429", status)
+	}
+	if !h.srv.failed.Spent("127.0.0.1", unauthRule()) || h.srv.failed.Spent("127.0.0.2", unauthRule()) {
+		t.Error("the limit is not per address")
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"runtime/debug"
 	"strconv"
@@ -171,8 +172,18 @@ func (s *Server) wrap(rt route) http.Handler {
 		}()
 
 		if !rt.public {
+			client := clientAddr(r)
+			if s.failed.Spent(client, unauthRule()) {
+				w.Header().Set("Retry-After", "60")
+				s.writeError(w, r, newHTTPError(http.StatusTooManyRequests, codeRateLimited,
+					fmt.Sprintf("more than %d requests a minute from this address had a missing or invalid token; retry in a minute", unauthFailures)))
+				return
+			}
 			p, err := s.authenticate(r)
 			if err != nil {
+				if errors.Is(err, auth.ErrInvalidToken) {
+					_, _ = s.failed.Allow(r.Context(), client, unauthRule())
+				}
 				s.writeError(w, r, err)
 				return
 			}
@@ -186,6 +197,15 @@ func (s *Server) wrap(rt route) http.Handler {
 			s.writeError(w, r, err)
 		}
 	})
+}
+
+// clientAddr is the request's client address (its IP, without the port).
+func clientAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func (s *Server) authenticate(r *http.Request) (auth.Principal, error) {
@@ -265,19 +285,21 @@ type namedRule struct {
 	rule ratelimit.Rule
 }
 
-// rules are the limits a route's requests count against: the global one,
-// then the route's class scaled by --rate-limit/100 (at least 1).
+// rules are the limits a route's requests count against: the route's
+// class scaled by --rate-limit/100 (at least 1), then the global one.
 func (s *Server) rules(c limitClass) []namedRule {
-	out := []namedRule{{"global", ratelimit.Rule{Limit: s.cfg.RateLimit, Period: time.Minute}}}
+	var out []namedRule
 	if n := classPerHundred(c); n > 0 {
 		scaled := max(1, int(int64(n)*int64(s.cfg.RateLimit)/100))
 		out = append(out, namedRule{string(c), ratelimit.Rule{Limit: scaled, Period: time.Minute}})
 	}
-	return out
+	return append(out, namedRule{"global", ratelimit.Rule{Limit: s.cfg.RateLimit, Period: time.Minute}})
 }
 
 // limit counts the request against every rule and sets the RateLimit-*
-// headers from the tightest one; a refusal is 429 with Retry-After.
+// headers from the tightest one; a refusal is 429 with Retry-After. A
+// request one rule refuses spends nothing of the others: the rules it
+// passed before are given back (Undo), and those after are not asked.
 func (s *Server) limit(w http.ResponseWriter, r *http.Request, p auth.Principal, rules []namedRule) error {
 	var shown ratelimit.Result
 	for i, nr := range rules {
@@ -289,6 +311,11 @@ func (s *Server) limit(w http.ResponseWriter, r *http.Request, p auth.Principal,
 			shown = res
 		}
 		if !res.Allowed {
+			for _, back := range rules[:i] {
+				if err := s.deps.Limiter.Undo(r.Context(), p.TokenID+":"+back.name, back.rule); err != nil {
+					s.log.WarnContext(r.Context(), "give back a refused request's rate limit", "err", err)
+				}
+			}
 			break
 		}
 	}

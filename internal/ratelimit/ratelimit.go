@@ -41,9 +41,12 @@ type Result struct {
 	RetryAfter time.Duration // when refused: until one request may pass
 }
 
-// Limiter decides and records one request against key under rule.
+// Limiter decides and records one request against key under rule, and
+// gives back a request it allowed that another rule then refused (Undo:
+// a refused request spends nothing).
 type Limiter interface {
 	Allow(ctx context.Context, key string, rule Rule) (Result, error)
+	Undo(ctx context.Context, key string, rule Rule) error
 }
 
 // decide is GCRA: tat is the theoretical arrival time stored for the key (0
@@ -110,6 +113,28 @@ func (m *Memory) Allow(_ context.Context, key string, rule Rule) (Result, error)
 	return res, nil
 }
 
+// Undo implements Limiter: the key's tat moves back one interval.
+func (m *Memory) Undo(_ context.Context, key string, rule Rule) error {
+	t, _ := rule.gcra()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if tat, ok := m.tat[key]; ok {
+		m.tat[key] = tat - t
+	}
+	return nil
+}
+
+// Spent reports whether a request against key under rule would be
+// refused now, recording nothing: a check before work that only a
+// failure counts against (Allow records the failure).
+func (m *Memory) Spent(key string, rule Rule) bool {
+	now := m.now().UnixNano()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	res, _ := decide(rule, m.tat[key], now)
+	return !res.Allowed
+}
+
 // Postgres is a Limiter shared by every process using one PostgreSQL
 // database (table rate_limits).
 type Postgres struct {
@@ -162,6 +187,15 @@ func (p *Postgres) Allow(ctx context.Context, key string, rule Rule) (Result, er
 		res = Result{Limit: rule.Limit, RetryAfter: time.Duration(t), Reset: time.Duration(tau)}
 	}
 	return res, nil
+}
+
+// Undo implements Limiter: the key's tat moves back one interval.
+func (p *Postgres) Undo(ctx context.Context, key string, rule Rule) error {
+	t, _ := rule.gcra()
+	if _, err := p.db.ExecContext(ctx, `UPDATE rate_limits SET tat = tat - $2 WHERE key = $1`, key, t); err != nil {
+		return fmt.Errorf("rate limit %s: undo: %w", key, err)
+	}
+	return nil
 }
 
 // Sweep deletes keys whose quota is full again; run it now and then.

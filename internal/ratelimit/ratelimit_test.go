@@ -361,3 +361,45 @@ func TestPostgresSweepAndOldRows(t *testing.T) {
 		}
 	}
 }
+
+// testUndo: a request given back (Undo) is as if it had not been made,
+// on both limiters; Spent (memory) says so without recording.
+func testUndo(t *testing.T, l Limiter) {
+	t.Helper()
+	rule := Rule{Limit: 3, Period: time.Hour}
+	for i := range 3 {
+		if res, err := l.Allow(t.Context(), "undo", rule); err != nil || !res.Allowed {
+			t.Fatalf("request %d: %+v, %v", i+1, res, err)
+		}
+	}
+	if res, _ := l.Allow(t.Context(), "undo", rule); res.Allowed {
+		t.Fatal("a fourth request of 3 passed")
+	}
+	if err := l.Undo(t.Context(), "undo", rule); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.Allow(t.Context(), "undo", rule)
+	if err != nil || !res.Allowed || res.Remaining != 0 {
+		t.Errorf("after an undo: %+v, %v; want allowed, none remaining", res, err)
+	}
+	if err := l.Undo(t.Context(), "never-seen", rule); err != nil {
+		t.Errorf("undo of an unknown key: %v", err)
+	}
+}
+
+func TestUndoMemory(t *testing.T) {
+	m := NewMemory(time.Now)
+	testUndo(t, m)
+	rule := Rule{Limit: 3, Period: time.Hour}
+	if !m.Spent("undo", rule) || m.Spent("other", rule) {
+		t.Error("Spent does not tell a spent key from a fresh one")
+	}
+	if m.Spent("other", rule) {
+		t.Error("Spent recorded a request")
+	}
+}
+
+func TestUndoPostgres(t *testing.T) {
+	db := storetest.Postgres(t)
+	testUndo(t, NewPostgres(db.Write()))
+}
