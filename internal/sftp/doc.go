@@ -43,6 +43,10 @@
 //     ends its sessions at once: a file a session holds open for writing
 //     would take writes the restore's swap discards. Sessions opened
 //     during the hold read; their writes are refused with the reason.
+//     Every request that changes the tree goes through the disk ledger
+//     (files.WritingOn), also those that change no usage (rename, chmod,
+//     utimes): the ledger's hold is what refuses them, as it refuses the
+//     files API's (409).
 //   - Limits: 10 failed logins from one address (an IPv6 client's /64) in
 //     5 minutes lock it out for 15 (every login refused meanwhile, with a
 //     banner); 8 sessions per credential, 4 channels per connection, 256
