@@ -65,9 +65,12 @@
 //     write at an offset first reserves what the file will cost with it
 //     (its size rounded to a block, as quota counts). A write that would
 //     pass the limit writes nothing and fails with SSH_FX_FAILURE and a
-//     "no space left" message (SFTP version 3, which pkg/sftp and OpenSSH
-//     speak, has no no-space code; OpenSSH's server answers ENOSPC the
-//     same way); the partial file stays and, at close, the ledger is told
+//     "no space left" message naming the limit ("the server's disk limit
+//     (1024 MiB) would be exceeded; this request wrote nothing": OpenSSH's
+//     client prints only "Failure", other clients show the message; SFTP
+//     version 3, which pkg/sftp and OpenSSH speak, has no no-space code,
+//     and OpenSSH's server answers ENOSPC the same way); the partial file
+//     stays and, at close, the ledger is told
 //     the file's real change. Rename is RENAME_NOREPLACE (SFTP's rename);
 //     posix-rename@openssh.com replaces as rename(2) does. Hard links are
 //     refused. Ownership changes (setstat uid/gid) are ignored, so a

@@ -500,7 +500,7 @@ func (f *fsys) status(err error) error {
 	case errors.Is(err, files.ErrNotFound), errors.Is(err, servers.ErrNotFound):
 		return os.ErrNotExist
 	case errors.Is(err, files.ErrQuota), errors.Is(err, quota.ErrQuota):
-		return noSpace("the server's disk limit is reached")
+		return f.overLimit()
 	case quota.IsDiskFull(err):
 		return noSpace("the host's disk is full")
 	case errors.Is(err, files.ErrExists):
@@ -533,14 +533,39 @@ func (f *fsys) status(err error) error {
 	return sftp.ErrSSHFxFailure
 }
 
+// overLimit is the answer to a write past the server's disk limit: the
+// message names the limit (what the files API's 507 says, with the
+// figure), since the code alone reads "Failure".
+func (f *fsys) overLimit() error {
+	limit := ""
+	if d, err := f.disk(); err == nil {
+		if l := d.Figures().Limit; l > 0 {
+			limit = fmt.Sprintf(" (%d MiB)", l>>20)
+		}
+	}
+	return noSpace("the server's disk limit" + limit + " would be exceeded; this request wrote nothing")
+}
+
 // noSpace is the answer to a write past the limit. SFTP version 3 (what
 // pkg/sftp and OpenSSH speak) has no "no space" code (SSH_FX_NO_SPACE_ON_
 // FILESYSTEM is version 5's 14, which OpenSSH's client prints as
 // "Unknown status"): SSH_FX_FAILURE with a message, as OpenSSH's own
-// server answers ENOSPC.
+// server answers ENOSPC. OpenSSH's client prints only the code; others
+// (pkg/sftp, WinSCP, FileZilla) show the message.
 func noSpace(why string) error {
-	return fmt.Errorf("%w: no space left: %s", sftp.ErrSSHFxFailure, why)
+	return &statusError{code: sftp.ErrSSHFxFailure, msg: "no space left: " + why}
 }
+
+// statusError is an SFTP status with a message of its own: pkg/sftp
+// sends err.Error() as the status message (a wrapped code would read
+// "failure: …") and finds the code by errors.As through Unwrap.
+type statusError struct {
+	code error // one of sftp.ErrSSHFx…
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+func (e *statusError) Unwrap() error { return e.code }
 
 // isStatus reports whether err already carries an SFTP status code.
 func isStatus(err error) bool {

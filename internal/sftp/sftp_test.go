@@ -446,8 +446,11 @@ func TestQuota(t *testing.T) {
 		if werr == nil {
 			t.Fatalf("4 MiB written with 2 MiB free")
 		}
-		if code := statusCode(werr); code != 4 || !strings.Contains(werr.Error(), "no space left") {
-			t.Errorf("write past the limit = %s, want SSH_FX_FAILURE (4) with no space left", fmtErr(werr))
+		// The status message names the limit (OpenSSH's client prints only
+		// the code, "Failure"; other clients show the message).
+		const msg = `"no space left: the server's disk limit (1024 MiB) would be exceeded; this request wrote nothing"`
+		if code := statusCode(werr); code != 4 || !strings.Contains(werr.Error(), msg) {
+			t.Errorf("write past the limit = %s, want SSH_FX_FAILURE (4) with the message %s", fmtErr(werr), msg)
 		}
 		fi, err := os.Stat(filepath.Join(root, "up.bin"))
 		if err != nil {
