@@ -53,6 +53,21 @@
 //     open handles per session; 15 minutes without an SFTP packet end a
 //     session; a connection must log in within 30 s. The lockout table is
 //     bounded (100,000 addresses; beyond, idle entries go first).
+//   - Connections not logged in yet are capped: 256 in all and 16 from
+//     one address (an IPv6 /64), counted from accept until the login
+//     ends (internal/connlimit; Config.MaxUnauthenticated…, the flags
+//     --sftp-max-unauthenticated…). One over a cap is reset at once,
+//     before the handshake (nothing read, no key exchange spent on it);
+//     refusals are logged at most once every 10 s. Idle connections used
+//     to hold a descriptor each for the 30 s deadline until the process
+//     ran out. A logged-in session leaves its place: sessions are capped
+//     per credential.
+//   - Accept errors are transient (EMFILE and ENFILE when descriptors
+//     run out, ECONNABORTED…): Serve waits 5 ms doubling to 1 s, as
+//     net/http's server does, logs the run of failures once when it
+//     begins and once when it ends, and accepts again. Only a closed
+//     listener ends Serve. An accept error used to end Serve, and with it
+//     kiln serve (its API, its game servers).
 //   - Paths: pkg/sftp makes every path absolute and resolves ".."
 //     lexically, so "/../../etc" is the session's "/etc", inside the root
 //     (as in a chroot); files.Clean then refuses what is left of bad
@@ -70,8 +85,8 @@
 //     client prints only "Failure", other clients show the message; SFTP
 //     version 3, which pkg/sftp and OpenSSH speak, has no no-space code,
 //     and OpenSSH's server answers ENOSPC the same way); the partial file
-//     stays and, at close, the ledger is told
-//     the file's real change. Rename is RENAME_NOREPLACE (SFTP's rename);
+//     stays and, at close, the ledger is told the file's real change.
+//     Rename is RENAME_NOREPLACE (SFTP's rename);
 //     posix-rename@openssh.com replaces as rename(2) does. Hard links are
 //     refused. Ownership changes (setstat uid/gid) are ignored, so a
 //     client preserving them does not fail. statvfs reports the disk
