@@ -151,8 +151,8 @@ func (l *Limiter) Stats() Stats {
 }
 
 // Close writes the summary of the refusals not logged yet and stops the
-// timer that would have; Take may still be called (its refusals are then
-// logged one by one, as after a quiet interval).
+// timer that would have. Take may still be called: its refusals are
+// counted (Stats), no longer logged.
 func (l *Limiter) Close() { l.rl.close() }
 
 // Listener returns ln with every accepted connection counted by l: one
@@ -235,11 +235,15 @@ type refusalLog struct {
 	addrs    map[netip.Prefix]struct{}
 	lastAddr netip.Prefix
 	timer    *time.Timer
+	closed   bool // no more lines, no more timers
 }
 
 func (r *refusalLog) refuse(key netip.Prefix, why error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
 	now := time.Now()
 	if r.n == 0 && r.timer == nil && now.Sub(r.last) >= r.l.logEvery {
 		r.last = now
@@ -285,6 +289,7 @@ func (r *refusalLog) summaryLocked() {
 func (r *refusalLog) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.closed = true
 	if r.timer != nil {
 		r.timer.Stop()
 		r.timer = nil

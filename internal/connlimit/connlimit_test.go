@@ -265,12 +265,14 @@ func TestRefusalLog(t *testing.T) {
 			t.Fatalf("records after Close = %v, want the pending 2 summed up", got)
 		}
 		time.Sleep(time.Minute)
+		flood(10) // counted, not logged
+		time.Sleep(time.Minute)
 		synctest.Wait()
 		if n := len(h.records()); n != 7 {
-			t.Errorf("%d records a minute after Close, want no more", n)
+			t.Errorf("%d records after Close, want no more", n)
 		}
-		if st := l.Stats(); st.Refused != 4003 {
-			t.Errorf("Stats.Refused = %d, want 4003", st.Refused)
+		if st := l.Stats(); st.Refused != 4013 {
+			t.Errorf("Stats.Refused = %d, want 4013", st.Refused)
 		}
 	})
 }

@@ -35,5 +35,6 @@
 //   - Refusals log the first at once (Warn, with its address and which
 //     cap), then at most one line per LogEvery (10 s) with how many were
 //     refused since, from how many addresses, and the last one; the
-//     last summary is written when the Limiter closes.
+//     last summary is written when the Limiter closes, and nothing after
+//     (no timer outlives Close).
 package connlimit
