@@ -521,10 +521,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// stops at its cap and leaves the descriptors to everything else.
 	apiConns := connlimit.New(apiConnLimits(cfg, nofile, log), connlimit.Options{Log: log.With("component", "api")})
 	defer apiConns.Close()
-	m.RegisterCounts("kiln_api_connections", "API connections open, and refused by --max-conns or --max-conns-per-addr since the start", "state",
+	m.RegisterCounts("kiln_api_connections", "API connections open; accepted, and refused by --max-conns or --max-conns-per-addr, since the start", "state",
 		func(context.Context) (map[string]int, error) {
 			st := apiConns.Stats()
-			return map[string]int{"open": st.Open, "refused": int(st.Refused)}, nil
+			return map[string]int{"open": st.Open, "accepted": int(st.Accepted), "refused": int(st.Refused)}, nil
 		}, log)
 
 	// Everything runs in one errgroup: the first error (a failed recovery

@@ -37,8 +37,8 @@ type Limiter struct {
 	total  int
 	byAddr map[netip.Prefix]int
 
-	refused atomic.Int64
-	rl      refusalLog
+	accepted, refused atomic.Int64
+	rl                refusalLog
 }
 
 // Options tune a Limiter. Zero fields take the defaults in brackets.
@@ -112,6 +112,9 @@ func (l *Limiter) Take(addr net.Addr) (*Slot, error) {
 		l.byAddr[key]++
 	}
 	l.mu.Unlock()
+	if err == nil {
+		l.accepted.Add(1)
+	}
 	if err != nil {
 		l.refused.Add(1)
 		l.rl.refuse(key, err)
@@ -138,16 +141,17 @@ func (s *Slot) Release() {
 
 // Stats are a Limiter's figures.
 type Stats struct {
-	Open    int   // connections counted now
-	Addrs   int   // addresses (IPv6 /64s) with connections counted now
-	Refused int64 // connections refused since New
+	Open     int   // connections counted now
+	Addrs    int   // addresses (IPv6 /64s) with connections counted now
+	Accepted int64 // connections let in since New
+	Refused  int64 // connections refused since New
 }
 
 // Stats reads the figures.
 func (l *Limiter) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return Stats{Open: l.total, Addrs: len(l.byAddr), Refused: l.refused.Load()}
+	return Stats{Open: l.total, Addrs: len(l.byAddr), Accepted: l.accepted.Load(), Refused: l.refused.Load()}
 }
 
 // Close writes the summary of the refusals not logged yet and stops the

@@ -60,8 +60,8 @@ func TestTake(t *testing.T) {
 	}
 	a1.Release()
 	a1.Release()
-	if st := l.Stats(); st.Open != 3 || st.Addrs != 3 || st.Refused != 2 {
-		t.Errorf("Stats = %+v, want 3 open from 3 addresses, 2 refused", st)
+	if st := l.Stats(); st.Open != 3 || st.Addrs != 3 || st.Accepted != 4 || st.Refused != 2 {
+		t.Errorf("Stats = %+v, want 3 open from 3 addresses, 4 accepted, 2 refused", st)
 	}
 	if _, err := l.Take(tcp("2001:db8::3")); err != nil {
 		t.Errorf("a slot released twice: %v, want one free slot", err)

@@ -90,9 +90,10 @@ type Stats struct {
 	Lockouts int64 // addresses locked out
 	Cut      int64 // sessions ended by a revocation, rotation or deletion
 	Sessions int64 // live sessions
-	// Connections not logged in yet, and those refused since the start
-	// for being over MaxUnauthenticated or MaxUnauthenticatedPerAddr.
-	Unauthenticated, Refused int64
+	// Connections not logged in yet; since the start, connections let
+	// in and those refused for being over MaxUnauthenticated or
+	// MaxUnauthenticatedPerAddr.
+	Unauthenticated, Accepted, Refused int64
 }
 
 // Server is Kiln's SSH server: password logins with SFTP credentials, the
@@ -143,7 +144,7 @@ func (s *Server) Stats() Stats {
 	p := s.pending.Stats()
 	return Stats{
 		Logins: s.logins.Load(), Failures: s.failures.Load(), Lockouts: s.lockouts.Load(), Cut: s.cut.Load(),
-		Sessions: int64(s.sessions()), Unauthenticated: int64(p.Open), Refused: p.Refused,
+		Sessions: int64(s.sessions()), Unauthenticated: int64(p.Open), Accepted: p.Accepted, Refused: p.Refused,
 	}
 }
 
@@ -154,7 +155,7 @@ func (s *Server) Counts(context.Context) (map[string]int, error) {
 	return map[string]int{
 		"logins": int(st.Logins), "login_failures": int(st.Failures), "lockouts": int(st.Lockouts),
 		"sessions_cut": int(st.Cut), "sessions": int(st.Sessions),
-		"unauthenticated": int(st.Unauthenticated), "connections_refused": int(st.Refused),
+		"unauthenticated": int(st.Unauthenticated), "connections_accepted": int(st.Accepted), "connections_refused": int(st.Refused),
 	}, nil
 }
 
