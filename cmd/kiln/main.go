@@ -3,14 +3,22 @@
 // also while serve runs.
 //
 // kiln serve starts in this order, each step before anything that a
-// failure of it should prevent: flags and config; the data dir's lock
+// failure of it should prevent: flags and config; the descriptor limit
+// (RLIMIT_NOFILE's soft limit raised to the hard one, both logged: a
+// connection, a root held open, a pipe each cost one); the data dir's lock
 // (internal/instance: one kiln serve per data dir, PostgreSQL included,
 // since the data dir holds the server roots; a second one is refused at
 // once, naming the holder's pid); the listener (a taken port fails before
 // the database is created or migrated and before the bootstrap token,
 // shown once, is made); the database; this process's instance id (a row
 // in instances, logged); the bootstrap token; the services. Requests wait
-// in the listener's queue until recovery is done.
+// in the listener's queue until recovery is done. Both listeners cap
+// their connections per address and in all (internal/connlimit: the API
+// every open connection, --max-conns…, lowered to half the descriptor
+// limit; SFTP those not logged in yet, --sftp-max-unauthenticated…), so
+// idle connections cannot take every descriptor; and both take a failed
+// accept (EMFILE…) as transient, backing off as net/http does: it used to
+// end the SFTP server, and with it kiln serve.
 //
 // Everything that runs while serving (HTTP, the servers service's
 // recovery and sampler, the downloads, the instance heartbeat, the rate

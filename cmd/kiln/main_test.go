@@ -64,9 +64,17 @@ var addrRE = regexp.MustCompile(`msg="kiln serving" addr=(\S+)`)
 // listens.
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startServeUnder(t, nil, args...)
+}
+
+// startServeUnder is startServe run by a wrapper command (e.g. prlimit
+// …), which must exec kiln in its place.
+func startServeUnder(t *testing.T, wrapper []string, args ...string) *proc {
+	t.Helper()
 	passable(t, args)
 	p := &proc{t: t, done: make(chan error, 1)}
-	p.cmd = exec.Command(kilnBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"}, args...)...)
+	argv := append(append(append([]string{}, wrapper...), kilnBin, "serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"), args...)
+	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env = cleanEnv()
 	outR, _ := p.cmd.StdoutPipe()
 	errR, _ := p.cmd.StderrPipe()
@@ -365,6 +373,10 @@ func TestBadServeFlags(t *testing.T) {
 		{[]string{"serve", "--java-home", "17=jdk"}, "--java-home \"17=jdk\""},
 		{[]string{"serve", "--java-home", "17=/a,17=/b"}, "--java-home: Java 17 given twice"},
 		{[]string{"serve", "--addr", "nonsense"}, "--addr"},
+		{[]string{"serve", "--max-conns", "0"}, "--max-conns 0: want at least 1"},
+		{[]string{"serve", "--max-conns-per-addr", "-1"}, "--max-conns-per-addr -1: want at least 1"},
+		{[]string{"serve", "--sftp-max-unauthenticated", "0"}, "--sftp-max-unauthenticated 0: want at least 1"},
+		{[]string{"serve", "--sftp-max-unauthenticated-per-addr", "0"}, "--sftp-max-unauthenticated-per-addr 0: want at least 1"},
 		{[]string{"serve", "extra"}, "no arguments"},
 		{[]string{"frobnicate"}, "unknown command"},
 		{[]string{"admin", "token", "create", "--name", "x"}, "--team is required"},

@@ -24,6 +24,7 @@ import (
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/connlimit"
 	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/executor"
@@ -114,6 +115,10 @@ type serveConfig struct {
 	NodeName           string
 	SecretKey          string
 	SFTPAddr           string
+	MaxConns           int
+	MaxConnsPerAddr    int
+	SFTPMaxUnauth      int
+	SFTPMaxUnauthAddr  int
 	CurseForgeAPIKey   string
 	CurseForgeAPIURL   string
 	ModrinthAPIURL     string
@@ -163,6 +168,10 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.ModrinthAPIURL, "modrinth-api-url", modcatalog.DefaultModrinthURL, "Modrinth API base URL")
 	s.fs.StringVar(&c.CatalogContact, "catalog-contact", "https://github.com/kilnhq/kiln", "contact named in the User-Agent sent to the mod catalogs (Modrinth asks for one)")
 	s.fs.StringVar(&c.SFTPAddr, "sftp-addr", "127.0.0.1:2022", "SFTP listener (host:port); empty turns SFTP off")
+	s.fs.IntVar(&c.MaxConns, "max-conns", 4096, "API connections open at once, from every address (at most half the file descriptor limit); more are closed at once")
+	s.fs.IntVar(&c.MaxConnsPerAddr, "max-conns-per-addr", 256, "API connections open at once from one address (an IPv6 /64); more are closed at once")
+	s.fs.IntVar(&c.SFTPMaxUnauth, "sftp-max-unauthenticated", 256, "SFTP connections not logged in yet, from every address; more are closed at once")
+	s.fs.IntVar(&c.SFTPMaxUnauthAddr, "sftp-max-unauthenticated-per-addr", 16, "SFTP connections not logged in yet from one address (an IPv6 /64); more are closed at once")
 	s.fs.StringVar(&c.BlobURL, "blob-url", "", "snapshot and artifact-cache storage: file:///abs/dir or s3://bucket/prefix?endpoint=https://…&region=… (default: file://<data-dir>/blobs)")
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
@@ -208,6 +217,17 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	if c.SFTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.SFTPAddr); err != nil {
 			return c, usageError{fmt.Sprintf("--sftp-addr %q: %v", c.SFTPAddr, err)}
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"max-conns", c.MaxConns}, {"max-conns-per-addr", c.MaxConnsPerAddr},
+		{"sftp-max-unauthenticated", c.SFTPMaxUnauth}, {"sftp-max-unauthenticated-per-addr", c.SFTPMaxUnauthAddr},
+	} {
+		if f.v < 1 {
+			return c, usageError{fmt.Sprintf("--%s %d: want at least 1", f.name, f.v)}
 		}
 	}
 	if c.Runtime != "process" && c.Runtime != "docker" {
@@ -330,6 +350,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// in a system call leave cores idle.
 	cores, procs := node.TuneProcs(os.Getenv)
 	log.Info("go scheduler", "cores", cores, "gomaxprocs", procs)
+	nofile := raiseNoFile(log)
 	lock, err := instance.LockDir(cfg.DataDir, os.Getpid())
 	if err != nil {
 		if inUse, ok := errors.AsType[*instance.InUseError](err); ok {
@@ -546,6 +567,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	srv.RegisterOnShutdown(strm.end)
+	// Every API connection counts against the caps from its accept to its
+	// close: an idle or silent client holds a descriptor until
+	// ReadHeaderTimeout or IdleTimeout ends it, so a flood from one address
+	// stops at its cap and leaves the descriptors to everything else.
+	apiConns := connlimit.New(apiConnLimits(cfg, nofile, log), connlimit.Options{Log: log.With("component", "api")})
+	defer apiConns.Close()
+	m.RegisterCounts("kiln_api_connections", "API connections open; accepted, and refused by --max-conns or --max-conns-per-addr, since the start", "state",
+		func(context.Context) (map[string]int, error) {
+			st := apiConns.Stats()
+			return map[string]int{"open": st.Open, "accepted": int(st.Accepted), "refused": int(st.Refused)}, nil
+		}, log)
 
 	// Everything runs in one errgroup: the first error (a failed recovery
 	// included) stops the rest and is what serve returns; a signal stops
@@ -630,8 +662,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		log.Info("kiln serving", "addr", ln.Addr().String(), "instance_id", self.ID, "version", ver, "dev", cfg.Dev,
 			"rate_limit", cfg.RateLimit, "runtime", rt.Name(), "port_range", ports.String(), "snapshot_compression", string(cfg.snapshotCompress),
-			"snapshot_dedup", string(cfg.snapshotDedup))
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			"snapshot_dedup", string(cfg.snapshotDedup), "max_conns", apiConns.Limits().Total, "max_conns_per_addr", apiConns.Limits().PerAddr)
+		if err := srv.Serve(apiConns.Listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("serve http: %w", err)
 		}
 		return nil
@@ -661,7 +693,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		g.Go(func() error { egress.run(gctx); return nil })
 	}
 	if sshLn != nil {
-		sftpSrv, err := sftp.NewServer(sftpSvc, sftp.Config{DataDir: cfg.DataDir}, log)
+		sftpSrv, err := sftp.NewServer(sftpSvc, sftp.Config{DataDir: cfg.DataDir,
+			MaxUnauthenticated: cfg.SFTPMaxUnauth, MaxUnauthenticatedPerAddr: cfg.SFTPMaxUnauthAddr}, log)
 		if err != nil {
 			return err
 		}
@@ -676,7 +709,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if serverSvc.RecoveryFailed() {
 				return nil
 			}
-			log.Info("sftp serving", "addr", sshLn.Addr().String())
+			log.Info("sftp serving", "addr", sshLn.Addr().String(), "max_unauthenticated", cfg.SFTPMaxUnauth,
+				"max_unauthenticated_per_addr", cfg.SFTPMaxUnauthAddr)
 			if err := sftpSrv.Serve(gctx, sshLn); err != nil {
 				return fmt.Errorf("sftp: %w", err)
 			}
@@ -687,6 +721,19 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	err = g.Wait()
 	log.Info("stopped")
 	return err
+}
+
+// apiConnLimits are the API listener's caps: --max-conns, lowered to half
+// the file descriptor limit when it is above (the other half is for the
+// database, server roots, game servers' pipes and SFTP), and
+// --max-conns-per-addr.
+func apiConnLimits(cfg serveConfig, nofile uint64, log *slog.Logger) connlimit.Limits {
+	total := cfg.MaxConns
+	if half := nofile / 2; nofile > 0 && uint64(total) > half {
+		total = int(max(half, 1))
+		log.Info("api connection cap lowered to half the file descriptor limit", "max_conns", cfg.MaxConns, "lowered_to", total)
+	}
+	return connlimit.Limits{Total: total, PerAddr: cfg.MaxConnsPerAddr}
 }
 
 // openBlobs opens the snapshot store of --blob-url (default: the data

@@ -43,12 +43,31 @@
 //     ends its sessions at once: a file a session holds open for writing
 //     would take writes the restore's swap discards. Sessions opened
 //     during the hold read; their writes are refused with the reason.
+//     Every request that changes the tree goes through the disk ledger
+//     (files.WritingOn), also those that change no usage (rename, chmod,
+//     utimes): the ledger's hold is what refuses them, as it refuses the
+//     files API's (409).
 //   - Limits: 10 failed logins from one address (an IPv6 client's /64) in
 //     5 minutes lock it out for 15 (every login refused meanwhile, with a
 //     banner); 8 sessions per credential, 4 channels per connection, 256
 //     open handles per session; 15 minutes without an SFTP packet end a
 //     session; a connection must log in within 30 s. The lockout table is
 //     bounded (100,000 addresses; beyond, idle entries go first).
+//   - Connections not logged in yet are capped: 256 in all and 16 from
+//     one address (an IPv6 /64), counted from accept until the login
+//     ends (internal/connlimit; Config.MaxUnauthenticated…, the flags
+//     --sftp-max-unauthenticated…). One over a cap is reset at once,
+//     before the handshake (nothing read, no key exchange spent on it);
+//     refusals are logged at most once every 10 s. Idle connections used
+//     to hold a descriptor each for the 30 s deadline until the process
+//     ran out. A logged-in session leaves its place: sessions are capped
+//     per credential.
+//   - Accept errors are transient (EMFILE and ENFILE when descriptors
+//     run out, ECONNABORTED…): Serve waits 5 ms doubling to 1 s, as
+//     net/http's server does, logs the run of failures once when it
+//     begins and once when it ends, and accepts again. Only a closed
+//     listener ends Serve. An accept error used to end Serve, and with it
+//     kiln serve (its API, its game servers).
 //   - Paths: pkg/sftp makes every path absolute and resolves ".."
 //     lexically, so "/../../etc" is the session's "/etc", inside the root
 //     (as in a chroot); files.Clean then refuses what is left of bad
@@ -61,10 +80,13 @@
 //     write at an offset first reserves what the file will cost with it
 //     (its size rounded to a block, as quota counts). A write that would
 //     pass the limit writes nothing and fails with SSH_FX_FAILURE and a
-//     "no space left" message (SFTP version 3, which pkg/sftp and OpenSSH
-//     speak, has no no-space code; OpenSSH's server answers ENOSPC the
-//     same way); the partial file stays and, at close, the ledger is told
-//     the file's real change. Rename is RENAME_NOREPLACE (SFTP's rename);
+//     "no space left" message naming the limit ("the server's disk limit
+//     (1024 MiB) would be exceeded; this request wrote nothing": OpenSSH's
+//     client prints only "Failure", other clients show the message; SFTP
+//     version 3, which pkg/sftp and OpenSSH speak, has no no-space code,
+//     and OpenSSH's server answers ENOSPC the same way); the partial file
+//     stays and, at close, the ledger is told the file's real change.
+//     Rename is RENAME_NOREPLACE (SFTP's rename);
 //     posix-rename@openssh.com replaces as rename(2) does. Hard links are
 //     refused. Ownership changes (setstat uid/gid) are ignored, so a
 //     client preserving them does not fail. statvfs reports the disk

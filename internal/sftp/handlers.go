@@ -190,7 +190,9 @@ func (f *fsys) Filecmd(r *sftp.Request) error {
 			return err
 		}
 		// SFTP's rename never replaces (files.Root.Rename: RENAME_NOREPLACE).
-		return f.status(f.root.Rename(p, to))
+		// It changes no usage, but goes through the ledger like every
+		// write: a restore's hold refuses it.
+		return f.status(f.writing(func(r *files.Root, _ *quota.Reservation) error { return r.Rename(p, to) }))
 	case "Rmdir":
 		return f.status(f.writing(func(r *files.Root, res *quota.Reservation) error { return r.RemoveDir(p, res) }))
 	case "Remove":
@@ -251,35 +253,41 @@ func (f *fsys) parentExists(p string) error {
 	return nil
 }
 
+// setstat changes a size, a mode and times, in one pass through the
+// ledger (a restore's hold refuses all of it). Ownership (UidGid) is
+// ignored: files keep Kiln's owner, and a client preserving ownership
+// must not fail its upload.
 func (f *fsys) setstat(r *sftp.Request, p string) error {
 	fl := r.AttrFlags()
 	a := r.Attributes()
-	if fl.Size {
-		size := int64(a.Size)
-		if err := f.writing(func(r *files.Root, res *quota.Reservation) error { return r.Truncate(p, size, res) }); err != nil {
-			return f.status(err)
-		}
-	}
+	mode := a.Mode & 0o7777
 	if fl.Permissions {
-		mode := a.Mode & 0o7777
 		if mode&0o7000 != 0 {
 			return fmt.Errorf("%w: setuid, setgid and sticky bits are not allowed", sftp.ErrSSHFxPermissionDenied)
 		}
 		if p == "." {
 			return fmt.Errorf("%w: the server's root directory keeps its mode", sftp.ErrSSHFxPermissionDenied)
 		}
-		if err := f.root.Chmod(p, fs.FileMode(mode)); err != nil {
-			return f.status(err)
-		}
 	}
-	if fl.Acmodtime {
-		if err := f.root.Chtimes(p, time.Unix(int64(a.Atime), 0), time.Unix(int64(a.Mtime), 0)); err != nil {
-			return f.status(err)
-		}
+	if !fl.Size && !fl.Permissions && !fl.Acmodtime {
+		return nil
 	}
-	// UidGid is ignored: files keep Kiln's owner (a client preserving
-	// ownership must not fail its upload).
-	return nil
+	return f.status(f.writing(func(r *files.Root, res *quota.Reservation) error {
+		if fl.Size {
+			if err := r.Truncate(p, int64(a.Size), res); err != nil {
+				return err
+			}
+		}
+		if fl.Permissions {
+			if err := r.Chmod(p, fs.FileMode(mode)); err != nil {
+				return err
+			}
+		}
+		if fl.Acmodtime {
+			return r.Chtimes(p, time.Unix(int64(a.Atime), 0), time.Unix(int64(a.Mtime), 0))
+		}
+		return nil
+	}))
 }
 
 // symlink creates linkpath -> target. An absolute target names a place
@@ -492,7 +500,7 @@ func (f *fsys) status(err error) error {
 	case errors.Is(err, files.ErrNotFound), errors.Is(err, servers.ErrNotFound):
 		return os.ErrNotExist
 	case errors.Is(err, files.ErrQuota), errors.Is(err, quota.ErrQuota):
-		return noSpace("the server's disk limit is reached")
+		return f.overLimit()
 	case quota.IsDiskFull(err):
 		return noSpace("the host's disk is full")
 	case errors.Is(err, files.ErrExists):
@@ -507,7 +515,7 @@ func (f *fsys) status(err error) error {
 		return fmt.Errorf("%w: hard links are not supported", sftp.ErrSSHFxPermissionDenied)
 	case errors.Is(err, servers.ErrInstalling):
 		return fmt.Errorf("%w: the server is being installed; try again when it is done", sftp.ErrSSHFxFailure)
-	case errors.Is(err, servers.ErrRestoring):
+	case errors.Is(err, servers.ErrRestoring), errors.Is(err, quota.ErrHeld):
 		return fmt.Errorf("%w: a snapshot is being restored into the server; try again when it is done", sftp.ErrSSHFxFailure)
 	case errors.Is(err, syscall.ENOTEMPTY):
 		return fmt.Errorf("%w: directory not empty", sftp.ErrSSHFxFailure)
@@ -525,14 +533,39 @@ func (f *fsys) status(err error) error {
 	return sftp.ErrSSHFxFailure
 }
 
+// overLimit is the answer to a write past the server's disk limit: the
+// message names the limit (what the files API's 507 says, with the
+// figure), since the code alone reads "Failure".
+func (f *fsys) overLimit() error {
+	limit := ""
+	if d, err := f.disk(); err == nil {
+		if l := d.Figures().Limit; l > 0 {
+			limit = fmt.Sprintf(" (%d MiB)", l>>20)
+		}
+	}
+	return noSpace("the server's disk limit" + limit + " would be exceeded; this request wrote nothing")
+}
+
 // noSpace is the answer to a write past the limit. SFTP version 3 (what
 // pkg/sftp and OpenSSH speak) has no "no space" code (SSH_FX_NO_SPACE_ON_
 // FILESYSTEM is version 5's 14, which OpenSSH's client prints as
 // "Unknown status"): SSH_FX_FAILURE with a message, as OpenSSH's own
-// server answers ENOSPC.
+// server answers ENOSPC. OpenSSH's client prints only the code; others
+// (pkg/sftp, WinSCP, FileZilla) show the message.
 func noSpace(why string) error {
-	return fmt.Errorf("%w: no space left: %s", sftp.ErrSSHFxFailure, why)
+	return &statusError{code: sftp.ErrSSHFxFailure, msg: "no space left: " + why}
 }
+
+// statusError is an SFTP status with a message of its own: pkg/sftp
+// sends err.Error() as the status message (a wrapped code would read
+// "failure: …") and finds the code by errors.As through Unwrap.
+type statusError struct {
+	code error // one of sftp.ErrSSHFx…
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+func (e *statusError) Unwrap() error { return e.code }
 
 // isStatus reports whether err already carries an SFTP status code.
 func isStatus(err error) bool {

@@ -15,6 +15,7 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/kilnhq/kiln/internal/connlimit"
 	"github.com/kilnhq/kiln/internal/files"
 )
 
@@ -25,14 +26,18 @@ type Config struct {
 	CheckInterval    time.Duration // re-check of sessions' credentials and idleness [5 s]
 	IdleTimeout      time.Duration // a session without SFTP traffic ends [15 min]
 	HandshakeTimeout time.Duration // from connect to logged in [30 s]
-	MaxSessions      int           // per credential [8]
-	MaxHandles       int           // open files and directories per session [256]
-	MaxChannels      int           // SSH channels per connection [4]
-	MaxFailures      int           // failed logins from one address… [10]
-	FailureWindow    time.Duration // …within this window… [5 min]
-	LockoutFor       time.Duration // …lock it out this long [15 min]
-	MaxTxPacket      uint32        // largest data packet sent [256 KiB - 1 KiB, what OpenSSH allows]
-	MaxInFlight      int           // requests a session works on at once [4]; bounds its buffers
+	// Connections not logged in yet, in all and from one address (an
+	// IPv6 /64) [256, 16]: more are closed at once, before the handshake.
+	MaxUnauthenticated        int
+	MaxUnauthenticatedPerAddr int
+	MaxSessions               int           // per credential [8]
+	MaxHandles                int           // open files and directories per session [256]
+	MaxChannels               int           // SSH channels per connection [4]
+	MaxFailures               int           // failed logins from one address… [10]
+	FailureWindow             time.Duration // …within this window… [5 min]
+	LockoutFor                time.Duration // …lock it out this long [15 min]
+	MaxTxPacket               uint32        // largest data packet sent [256 KiB - 1 KiB, what OpenSSH allows]
+	MaxInFlight               int           // requests a session works on at once [4]; bounds its buffers
 
 	Now func() time.Time // the clock of the lockout and idle checks [time.Now]
 }
@@ -58,6 +63,8 @@ func (c *Config) defaults() {
 	setInt(&c.MaxChannels, 4)
 	setInt(&c.MaxFailures, 10)
 	setInt(&c.MaxInFlight, 4)
+	setInt(&c.MaxUnauthenticated, 256)
+	setInt(&c.MaxUnauthenticatedPerAddr, 16)
 	if c.MaxTxPacket == 0 {
 		c.MaxTxPacket = 256<<10 - 1024
 	}
@@ -83,6 +90,10 @@ type Stats struct {
 	Lockouts int64 // addresses locked out
 	Cut      int64 // sessions ended by a revocation, rotation or deletion
 	Sessions int64 // live sessions
+	// Connections not logged in yet; since the start, connections let
+	// in and those refused for being over MaxUnauthenticated or
+	// MaxUnauthenticatedPerAddr.
+	Unauthenticated, Accepted, Refused int64
 }
 
 // Server is Kiln's SSH server: password logins with SFTP credentials, the
@@ -93,6 +104,7 @@ type Server struct {
 	log     *slog.Logger
 	hostKey ssh.Signer
 	locks   *lockout
+	pending *connlimit.Limiter // connections not logged in yet
 
 	logins, failures, lockouts, cut atomic.Int64
 
@@ -117,6 +129,8 @@ func NewServer(svc *Service, cfg Config, log *slog.Logger) (*Server, error) {
 	return &Server{
 		svc: svc, cfg: cfg, log: log.With("component", "sftp"), hostKey: key,
 		locks: newLockout(cfg.MaxFailures, cfg.FailureWindow, cfg.LockoutFor),
+		pending: connlimit.New(connlimit.Limits{Total: cfg.MaxUnauthenticated, PerAddr: cfg.MaxUnauthenticatedPerAddr},
+			connlimit.Options{Log: log.With("component", "sftp", "stage", "unauthenticated")}),
 		conns: map[net.Conn]struct{}{},
 	}, nil
 }
@@ -127,9 +141,10 @@ func (s *Server) HostKey() ssh.PublicKey { return s.hostKey.PublicKey() }
 
 // Stats reads the counters.
 func (s *Server) Stats() Stats {
+	p := s.pending.Stats()
 	return Stats{
 		Logins: s.logins.Load(), Failures: s.failures.Load(), Lockouts: s.lockouts.Load(), Cut: s.cut.Load(),
-		Sessions: int64(s.sessions()),
+		Sessions: int64(s.sessions()), Unauthenticated: int64(p.Open), Accepted: p.Accepted, Refused: p.Refused,
 	}
 }
 
@@ -140,6 +155,7 @@ func (s *Server) Counts(context.Context) (map[string]int, error) {
 	return map[string]int{
 		"logins": int(st.Logins), "login_failures": int(st.Failures), "lockouts": int(st.Lockouts),
 		"sessions_cut": int(st.Cut), "sessions": int(st.Sessions),
+		"unauthenticated": int(st.Unauthenticated), "connections_accepted": int(st.Accepted), "connections_refused": int(st.Refused),
 	}, nil
 }
 
@@ -149,11 +165,16 @@ func (s *Server) sessions() int {
 
 // Serve accepts connections on ln until ctx ends, then closes ln and
 // every connection (sessions included) and returns once all their
-// goroutines are done: nil after ctx ended, the listener's error if it
-// failed.
+// goroutines are done: nil after ctx ended, an error if ln was closed
+// under it. Other accept errors (EMFILE and ENFILE when descriptors run
+// out, ECONNABORTED…) are transient: Serve waits, 5 ms doubling to 1 s
+// as net/http's server does, and accepts again. A connection over
+// MaxUnauthenticated or MaxUnauthenticatedPerAddr is closed at once,
+// before the handshake.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer s.pending.Close()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		<-ctx.Done()
@@ -162,30 +183,75 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	})
 	wg.Go(func() { s.recheck(ctx) })
 	var serveErr error
+	var backoff acceptBackoff
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			if ctx.Err() == nil {
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					continue
-				}
-				serveErr = fmt.Errorf("sftp: accept: %w", err)
+			if ctx.Err() != nil {
+				break
 			}
-			break
+			if errors.Is(err, net.ErrClosed) {
+				serveErr = fmt.Errorf("sftp: accept: %w", err)
+				break
+			}
+			if !backoff.wait(ctx, s.log, err) {
+				break
+			}
+			continue
+		}
+		backoff.ok(ctx, s.log)
+		slot, err := s.pending.Take(c.RemoteAddr())
+		if err != nil {
+			connlimit.Refuse(c) // logged by the limiter, at most every 10 s
+			continue
 		}
 		if !s.track(c) {
+			slot.Release()
 			c.Close()
 			break
 		}
 		wg.Go(func() {
 			defer s.untrack(c)
-			s.handle(ctx, c)
+			s.handle(ctx, c, slot)
 		})
 	}
 	cancel()
 	wg.Wait()
 	return serveErr
+}
+
+// acceptBackoff is the wait between failed accepts: 5 ms, doubling to
+// 1 s, back to none after a success. A run of failures is logged when it
+// begins and when it ends (not per failure).
+type acceptBackoff struct {
+	delay  time.Duration
+	failed int
+}
+
+// wait logs err when a run of failures begins and sleeps the next delay;
+// false when ctx ended meanwhile.
+func (b *acceptBackoff) wait(ctx context.Context, log *slog.Logger, err error) bool {
+	b.delay = min(max(2*b.delay, 5*time.Millisecond), time.Second)
+	if b.failed == 0 {
+		log.WarnContext(ctx, "sftp accept failed; retrying", "err", err, "retry_in", b.delay.String())
+	}
+	b.failed++
+	t := time.NewTimer(b.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ok ends a run of failures.
+func (b *acceptBackoff) ok(ctx context.Context, log *slog.Logger) {
+	if b.failed > 0 {
+		log.InfoContext(ctx, "sftp accepting again", "failed_accepts", b.failed)
+	}
+	b.delay, b.failed = 0, 0
 }
 
 // track registers c; false once closeAll has run.
@@ -282,11 +348,14 @@ func (s *Server) authenticate(ctx context.Context, meta ssh.ConnMetadata, passwo
 type credKey struct{}
 
 // handle serves one connection: the handshake and login within
-// HandshakeTimeout, then its channels until it closes or is cut.
-func (s *Server) handle(ctx context.Context, c net.Conn) {
+// HandshakeTimeout (counted in slot until then), then its channels until
+// it closes or is cut.
+func (s *Server) handle(ctx context.Context, c net.Conn, slot *connlimit.Slot) {
 	defer c.Close()
+	defer slot.Release()
 	_ = c.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
 	sconn, chans, reqs, err := ssh.NewServerConn(c, s.sshConfig(ctx))
+	slot.Release() // logged in, or gone: a session is limited per credential
 	if err != nil {
 		s.log.DebugContext(ctx, "ssh handshake ended", "addr", c.RemoteAddr().String(), "err", err)
 		return

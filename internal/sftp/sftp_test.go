@@ -246,6 +246,86 @@ func TestHoldCutsSessions(t *testing.T) {
 	})
 }
 
+// TestHoldRefusesEveryWrite: while a restore holds the server, every
+// request that changes its tree (rename, posix-rename, chmod, utimes,
+// truncate, mkdir, rmdir, remove, symlink, open for writing) is refused
+// with the reason, as the files API answers 409, and changes nothing;
+// reads go on.
+func TestHoldRefusesEveryWrite(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db, Config{})
+		sv, root := e.newServer("held-writes")
+		for _, name := range []string{"a.txt", "b.txt"} {
+			if err := os.WriteFile(filepath.Join(root, name), []byte(name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.Mkdir(filepath.Join(root, "empty"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		before, err := os.Stat(filepath.Join(root, "a.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := e.creds(sv.ID, false)
+		held, err := e.servers.Hold(t.Context(), e.teamID, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Release()
+		sc := e.mustDial(c) // opened during the hold: it reads
+		if _, err := sc.ReadDir("/"); err != nil {
+			t.Fatalf("ReadDir during the hold: %v", err)
+		}
+		past := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+		for _, w := range []struct {
+			name string
+			op   func() error
+		}{
+			{"Rename", func() error { return sc.Rename("/a.txt", "/c.txt") }},
+			{"PosixRename", func() error { return sc.PosixRename("/a.txt", "/b.txt") }},
+			{"Chmod", func() error { return sc.Chmod("/a.txt", 0o600) }},
+			{"Chtimes", func() error { return sc.Chtimes("/a.txt", past, past) }},
+			{"Truncate", func() error { return sc.Truncate("/a.txt", 1) }},
+			{"Mkdir", func() error { return sc.Mkdir("/new") }},
+			{"RemoveDirectory", func() error { return sc.RemoveDirectory("/empty") }},
+			{"Remove", func() error { return sc.Remove("/b.txt") }},
+			{"Symlink", func() error { return sc.Symlink("a.txt", "/link") }},
+			{"Create", func() error { _, err := sc.Create("/new.txt"); return err }},
+			{"OpenFile", func() error { _, err := sc.OpenFile("/a.txt", os.O_WRONLY); return err }},
+		} {
+			if err := w.op(); err == nil || !strings.Contains(err.Error(), "a snapshot is being restored into the server") {
+				t.Errorf("%s during the hold = %v, want it refused with the reason", w.name, err)
+			}
+		}
+		after, err := os.Stat(filepath.Join(root, "a.txt"))
+		if err != nil {
+			t.Fatalf("a.txt after the refused writes: %v", err)
+		}
+		if after.Mode() != before.Mode() || !after.ModTime().Equal(before.ModTime()) || after.Size() != before.Size() {
+			t.Errorf("a.txt changed during the hold: %v %v %d, was %v %v %d",
+				after.Mode(), after.ModTime(), after.Size(), before.Mode(), before.ModTime(), before.Size())
+		}
+		for _, name := range []string{"b.txt", "empty"} {
+			if _, err := os.Lstat(filepath.Join(root, name)); err != nil {
+				t.Errorf("%s during the hold: %v, want it kept", name, err)
+			}
+		}
+		for _, name := range []string{"c.txt", "new", "link", "new.txt"} {
+			if _, err := os.Lstat(filepath.Join(root, name)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s made during the hold (%v)", name, err)
+			}
+		}
+		held.Release()
+		if err := sc.Rename("/a.txt", "/c.txt"); err != nil {
+			t.Errorf("Rename after the hold: %v", fmtErr(err))
+		}
+		if err := sc.Chmod("/c.txt", 0o600); err != nil {
+			t.Errorf("Chmod after the hold: %v", fmtErr(err))
+		}
+	})
+}
+
 // TestLockout: 10 failed logins from one address in 5 minutes lock it out
 // for 15, the right password included; afterwards it logs in again.
 func TestLockout(t *testing.T) {
@@ -366,8 +446,11 @@ func TestQuota(t *testing.T) {
 		if werr == nil {
 			t.Fatalf("4 MiB written with 2 MiB free")
 		}
-		if code := statusCode(werr); code != 4 || !strings.Contains(werr.Error(), "no space left") {
-			t.Errorf("write past the limit = %s, want SSH_FX_FAILURE (4) with no space left", fmtErr(werr))
+		// The status message names the limit (OpenSSH's client prints only
+		// the code, "Failure"; other clients show the message).
+		const msg = `"no space left: the server's disk limit (1024 MiB) would be exceeded; this request wrote nothing"`
+		if code := statusCode(werr); code != 4 || !strings.Contains(werr.Error(), msg) {
+			t.Errorf("write past the limit = %s, want SSH_FX_FAILURE (4) with the message %s", fmtErr(werr), msg)
 		}
 		fi, err := os.Stat(filepath.Join(root, "up.bin"))
 		if err != nil {
