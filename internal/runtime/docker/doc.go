@@ -55,6 +55,12 @@
 //     Docker.Close close the console stream and end the goroutines but
 //     leave the containers running; the next kiln serve re-attaches with
 //     Adopt (by container id, else by name).
+//   - Stop timeout: the container's (Config.StopTimeout) is
+//     Options.StopTimeout, which kiln serve sets to the servers' stop grace
+//     (servers.DefaultStopTimeout, 30 s): Stop is Kiln's SIGTERM and Kiln
+//     kills after that grace, but when the engine stops a container
+//     itself (docker stop, the engine shutting down) it would otherwise
+//     kill it after its own 10 s, in the middle of a world save.
 //   - Start replaces a leftover container of the same server, even a
 //     running one (with a warning): the caller has decided to start, and
 //     the leftover would hold the port.

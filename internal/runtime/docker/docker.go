@@ -60,6 +60,13 @@ type Options struct {
 	// PidsLimit caps processes+threads per container; 0 means
 	// DefaultPidsLimit.
 	PidsLimit int64
+	// StopTimeout is the container's stop timeout: how long the engine
+	// waits after SIGTERM before it kills the container when it stops it
+	// itself (docker stop, the engine shutting down). kiln serve passes
+	// the servers' stop grace (servers.Options.StopTimeout), so a server
+	// has as long to save whoever stops it. Zero leaves the engine's
+	// default (10 s); it is rounded up to whole seconds.
+	StopTimeout time.Duration
 }
 
 // Docker is the docker runtime: one container per game server.
@@ -68,6 +75,7 @@ type Docker struct {
 	log       *slog.Logger
 	user      string
 	pidsLimit int64
+	stopAfter *int // whole seconds; nil: the engine's default
 
 	mu   sync.Mutex
 	live map[*Container]struct{} // attached instances, detached by Close
@@ -117,8 +125,13 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s runs %s containers, kiln needs linux", cli.DaemonHost(), ping.OSType)
 	}
-	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids)
-	return &Docker{cli: cli, log: log, user: user, pidsLimit: pids, live: map[*Container]struct{}{}}, nil
+	var stopAfter *int
+	if o.StopTimeout > 0 {
+		secs := int((o.StopTimeout + time.Second - 1) / time.Second)
+		stopAfter = &secs
+	}
+	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids, "stop_timeout", o.StopTimeout)
+	return &Docker{cli: cli, log: log, user: user, pidsLimit: pids, stopAfter: stopAfter, live: map[*Container]struct{}{}}, nil
 }
 
 // parseUser checks a numeric uid:gid; empty means the current process's.
@@ -255,6 +268,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 			Tty:          false,
 			ExposedPorts: exposed,
 			Labels:       map[string]string{LabelManaged: "true", LabelServer: spec.ServerID},
+			StopTimeout:  d.stopAfter,
 		},
 		HostConfig: &container.HostConfig{
 			Mounts: []mount.Mount{{

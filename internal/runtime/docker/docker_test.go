@@ -128,6 +128,10 @@ func TestDocker(t *testing.T) {
 		}
 		c := res.Container
 		hc := c.HostConfig
+		stopTimeout := -1
+		if c.Config.StopTimeout != nil {
+			stopTimeout = *c.Config.StopTimeout
+		}
 		checks := []struct {
 			name      string
 			got, want any
@@ -147,6 +151,7 @@ func TestDocker(t *testing.T) {
 			{"CPUPeriod", hc.CPUPeriod, int64(100000)},
 			{"CPUQuota", hc.CPUQuota, int64(spec.CPUPercent) * 1000},
 			{"PidsLimit", *hc.PidsLimit, s.opts.PidsLimit},
+			{"StopTimeout (s, -1: unset)", stopTimeout, 37},
 			{"Privileged", hc.Privileged, false},
 			{"ReadonlyRootfs", hc.ReadonlyRootfs, true},
 			{"CapDrop", hc.CapDrop, []string{"ALL"}},
@@ -440,6 +445,9 @@ func newSuite(t *testing.T) *suite {
 		s.opts.User = strconv.Itoa(s.uid) + ":" + strconv.Itoa(s.gid)
 	}
 	s.opts.PidsLimit = 100
+	// Not the engine's 10 s nor Kiln's 30 s: the value given is the one set
+	// (rounded up to whole seconds).
+	s.opts.StopTimeout = 36*time.Second + time.Millisecond
 	s.opts.Log = slog.New(slog.NewTextHandler(t.Output(), nil))
 	d, err := New(t.Context(), s.opts)
 	if errors.Is(err, ErrUnreachable) && os.Getenv("KILN_REQUIRE_DOCKER") != "1" {
