@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -208,6 +209,12 @@ func TestSIGTERMFinishes(t *testing.T) {
 		// Kiln gives a server, not its own 10 s.
 		if got, want := res.Container.Config.StopTimeout, int(servers.DefaultStopTimeout/time.Second); got == nil || *got != want {
 			t.Errorf("container StopTimeout = %v, want %d s", got, want)
+		}
+		// Nothing the server is told inside names the host's data dir.
+		for _, kv := range slices.Concat(res.Container.Config.Env, res.Container.Config.Cmd) {
+			if strings.Contains(kv, args[1]) {
+				t.Errorf("container env or command %q names the data dir %s", kv, args[1])
+			}
 		}
 		p2 := startServe(t, args...)
 		waitServer(t, p2.addr, token, id, "running")

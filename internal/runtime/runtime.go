@@ -3,15 +3,21 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 )
 
 // Spec is everything a runtime needs to run one server.
 type Spec struct {
-	ServerID   string
-	Root       string   // host directory of the server's files
-	Image      string   // container image (docker only)
-	Argv       []string // command; relative to Root for the process runtime
-	Env        []string // KEY=value
+	ServerID string
+	Root     string   // host directory of the server's files
+	Image    string   // container image (docker only)
+	Argv     []string // command; relative to Root for the process runtime
+	// Env is KEY=value. Without HOME, the runtime sets HOME to the server
+	// root as the instance sees it (Root for the process runtime, its
+	// mount point in a container): only the runtime knows that path, and
+	// a container must never be told a host path.
+	Env        []string
 	MemoryMB   int
 	CPUPercent int // percent of one core; 0 = unlimited
 	Port       int // game port on the host
@@ -62,4 +68,12 @@ type Runtime interface {
 	// Remove deletes what the runtime keeps for a server besides its root
 	// (a stopped container); nothing for the process runtime.
 	Remove(ctx context.Context, serverID string) error
+}
+
+// WithHome is env with HOME=home added when env sets no HOME.
+func WithHome(env []string, home string) []string {
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+		return env
+	}
+	return append(slices.Clip(env), "HOME="+home)
 }

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
@@ -64,6 +68,25 @@ func TestDockerLifecycle(t *testing.T) {
 	}
 	if _, err := slp.Ping(t.Context(), sv.Address); err != nil {
 		t.Fatalf("ping %s: %v", sv.Address, err)
+	}
+	// Inside the container HOME is where the root is mounted, and nothing
+	// the server is told names a path of the host.
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	res, err := cli.ContainerInspect(t.Context(), ref, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatalf("ContainerInspect = %v", err)
+	}
+	if !slices.Contains(res.Container.Config.Env, "HOME=/data") {
+		t.Errorf("container env = %q, want HOME=/data", res.Container.Config.Env)
+	}
+	for _, kv := range slices.Concat(res.Container.Config.Env, res.Container.Config.Cmd, res.Container.Config.Entrypoint) {
+		if strings.Contains(kv, env.DataDir) {
+			t.Errorf("container env or command %q names the host data dir %s", kv, env.DataDir)
+		}
 	}
 	if err := svc.Command(t.Context(), teamID, sv.ID, "say from docker"); err != nil {
 		t.Fatal(err)

@@ -622,7 +622,9 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 	if err != nil {
 		return runtime.Spec{}, err
 	}
-	env := []string{"HOME=" + s.node.Root(sv.ID), "LANG=C.UTF-8"}
+	// No HOME: the runtime sets it to the root as the server sees it (a
+	// container's mount point, never the host path).
+	env := []string{"LANG=C.UTF-8"}
 	if path := os.Getenv("PATH"); path != "" && process {
 		env = append(env, "PATH="+path)
 	}

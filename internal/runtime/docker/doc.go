@@ -55,6 +55,10 @@
 //     Docker.Close close the console stream and end the goroutines but
 //     leave the containers running; the next kiln serve re-attaches with
 //     Adopt (by container id, else by name).
+//   - The container is told no host path: HOME is /data (where the root is
+//     mounted; runtime.WithHome, unless Spec.Env sets one), the working
+//     directory /data, and the servers package gives relative paths and
+//     the image's own kiln binary in the command.
 //   - Stop timeout: the container's (Config.StopTimeout) is
 //     Options.StopTimeout, which kiln serve sets to the servers' stop grace
 //     (servers.DefaultStopTimeout, 30 s): Stop is Kiln's SIGTERM and Kiln

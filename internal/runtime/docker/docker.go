@@ -258,7 +258,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 			Image:        spec.Image,
 			Entrypoint:   []string{}, // empty, not nil: clears the image's entrypoint
 			Cmd:          spec.Argv,
-			Env:          spec.Env,
+			Env:          runtime.WithHome(spec.Env, dataDir),
 			WorkingDir:   dataDir,
 			User:         d.user,
 			AttachStdin:  true,

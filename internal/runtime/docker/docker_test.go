@@ -166,6 +166,15 @@ func TestDocker(t *testing.T) {
 				t.Errorf("inspect %s = %v, want %v", ck.name, ck.got, ck.want)
 			}
 		}
+		// HOME is where the root is mounted, never its host path.
+		if !slices.Contains(c.Config.Env, "HOME=/data") || !slices.Contains(c.Config.Env, "KILN_TEST=1") {
+			t.Errorf("inspect Env = %q, want KILN_TEST=1 and HOME=/data among them", c.Config.Env)
+		}
+		for _, kv := range c.Config.Env {
+			if strings.Contains(kv, spec.Root) {
+				t.Errorf("inspect Env holds %q, naming the host path of the root", kv)
+			}
+		}
 		if len(c.Mounts) == 1 {
 			m := c.Mounts[0]
 			if m.Type != mount.TypeBind || m.Source != spec.Root || m.Destination != "/data" || !m.RW {
