@@ -53,6 +53,21 @@ type Instance interface {
 	Stats(ctx context.Context) (Stats, error)
 }
 
+// Error is a failure of a runtime that a server's team may be told of:
+// Reason is a sentence that names nothing of the host (no engine address
+// or socket, no host path, no message of the engine), for the server's
+// console; Err is the detail, for the log. Error gives both.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Public is the sentence a team may read: Reason.
+func (e *Error) Public() string { return e.Reason }
+
 // ErrNotAdoptable means a previous instance cannot be re-attached (and was
 // ended if it still ran); the caller should start a new one.
 var ErrNotAdoptable = errors.New("instance cannot be re-adopted")

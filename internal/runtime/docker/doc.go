@@ -59,6 +59,12 @@
 //     mounted; runtime.WithHome, unless Spec.Env sets one), the working
 //     directory /data, and the servers package gives relative paths and
 //     the image's own kiln binary in the command.
+//   - Errors of Start and of a container's end are *runtime.Error: the
+//     team's console reads "the container engine is unavailable" (or did
+//     not answer in time, or failed to create/start the server's
+//     container, or the image is missing), never the engine's message,
+//     which names its socket or address (client.IsErrConnectionFailed),
+//     host paths and other containers; that detail is logged.
 //   - Stop timeout: the container's (Config.StopTimeout) is
 //     Options.StopTimeout, which kiln serve sets to the servers' stop grace
 //     (servers.DefaultStopTimeout, 30 s): Stop is Kiln's SIGTERM and Kiln

@@ -184,14 +184,16 @@ func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(stri
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
 	if err := d.handOver(spec.Root); err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, &runtime.Error{Reason: "the server's files could not be handed to the user its container runs as", Err: err})
 	}
 	res, err := d.cli.ContainerCreate(ctx, opts)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("start %s: image %q is not on the docker host (kiln never pulls; load or build it first): %w", spec.ServerID, spec.Image, err)
+			return nil, fmt.Errorf("start %s: %w", spec.ServerID, &runtime.Error{
+				Reason: fmt.Sprintf("the image %s is not on the container host (Kiln never pulls one; the operator loads or builds it)", spec.Image),
+				Err:    err})
 		}
-		return nil, fmt.Errorf("start %s: create container: %w", spec.ServerID, err)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, engineErr(err, "create the server's container"))
 	}
 	for _, w := range res.Warnings {
 		d.log.Warn("docker create warning", "server_id", spec.ServerID, "warning", w)
@@ -199,12 +201,12 @@ func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(stri
 	c, err := d.attach(ctx, res.ID, console, container.WaitConditionNextExit)
 	if err != nil {
 		d.discard(res.ID)
-		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, engineErr(err, "attach the server's console"))
 	}
 	if _, err := d.cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		c.Detach()
 		d.discard(res.ID)
-		return nil, fmt.Errorf("start %s: start container: %w", spec.ServerID, err)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, engineErr(err, "start the server's container"))
 	}
 	return c, nil
 }
@@ -326,11 +328,12 @@ func (d *Docker) inspectOwned(ctx context.Context, serverID, ref string) (*conta
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inspect container %s: %w", ref, err)
+		return nil, engineErr(fmt.Errorf("inspect container %s: %w", ref, err), "look up the server's container")
 	}
 	if !owned(res.Container, serverID) {
 		if ref == ContainerName(serverID) {
-			return nil, fmt.Errorf("container %s was not created by kiln for this server; remove or rename it", ref)
+			return nil, &runtime.Error{Reason: "a container of the server's name that Kiln did not make is in the way (the operator removes or renames it)",
+				Err: fmt.Errorf("container %s was not created by kiln for this server; remove or rename it", ref)}
 		}
 		return nil, nil
 	}
@@ -377,9 +380,26 @@ func (d *Docker) RemoveEndedInstallers(ctx context.Context) (int, error) {
 func (d *Docker) remove(ctx context.Context, id string) error {
 	_, err := d.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("remove container %s: %w", id, err)
+		return engineErr(fmt.Errorf("remove container %s: %w", id, err), "remove the server's container")
 	}
 	return nil
+}
+
+// engineErr is err, an error of the engine while Kiln tried to do
+// something (a phrase: "start the server's container"), with a sentence a
+// team may read (runtime.Error): the engine's own message names its
+// address or socket, host paths, other containers. The caller's ctx
+// ending is left as it is.
+func engineErr(err error, doing string) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return err
+	case client.IsErrConnectionFailed(err):
+		return &runtime.Error{Reason: "the container engine is unavailable", Err: err}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &runtime.Error{Reason: "the container engine did not answer in time", Err: err}
+	}
+	return &runtime.Error{Reason: "the container engine failed to " + doing, Err: err}
 }
 
 // discard removes a container that failed to start; the start error is the
