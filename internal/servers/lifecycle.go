@@ -708,7 +708,7 @@ func containerMemoryMB(heapMB int) int {
 }
 
 // publicError is an error carrying a sentence a team may read, its detail
-// being for the log only (*runtime.Error).
+// being for the log only (*runtime.Error, *blob.Error).
 type publicError interface {
 	error
 	Public() string
