@@ -428,7 +428,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rt, kilnBin, closeRT, err := openRuntime(ctx, cfg, log)
+	// One stop grace for both: Kiln's own stop (stop command, then kill)
+	// and the engine's when it stops a container itself.
+	stopGrace := servers.DefaultStopTimeout
+	rt, kilnBin, closeRT, err := openRuntime(ctx, cfg, stopGrace, log)
 	if err != nil {
 		return err
 	}
@@ -504,7 +507,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	snapshot.RecoverRoots(ctx, filepath.Join(cfg.DataDir, "servers"), tempNames, log)
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
-		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users,
+		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users, StopTimeout: stopGrace,
 	}, log)
 	// Snapshots: taken, restored and deleted in the background; the
 	// executor takes one before a replace or delete.
@@ -825,7 +828,8 @@ func writeSecretFile(path, data string) error {
 // openRuntime connects the runtime of --runtime. It returns the path of the
 // kiln binary as that runtime sees it (for the kiln-test profile) and a
 // function that releases the runtime (docker containers keep running).
-func openRuntime(ctx context.Context, cfg serveConfig, log *slog.Logger) (runtime.Runtime, string, func(), error) {
+// stopGrace becomes the containers' stop timeout.
+func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, log *slog.Logger) (runtime.Runtime, string, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("find the kiln binary: %w", err)
@@ -833,7 +837,7 @@ func openRuntime(ctx context.Context, cfg serveConfig, log *slog.Logger) (runtim
 	if cfg.Runtime == "process" {
 		return runtime.NewProcess(log), self, func() {}, nil
 	}
-	d, err := docker.New(ctx, docker.Options{Host: cfg.DockerHost, User: cfg.DockerUser, Log: log})
+	d, err := docker.New(ctx, docker.Options{Host: cfg.DockerHost, User: cfg.DockerUser, Log: log, StopTimeout: stopGrace})
 	if err != nil {
 		return nil, "", nil, err
 	}

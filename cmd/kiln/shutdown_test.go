@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/kilnhq/kiln/internal/runtime/docker"
+	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -202,6 +204,17 @@ func TestSIGTERMFinishes(t *testing.T) {
 		res, err := cli.ContainerInspect(t.Context(), before, client.ContainerInspectOptions{})
 		if err != nil || !res.Container.State.Running {
 			t.Fatalf("container after SIGTERM of kiln serve: %v, want it still running", err)
+		}
+		// The engine, stopping the container itself, gives it the grace
+		// Kiln gives a server, not its own 10 s.
+		if got, want := res.Container.Config.StopTimeout, int(servers.DefaultStopTimeout/time.Second); got == nil || *got != want {
+			t.Errorf("container StopTimeout = %v, want %d s", got, want)
+		}
+		// Nothing the server is told inside names the host's data dir.
+		for _, kv := range slices.Concat(res.Container.Config.Env, res.Container.Config.Cmd) {
+			if strings.Contains(kv, args[1]) {
+				t.Errorf("container env or command %q names the data dir %s", kv, args[1])
+			}
 		}
 		p2 := startServe(t, args...)
 		waitServer(t, p2.addr, token, id, "running")

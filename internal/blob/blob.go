@@ -21,6 +21,22 @@ var ErrNotFound = errors.New("blob not found")
 // file name), the S3 backend at most 1,024 bytes of prefix and key.
 var ErrInvalidKey = errors.New("invalid blob key")
 
+// Error is a failure of the store that a team may be told of (it ends in
+// a snapshot's error field, an install's error): Reason is a sentence
+// that names nothing of where the store is (no endpoint, bucket or
+// prefix), Err the detail, which Error also gives, for the log. Every
+// failure of the S3 backend's server, or of reaching it, is one.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Public is the sentence a team may read: Reason.
+func (e *Error) Public() string { return e.Reason }
+
 // MaxKeyLen is the longest key, in bytes.
 const MaxKeyLen = 1024
 

@@ -100,9 +100,16 @@
 //     where S3 evaluates it; TestS3ConditionalPut caught it. An upload
 //     left by a crash is the bucket's to expire (an
 //     AbortIncompleteMultipartUpload lifecycle rule).
-//   - S3 backend, errors: a server's refusal is wrapped with its code and
-//     status ("s3 SignatureDoesNotMatch (403): …") so a wrong credential
-//     reads as one. A HEAD's 404 has no body, and some servers answer 404
+//   - S3 backend, errors: every failure of the server, or of reaching it,
+//     is an *Error: a sentence a team may read (it reaches snapshot
+//     records and install errors) — "the object store refused the request
+//     (access denied)", "(no such bucket)", "(<S3 code>)", "the object
+//     store is unreachable" — and the detail for the log, where a
+//     server's refusal has its code and status ("s3
+//     SignatureDoesNotMatch (403): …") so a wrong credential reads as one.
+//     minio-go's errors name the endpoint, bucket and object (a request's
+//     URL), so the sentence never quotes them; nor does an invalid key's
+//     error name the prefix. Read errors of a Get's body are *Error too. A HEAD's 404 has no body, and some servers answer 404
 //     to an unknown access key (versitygw: XAdminUserNotFound): the first
 //     404 of a Stat is confirmed by a GET, whose body names the real error,
 //     before any 404 is trusted to mean ErrNotFound.

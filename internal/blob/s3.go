@@ -49,7 +49,7 @@ func (s *s3Store) checkKey(key string) error {
 		return err
 	}
 	if n := len(s.prefix) + len(key); n > MaxKeyLen {
-		return fmt.Errorf("%w %q: %d bytes with the store's prefix %q, S3 allows %d", ErrInvalidKey, key, n, s.prefix, MaxKeyLen)
+		return fmt.Errorf("%w %q: %d bytes with the store's prefix, S3 allows %d", ErrInvalidKey, key, n, MaxKeyLen)
 	}
 	return nil
 }
@@ -145,15 +145,53 @@ func loopback(host string) bool {
 
 func (s *s3Store) String() string { return s.desc }
 
-// s3Err gives a server's refusal its code (AccessDenied,
+// s3Err is a failure of the server, or of reaching it, as an *Error. Its
+// detail gives a server's refusal its code (AccessDenied,
 // SignatureDoesNotMatch …) so the operator can tell a wrong credential
-// from a missing bucket. minio-go's errors never hold the secret.
+// from a missing bucket; minio-go's errors never hold the secret, but do
+// name the endpoint, bucket and object (a request's URL, a response's
+// BucketName and Key), so the sentence says only what happened.
 func s3Err(err error) error {
-	var r minio.ErrorResponse
-	if errors.As(err, &r) && r.Code != "" {
-		return fmt.Errorf("s3 %s (%d): %w", r.Code, r.StatusCode, err)
+	if err == nil {
+		return nil
 	}
-	return err
+	if _, ok := errors.AsType[*Error](err); ok {
+		return err
+	}
+	var r minio.ErrorResponse
+	switch {
+	case errors.As(err, &r) && r.Code != "":
+		return &Error{Reason: "the object store refused the request (" + refusal(r.Code) + ")",
+			Err: fmt.Errorf("s3 %s (%d): %w", r.Code, r.StatusCode, err)}
+	case errors.Is(err, context.Canceled):
+		return &Error{Reason: "the request to the object store was canceled", Err: err}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &Error{Reason: "the object store did not answer in time", Err: err}
+	case errors.As(err, &r) && r.StatusCode != 0:
+		return &Error{Reason: fmt.Sprintf("the object store refused the request (HTTP status %d)", r.StatusCode), Err: err}
+	}
+	return &Error{Reason: "the object store is unreachable", Err: err}
+}
+
+// refusal is an S3 error code as a team reads it: the usual ones in
+// words, any other as the code (letters and digits only: it comes from
+// the server).
+func refusal(code string) string {
+	switch code {
+	case "AccessDenied", "SignatureDoesNotMatch", "InvalidAccessKeyId", "InvalidToken", "ExpiredToken",
+		"AllAccessDisabled", "AccountProblem", "XAdminUserNotFound":
+		return "access denied"
+	case minio.NoSuchBucket:
+		return "no such bucket"
+	case "SlowDown", "ServiceUnavailable", "RequestTimeout":
+		return "busy"
+	}
+	if strings.IndexFunc(code, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	}) >= 0 || len(code) > 64 {
+		return "an unknown error"
+	}
+	return code
 }
 
 // missing tells a missing object from every other failure.
@@ -332,7 +370,19 @@ func (s *s3Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", key, s3Err(err))
 	}
-	return body, nil
+	return s3Body{body}, nil
+}
+
+// s3Body is an object's body whose read errors (a connection cut
+// mid-stream names the endpoint) are s3Err's.
+type s3Body struct{ io.ReadCloser }
+
+func (b s3Body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = s3Err(err)
+	}
+	return n, err
 }
 
 // Stat heads the object under key.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/url"
 	"os"
 	"runtime"
@@ -285,6 +286,72 @@ func TestS3BadCredentials(t *testing.T) {
 				}
 			}
 			t.Logf("Put with a %s: %v", name, perr)
+		})
+	}
+}
+
+// TestS3ErrorsTold: every call to a store the server refuses or that
+// nothing answers fails with an *Error whose sentence, the one a team may
+// read, names neither the endpoint, the bucket nor the prefix; the
+// detail, for the log, keeps the server's code.
+func TestS3ErrorsTold(t *testing.T) {
+	srv := testS3Server(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String() // nothing listens there once closed
+	ln.Close()
+	ep, err := url.Parse(srv.url.Query().Get("endpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	existing, err := url.Parse(srv.bucket(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := fmt.Sprintf("%s-missing-%x", srv.url.Host, rand.Uint64())
+	for _, tc := range []struct {
+		name, bucket, host, secret, want, detail string
+	}{
+		{"missing bucket", missing, ep.Host, srv.secretKey, "the object store refused the request (no such bucket)", "s3 NoSuchBucket (404)"},
+		{"wrong secret", existing.Host, ep.Host, "wrong-secret-0123456789", "the object store refused the request (access denied)", "s3 "},
+		{"unreachable", existing.Host, dead, srv.secretKey, "the object store is unreachable", dead},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const prefix = "tenant-prefix-7f3a"
+			u := *srv.url
+			u.Host, u.Path = tc.bucket, "/"+prefix
+			q := u.Query()
+			q.Set("endpoint", "http://"+tc.host)
+			u.RawQuery = q.Encode()
+			s, err := Open(t.Context(), u.String(), Options{AccessKeyID: srv.accessKey, SecretAccessKey: tc.secret})
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			_, perr := s.Put(t.Context(), "manifests/m", strings.NewReader("x"), 1)
+			_, serr := s.Stat(t.Context(), "manifests/m")
+			_, gerr := s.Get(t.Context(), "manifests/m")
+			derr := s.Delete(t.Context(), "manifests/m")
+			lerr := s.List(t.Context(), "", func(Info) error { return nil })
+			for call, err := range map[string]error{"Put": perr, "Stat": serr, "Get": gerr, "Delete": derr, "List": lerr} {
+				e, ok := errors.AsType[*Error](err)
+				if !ok {
+					t.Errorf("%s = %v, want an *Error", call, err)
+					continue
+				}
+				if e.Public() != tc.want {
+					t.Errorf("%s: Public() = %q, want %q", call, e.Public(), tc.want)
+				}
+				for _, where := range []string{tc.host, tc.bucket, prefix} {
+					if strings.Contains(e.Public(), where) {
+						t.Errorf("%s: Public() = %q names %s", call, e.Public(), where)
+					}
+				}
+				if !strings.Contains(err.Error(), tc.detail) {
+					t.Errorf("%s: Error() = %q, want the detail %q in it", call, err, tc.detail)
+				}
+			}
 		})
 	}
 }

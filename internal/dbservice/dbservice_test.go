@@ -332,3 +332,69 @@ func isHostError(err error) bool {
 	_, ok := errors.AsType[*HostError](err)
 	return ok
 }
+
+// TestHostErrorsTold: a *HostError's sentence (what a team reads of a
+// run's dependency failure) says what went wrong in a few words, and
+// never what the driver says: the admin role, the maintenance database,
+// the host's address. Its Error keeps that detail for the log.
+func TestHostErrorsTold(t *testing.T) {
+	db := storetest.SQLite(t)
+	ctx := t.Context()
+	s, box := newService(t, db)
+	pg := storetest.PostgresAdminURL(t)
+	admin, err := sql.Open("pgx", pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// A role that may log in but not create roles: a statement refused.
+	const weak, maint = "kiln_weak_admin_h4", "postgres"
+	if _, err := admin.ExecContext(ctx, `CREATE ROLE `+weak+` LOGIN`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.ExecContext(context.Background(), `DROP ROLE IF EXISTS `+weak) })
+	u, err := url.Parse(pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(weak)
+	h, err := s.AddHost(ctx, "weak", Postgres, u.String(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Owner{"cfg_team_a", "dbservice/stats"}
+	_, err = s.Ensure(ctx, "team_a", o, Postgres, nil)
+	checkTold(t, "Ensure as a role that cannot create roles", err, "database host refused to create the database", "permission denied", u.Host, weak)
+
+	closed := closedPort(t)
+	sealed, _ := box.Seal([]byte("postgres://" + weak + "@" + closed + "/" + maint + "?sslmode=disable"))
+	if _, err := db.Write().ExecContext(ctx, `UPDATE db_hosts SET dsn_sealed = $1 WHERE id = $2`, sealed, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Ensure(ctx, "team_a", o, Postgres, nil)
+	checkTold(t, "Ensure on a host nothing answers for", err, "database host unavailable", closed, closed, weak, maint)
+	err = s.Drop(ctx, "team_a", o)
+	checkTold(t, "Drop on a host nothing answers for", err, "database host unavailable", closed, closed, weak, maint)
+}
+
+// checkTold checks that err is a *HostError telling want, with detail in
+// its Error, and none of secret in its sentence.
+func checkTold(t *testing.T, call string, err error, want, detail string, secret ...string) {
+	t.Helper()
+	he, ok := errors.AsType[*HostError](err)
+	if !ok {
+		t.Errorf("%s = %v, want a *HostError", call, err)
+		return
+	}
+	if he.Public() != want {
+		t.Errorf("%s: Public() = %q, want %q", call, he.Public(), want)
+	}
+	for _, x := range secret {
+		if strings.Contains(he.Public(), x) {
+			t.Errorf("%s: Public() = %q names %s", call, he.Public(), x)
+		}
+	}
+	if !strings.Contains(err.Error(), detail) {
+		t.Errorf("%s: Error() = %q, want the detail %q in it", call, err, detail)
+	}
+}

@@ -24,6 +24,13 @@
 //     reached fails a run's step with class dependency (after the
 //     executor's retries); no host of the engine is class capacity, with a
 //     sentence naming the command that adds one.
+//   - What a team reads of a host's failure is HostError.Public, a few
+//     words: "database host unavailable" (no answer, too many
+//     connections), "database host refused Kiln's login" (the admin's
+//     login or its database refused), "database host refused to create
+//     the database" (or drop). The driver's message names the admin
+//     role, the maintenance database and the host's address: it stays in
+//     Error, for the log and the operator's `kiln admin dbhost add`.
 //   - Names: database and user are both "kiln_" + the dbservice's name
 //     (at most 20 characters, "-" as "_") + "_" + 10 random lower-case
 //     letters and digits — under PostgreSQL's 63-byte and MariaDB's

@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/kilnhq/kiln/internal/ids"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/validate"
@@ -39,14 +42,57 @@ func (e *HostInUseError) Error() string {
 
 // HostError is a failure of a host itself (unreachable, login refused, a
 // statement refused): a run's dependency failure. It never carries the
-// DSN.
+// DSN. Err, the detail, names what only the operator may read (the admin
+// role, the maintenance database, the host's address, the driver's
+// message): Error gives it, for the log and the operator's `kiln admin`.
+// Reason is the short sentence a team reads instead (Public).
 type HostError struct {
-	Host string // the host's name
-	Err  error
+	Host   string // the host's name
+	Reason string // "database host unavailable", "… refused Kiln's login", …
+	Err    error
 }
 
 func (e *HostError) Error() string { return fmt.Sprintf("database host %s: %v", e.Host, e.Err) }
 func (e *HostError) Unwrap() error { return e.Err }
+
+// Public is the sentence a team may read: Reason.
+func (e *HostError) Public() string { return e.Reason }
+
+// hostError is err, a failure on host name while Kiln tried to do
+// something (a phrase: "create the database"), as a *HostError.
+func hostError(name string, err error, doing string) *HostError {
+	return &HostError{Host: name, Reason: reason(err, doing), Err: err}
+}
+
+// reason is what a team reads of a host's failure: whether the host did
+// not answer, refused the admin's login, or refused a statement; never
+// what the driver says (it names the admin role, the maintenance
+// database and the address).
+func reason(err error, doing string) string {
+	var pe *pgconn.PgError
+	var me *mysql.MySQLError
+	switch {
+	case errors.As(err, &pe):
+		// Class 28: invalid authorization; 3D000: the DSN's database does
+		// not exist; 53300: too many connections; 57P03: starting up.
+		switch {
+		case strings.HasPrefix(pe.Code, "28"), pe.Code == "3D000":
+			return "database host refused Kiln's login"
+		case pe.Code == "53300", pe.Code == "57P03":
+			return "database host unavailable"
+		}
+		return "database host refused to " + doing
+	case errors.As(err, &me):
+		switch me.Number {
+		case 1044, 1045, 1049, 1130, 1129: // access denied (database, user), unknown database, host not allowed or blocked
+			return "database host refused Kiln's login"
+		case 1040, 1203: // too many connections
+			return "database host unavailable"
+		}
+		return "database host refused to " + doing
+	}
+	return "database host unavailable"
+}
 
 // Sealer seals and opens secrets (*secretbox.Box).
 type Sealer interface {
@@ -110,7 +156,7 @@ func (s *Service) AddHost(ctx context.Context, name, engineName, dsn, address st
 		return Host{}, err
 	}
 	if err := ping(ctx, e, dsn); err != nil {
-		return Host{}, &HostError{Host: name, Err: err}
+		return Host{}, hostError(name, err, "log Kiln in")
 	}
 	sealed, err := s.box.Seal([]byte(dsn))
 	if err != nil {

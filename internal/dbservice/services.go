@@ -71,7 +71,7 @@ func (s *Service) Ensure(ctx context.Context, teamID string, o Owner, engineName
 	if err != nil {
 		return Database{}, err
 	}
-	if err := onHost(ctx, e, h, func(db *sql.DB) error { return e.ensure(ctx, db, d.Name, d.User, password) }); err != nil {
+	if err := onHost(ctx, e, h, "create the database", func(db *sql.DB) error { return e.ensure(ctx, db, d.Name, d.User, password) }); err != nil {
 		return Database{}, err
 	}
 	return d, nil
@@ -179,17 +179,18 @@ func (s *Service) password(ctx context.Context, id string) (string, error) {
 	return string(p), nil
 }
 
-// onHost connects to h as its admin and runs fn; every failure is the
-// host's (*HostError), its message free of the DSN.
-func onHost(ctx context.Context, e engine, h hostConn, fn func(db *sql.DB) error) error {
+// onHost connects to h as its admin and runs fn, which does something (a
+// phrase: "create the database"); every failure is the host's
+// (*HostError), its message free of the DSN.
+func onHost(ctx context.Context, e engine, h hostConn, doing string, fn func(db *sql.DB) error) error {
 	db, err := e.open(h.dsn)
 	if err != nil {
-		return &HostError{Host: h.name, Err: scrub(err, h.dsn)}
+		return hostError(h.name, scrub(err, h.dsn), doing)
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
 	if err := fn(db); err != nil {
-		return &HostError{Host: h.name, Err: scrub(err, h.dsn)}
+		return hostError(h.name, scrub(err, h.dsn), doing)
 	}
 	return nil
 }
@@ -228,7 +229,7 @@ func (s *Service) Drop(ctx context.Context, teamID string, o Owner) error {
 		return err
 	}
 	e := engines[d.Engine]
-	if err := onHost(ctx, e, h, func(db *sql.DB) error { return e.drop(ctx, db, d.Name, d.User) }); err != nil {
+	if err := onHost(ctx, e, h, "drop the database", func(db *sql.DB) error { return e.drop(ctx, db, d.Name, d.User) }); err != nil {
 		return err
 	}
 	if _, err := s.db.Write().ExecContext(ctx, `DELETE FROM db_services WHERE id = $1`, d.ID); err != nil {

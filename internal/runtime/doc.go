@@ -10,6 +10,15 @@
 // what "running" means (a status ping answered) and what state to store are
 // the servers package's business; a runtime only reports exits and output.
 //
+// Decisions for both runtimes:
+//   - HOME: Spec.Env without HOME gets HOME set to the server root as the
+//     instance sees it (WithHome): Root for the process runtime, the mount
+//     point (/data) in a container. Only the runtime knows that path.
+//   - Errors a team may read: a failure whose text would name something of
+//     the host (an engine's address or socket, a host path, the engine's
+//     own message) is an *Error: Reason, a sentence for the server's
+//     console, and Err, the detail, which Error() also gives, for the log.
+//
 // Decisions for the process runtime:
 //   - Children run in their own process group with SIGKILL as the parent
 //     death signal, so a `kill -9` of kiln serve takes its game servers with

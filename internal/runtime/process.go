@@ -193,7 +193,7 @@ func (p *Process) attach(ctx context.Context, spec Spec, cg *cgroup, c *child) *
 func startChild(spec Spec, cgroupFD int) (*child, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir = spec.Root
-	cmd.Env = spec.Env
+	cmd.Env = WithHome(spec.Env, spec.Root)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if cgroupFD >= 0 {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD

@@ -221,6 +221,34 @@ func TestProcessConsole(t *testing.T) {
 	}
 }
 
+// TestProcessHome: without HOME in Spec.Env the server's HOME is its root
+// (the process runs on the host, where the root is); a HOME given is kept.
+func TestProcessHome(t *testing.T) {
+	t.Parallel()
+	p := NewProcess(quietLog())
+	for _, tt := range []struct {
+		name string
+		env  []string
+		want func(root string) string
+	}{
+		{"default", []string{"LANG=C.UTF-8"}, func(root string) string { return "HOME=" + root }},
+		{"given", []string{"HOME=/tmp", "LANG=C.UTF-8"}, func(string) string { return "HOME=/tmp" }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			spec := testSpec(t, "env:HOME", "exit:0")
+			spec.Env = tt.env
+			s := start(t, p, spec)
+			if got := s.exit(t); got != (Exit{}) {
+				t.Fatalf("Exit() = %+v, want code 0", got)
+			}
+			if got, want := s.con.all(), []string{tt.want(spec.Root)}; !slices.Equal(got, want) {
+				t.Errorf("console = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 // shorten abbreviates long lines for a failure message.
 func shorten(lines []string) []string {
 	out := make([]string, len(lines))

@@ -3,15 +3,21 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 )
 
 // Spec is everything a runtime needs to run one server.
 type Spec struct {
-	ServerID   string
-	Root       string   // host directory of the server's files
-	Image      string   // container image (docker only)
-	Argv       []string // command; relative to Root for the process runtime
-	Env        []string // KEY=value
+	ServerID string
+	Root     string   // host directory of the server's files
+	Image    string   // container image (docker only)
+	Argv     []string // command; relative to Root for the process runtime
+	// Env is KEY=value. Without HOME, the runtime sets HOME to the server
+	// root as the instance sees it (Root for the process runtime, its
+	// mount point in a container): only the runtime knows that path, and
+	// a container must never be told a host path.
+	Env        []string
 	MemoryMB   int
 	CPUPercent int // percent of one core; 0 = unlimited
 	Port       int // game port on the host
@@ -54,6 +60,21 @@ type Instance interface {
 	Stats(ctx context.Context) (Stats, error)
 }
 
+// Error is a failure of a runtime that a server's team may be told of:
+// Reason is a sentence that names nothing of the host (no engine address
+// or socket, no host path, no message of the engine), for the server's
+// console; Err is the detail, for the log. Error gives both.
+type Error struct {
+	Reason string
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Public is the sentence a team may read: Reason.
+func (e *Error) Public() string { return e.Reason }
+
 // ErrNotAdoptable means a previous instance cannot be re-attached (and was
 // ended if it still ran); the caller should start a new one.
 var ErrNotAdoptable = errors.New("instance cannot be re-adopted")
@@ -69,4 +90,12 @@ type Runtime interface {
 	// Remove deletes what the runtime keeps for a server besides its root
 	// (a stopped container); nothing for the process runtime.
 	Remove(ctx context.Context, serverID string) error
+}
+
+// WithHome is env with HOME=home added when env sets no HOME.
+func WithHome(env []string, home string) []string {
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+		return env
+	}
+	return append(slices.Clip(env), "HOME="+home)
 }

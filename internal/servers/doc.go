@@ -34,6 +34,12 @@
 //     when its turn comes, said in the console; the holder stops the
 //     server through Held.Stop, which waits for a start in flight and
 //     says whether the server ran or was asked to.
+//   - What a team reads of a failure (its console, install_error) is a
+//     sentence: an error in the chain that carries one (Public(): a
+//     *runtime.Error of the container engine, a *blob.Error of the object
+//     store behind the artifact cache) is told by it, its detail (engine
+//     socket, host paths, S3 endpoint) going only to the log; other errors
+//     are told as they are.
 //   - Restart policy: an unasked exit is restarted after a backoff
 //     (Options.RestartBackoff, doubling) at most 3 times in 10 minutes; the
 //     4th crash leaves the server crashed until a start by hand, which

@@ -3,10 +3,18 @@ package servers_test
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/moby/moby/client"
 
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
@@ -65,6 +73,25 @@ func TestDockerLifecycle(t *testing.T) {
 	if _, err := slp.Ping(t.Context(), sv.Address); err != nil {
 		t.Fatalf("ping %s: %v", sv.Address, err)
 	}
+	// Inside the container HOME is where the root is mounted, and nothing
+	// the server is told names a path of the host.
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	res, err := cli.ContainerInspect(t.Context(), ref, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatalf("ContainerInspect = %v", err)
+	}
+	if !slices.Contains(res.Container.Config.Env, "HOME=/data") {
+		t.Errorf("container env = %q, want HOME=/data", res.Container.Config.Env)
+	}
+	for _, kv := range slices.Concat(res.Container.Config.Env, res.Container.Config.Cmd, res.Container.Config.Entrypoint) {
+		if strings.Contains(kv, env.DataDir) {
+			t.Errorf("container env or command %q names the host data dir %s", kv, env.DataDir)
+		}
+	}
 	if err := svc.Command(t.Context(), teamID, sv.ID, "say from docker"); err != nil {
 		t.Fatal(err)
 	}
@@ -101,4 +128,141 @@ func TestDockerLifecycle(t *testing.T) {
 	if _, err := d.Adopt(t.Context(), runtime.Spec{ServerID: sv.ID}, ref, func(string) {}); !errors.Is(err, runtime.ErrNotAdoptable) {
 		t.Errorf("Adopt after delete = %v, want ErrNotAdoptable (no container left)", err)
 	}
+}
+
+// TestDockerEngineGone: the engine goes away after Kiln connected to it (a
+// socket that no longer exists). A start fails, and the team's console
+// says so in a sentence that names neither the socket nor the engine's
+// address; the detail is the log's.
+func TestDockerEngineGone(t *testing.T) {
+	host, gone := vanishingEngine(t)
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	d, err := docker.New(t.Context(), docker.Options{Host: host, Log: log})
+	if err != nil {
+		t.Fatalf("docker.New(%s) = %v", host, err)
+	}
+	t.Cleanup(func() { d.Close() })
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{Runtime: d, KilnBin: docker.KilnImageBinary, Log: log})
+	sv := newTestServer(t, env.Service, teamID)
+	sock := gone()
+
+	if err := env.Service.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, env.Service, teamID, sv.ID, servers.StatusCrashed)
+	lines, err := env.Service.Console(t.Context(), teamID, sv.ID, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[kiln] failed to start: the container engine is unavailable"
+	if !slices.Contains(lines, want) {
+		t.Errorf("console = %q, want the line %q", lines, want)
+	}
+	for _, l := range lines {
+		if strings.Contains(l, sock) || strings.Contains(l, "unix://") || strings.Contains(strings.ToLower(l), "docker") {
+			t.Errorf("console line %q names the engine (its socket is %s)", l, sock)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), sock) {
+		t.Errorf("the log does not name the socket %s; it has:\n%s", sock, logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// vanishingEngine is a unix socket in a directory of the test that passes
+// every connection on to the engine the test command started (or skips,
+// as dockerRuntime does). gone closes it and every connection through it,
+// removes the socket and returns its path: from then on, the engine Kiln
+// was given no longer exists.
+func vanishingEngine(t *testing.T) (host string, gone func() string) {
+	t.Helper()
+	cli, err := client.New(client.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := cli.DaemonHost()
+	cli.Close()
+	network, addr, ok := strings.Cut(upstream, "://")
+	if !ok {
+		t.Fatalf("engine address %q", upstream)
+	}
+	if c, err := net.Dial(network, addr); err != nil {
+		if os.Getenv("KILN_REQUIRE_DOCKER") != "1" {
+			t.Skipf("SKIP DOCKER SUITE: %v (set KILN_REQUIRE_DOCKER=1 to fail instead)", err)
+		}
+		t.Fatalf("the engine at %s: %v", upstream, err)
+	} else {
+		c.Close()
+	}
+	sock := filepath.Join(t.TempDir(), "engine.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	track := func(c net.Conn) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if conns == nil {
+			c.Close()
+			return false
+		}
+		conns = append(conns, c)
+		return true
+	}
+	conns = []net.Conn{}
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial(network, addr)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			if !track(c) || !track(up) {
+				c.Close()
+				up.Close()
+				continue
+			}
+			wg.Go(func() { _, _ = io.Copy(up, c); up.Close() })
+			wg.Go(func() { _, _ = io.Copy(c, up); c.Close() })
+		}
+	})
+	var once sync.Once
+	gone = func() string {
+		once.Do(func() {
+			ln.Close() // removes the socket
+			mu.Lock()
+			for _, c := range conns {
+				c.Close()
+			}
+			conns = nil
+			mu.Unlock()
+			wg.Wait()
+		})
+		if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the socket %s is still there: %v", sock, err)
+		}
+		return sock
+	}
+	t.Cleanup(func() { gone() })
+	return "unix://" + sock, gone
 }

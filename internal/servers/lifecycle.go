@@ -401,7 +401,7 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 
 func (s *Service) failStart(ctx context.Context, l *live, id string, err error) {
 	s.log.Warn("server failed to start", "server_id", id, "err", err)
-	l.console.add("[kiln] failed to start: " + err.Error())
+	l.console.add("[kiln] failed to start: " + told(err))
 	if err := s.setStatus(ctx, id, StatusCrashed); err != nil {
 		s.log.Error("record crash", "server_id", id, "err", err)
 	}
@@ -470,6 +470,9 @@ func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
 		s.log.Error("clear runtime ref", "server_id", sv.ID, "err", err)
 	}
 	desc := describeExit(exit)
+	if exit.Err != nil { // the console has its sentence, the log its detail
+		s.log.Warn("server instance ended in error", "server_id", sv.ID, "err", exit.Err)
+	}
 	if stale {
 		l.console.add("[kiln] previous instance stopped (" + desc + ")")
 		return
@@ -526,7 +529,7 @@ func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
 func describeExit(e runtime.Exit) string {
 	switch {
 	case e.Err != nil:
-		return "error: " + e.Err.Error()
+		return "error: " + told(e.Err)
 	case e.Signal != "":
 		return "killed by " + e.Signal
 	default:
@@ -625,7 +628,9 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 	if err != nil {
 		return runtime.Spec{}, err
 	}
-	env := []string{"HOME=" + s.node.Root(sv.ID), "LANG=C.UTF-8"}
+	// No HOME: the runtime sets it to the root as the server sees it (a
+	// container's mount point, never the host path).
+	env := []string{"LANG=C.UTF-8"}
 	if path := os.Getenv("PATH"); path != "" && process {
 		env = append(env, "PATH="+path)
 	}
@@ -703,4 +708,21 @@ func (s *Service) configure(ctx context.Context, sv Server) error {
 // at least 128 MiB more (itzg's advice, research/network.md §1).
 func containerMemoryMB(heapMB int) int {
 	return heapMB + max(heapMB/4, 128)
+}
+
+// publicError is an error carrying a sentence a team may read, its detail
+// being for the log only (*runtime.Error, *blob.Error).
+type publicError interface {
+	error
+	Public() string
+}
+
+// told is what a server's team reads of err (in its console or its
+// install_error): the sentence of the first error in err's chain that has
+// one, else err's text. The detail is logged where err is handled.
+func told(err error) string {
+	if pe, ok := errors.AsType[publicError](err); ok {
+		return pe.Public()
+	}
+	return err.Error()
 }

@@ -54,7 +54,8 @@ type Options struct {
 	// interface of their container and the runtime publishes the port on
 	// PublicHost.
 	BindHost string
-	// StopTimeout bounds a graceful stop before the instance is killed.
+	// StopTimeout bounds a graceful stop before the instance is killed
+	// (DefaultStopTimeout when zero).
 	StopTimeout time.Duration
 	// PingInterval is how often a starting server is pinged.
 	PingInterval time.Duration
@@ -107,7 +108,7 @@ func (o *Options) defaults() {
 		o.PublicHost = "127.0.0.1"
 	}
 	if o.StopTimeout == 0 {
-		o.StopTimeout = 30 * time.Second
+		o.StopTimeout = DefaultStopTimeout
 	}
 	if o.PingInterval == 0 {
 		o.PingInterval = 100 * time.Millisecond
@@ -125,6 +126,12 @@ func (o *Options) defaults() {
 		o.RestartBackoff = 2 * time.Second
 	}
 }
+
+// DefaultStopTimeout is how long a server has to save and end after its
+// stop command before it is killed. kiln serve gives the docker runtime
+// the same grace (docker.Options.StopTimeout), so the engine waits as long
+// when it stops a container itself.
+const DefaultStopTimeout = 30 * time.Second
 
 // Restart policy: at most restartLimit automatic restarts in restartWindow.
 const (

@@ -25,6 +25,12 @@
 //     four times a second) and becomes ready in one statement with its
 //     figures, or failed with one sentence. At most Options.Parallel (2)
 //     are taken at once per process; the others wait pending.
+//   - A failure's sentence (the record's error field, the restore's line
+//     in the server's console) is what the team reads: a failure of the
+//     store is told by its *blob.Error sentence ("the object store is
+//     unreachable", "… refused the request (access denied)"), never by
+//     its detail, which names the S3 endpoint, bucket and prefix and goes
+//     to the log.
 //   - Parent: a snapshot takes its server's last ready snapshot as the
 //     engine's parent, so files unchanged since are not read again
 //     (engine/doc.go). The engine pins every chunk of the parent before

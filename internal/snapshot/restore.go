@@ -134,7 +134,7 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 			return
 		}
 		if err != nil {
-			s.servers.Note(sv.ID, fmt.Sprintf("the restore of %s failed; the files are as they were: %v", what, err))
+			s.servers.Note(sv.ID, fmt.Sprintf("the restore of %s failed; the files are as they were: %s", what, told(err)))
 		} else {
 			s.servers.Note(sv.ID, fmt.Sprintf("%s restored", what))
 		}

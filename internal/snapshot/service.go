@@ -500,9 +500,19 @@ func (s *Service) fail(snap Snapshot, cause error) {
 	}
 }
 
-// sentence is err as one sentence for a record's error field.
+// told is what a team reads of err: the sentence of a *blob.Error in it
+// (the store's failure; its detail, which names the endpoint, bucket and
+// prefix, is for the log), else err's text.
+func told(err error) string {
+	if be, ok := errors.AsType[*blob.Error](err); ok {
+		return be.Public()
+	}
+	return err.Error()
+}
+
+// sentence is err as one sentence for a record's error field (told).
 func sentence(err error) string {
-	msg := err.Error()
+	msg := told(err)
 	if msg == "" {
 		return "The snapshot failed."
 	}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,6 +193,64 @@ func TestSnapshotLifecycle(t *testing.T) {
 func TestSnapshotLifecycleS3(t *testing.T) {
 	st := blobtest.S3(t)
 	testLifecycle(t, newSvcEnvOn(t, storetest.SQLite(t), st))
+}
+
+// TestSnapshotS3ErrorsTold: a store the S3 server refuses (a bucket it
+// does not have, a wrong secret) or that nothing answers fails the
+// snapshot with a sentence that names neither the endpoint, the bucket nor
+// the prefix: the snapshot's error field is the team's to read.
+func TestSnapshotS3ErrorsTold(t *testing.T) {
+	u, access, secret := blobtest.Server(t)
+	ep, err := url.Parse(u.Query().Get("endpoint"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String() // nothing listens there once closed
+	ln.Close()
+	for _, tc := range []struct {
+		name, host, secret, want string
+	}{
+		{"missing bucket", ep.Host, secret, "The object store refused the request (no such bucket)."},
+		{"wrong secret", ep.Host, "wrong-secret-0123456789", "The object store refused the request (access denied)."},
+		{"unreachable", dead, secret, "The object store is unreachable."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bucket := fmt.Sprintf("kiln-missing-%s", randomText(6))
+			prefix := "tenant-prefix-" + randomText(4)
+			su := *u
+			su.Host, su.Path = bucket, "/"+prefix
+			q := su.Query()
+			q.Set("endpoint", "http://"+tc.host)
+			su.RawQuery = q.Encode()
+			st, err := blob.Open(t.Context(), su.String(), blob.Options{AccessKeyID: access, SecretAccessKey: tc.secret})
+			if err != nil {
+				t.Fatalf("open %s: %v", su.String(), err)
+			}
+			e := newSvcEnvOn(t, storetest.SQLite(t), st)
+			sv := e.server("world", map[string]string{"world/level.dat": "level"})
+			snap, err := e.svc.Create(t.Context(), e.team, sv.ID, "first", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.finalOf(snap.ID)
+			got, err := e.svc.Get(t.Context(), e.team, snap.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != StatusFailed || deref(got.Error) != tc.want {
+				t.Fatalf("snapshot = %s, error %q; want failed, %q", got.Status, deref(got.Error), tc.want)
+			}
+			for _, secret := range []string{tc.host, bucket, prefix} {
+				if strings.Contains(*got.Error, secret) {
+					t.Errorf("the snapshot's error %q names %s", *got.Error, secret)
+				}
+			}
+		})
+	}
 }
 
 func testLifecycle(t *testing.T, e *svcEnv) {

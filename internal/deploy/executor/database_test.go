@@ -3,11 +3,14 @@ package executor_test
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,3 +191,118 @@ func pidIn(t *testing.T, root string) int {
 	}
 	return 0
 }
+
+// TestDatabaseHostFailuresTold: a registered host that no longer answers,
+// or no longer lets the admin in, fails the dbservice's step (class
+// dependency) with a sentence: neither the run's error, nor the
+// resource's, nor its log, nor the run's events name the admin role, the
+// maintenance database or the host's address (the driver's message does;
+// it goes to Kiln's log).
+func TestDatabaseHostFailuresTold(t *testing.T) {
+	for _, engine := range []string{dbservice.Postgres, dbservice.MariaDB} {
+		t.Run(engine, func(t *testing.T) {
+			dsn := storetest.PostgresAdminURL(t)
+			if engine == dbservice.MariaDB {
+				dsn = storetest.MariaDBURL(t)
+			}
+			real, err := url.Parse(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := l.Addr().String() // nothing listens there once closed
+			l.Close()
+			const role, maint = "kiln_admin_q7x", "kiln_maint_q7x"
+			for _, tc := range []struct {
+				name, host, want, logged string
+			}{
+				{"unreachable", closed, "database host unavailable", closed},
+				{"login refused", real.Host, "database host refused Kiln's login", role},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					bad := *real
+					bad.User, bad.Host, bad.Path = url.User(role), tc.host, "/"+maint
+					if engine == dbservice.MariaDB {
+						bad.Path = "/"
+					}
+					testHostFailureTold(t, storetest.SQLite(t), engine, dsn, bad.String(), tc.want, tc.logged,
+						[]string{role, maint, tc.host, real.Host})
+				})
+			}
+		})
+	}
+}
+
+func testHostFailureTold(t *testing.T, db *store.DB, engine, dsn, bad, want, logged string, secret []string) {
+	ctx := t.Context()
+	box, err := secretbox.Load(t.TempDir(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbs := dbservice.NewService(db, box, nil)
+	e := newEnvWith(t, db, serverstest.Options{Servers: servers.Options{Injected: dbs}})
+	var mu sync.Mutex
+	var logBuf strings.Builder
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logBuf.Write(p)
+	}), nil))
+	e.startOpts(executor.Options{Owner: "inst_db", Databases: dbs, Log: log})
+	h, err := dbs.AddHost(ctx, "h1", engine, dsn, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The host changes under Kiln: its admin DSN now names a port nothing
+	// listens on, or a role the server does not know.
+	sealed, err := box.Seal([]byte(bad))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Write().ExecContext(ctx, `UPDATE db_hosts SET dsn_sealed = $1 WHERE id = $2`, sealed, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, r := e.apply("", "version: 1\ndbservices:\n  stats: {engine: "+engine+"}\n")
+	got := e.wait(r.ID)
+	if got.Status != runs.Failed || got.FailureClass != runs.FailDependency || got.Error != "dbservice/stats: "+want {
+		t.Fatalf("run = %s %s %q; want failed, dependency, %q", got.Status, got.FailureClass, got.Error, "dbservice/stats: "+want)
+	}
+	told := []string{got.Error}
+	rs, err := e.q.Resources(ctx, e.teamID, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range rs {
+		if res.Key == "dbservice/stats" && res.Error != want {
+			t.Errorf("resource error = %q, want %q", res.Error, want)
+		}
+		told = append(append(told, res.Error), res.Log...)
+	}
+	evs, err := e.q.Events(ctx, e.teamID, r.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		told = append(told, ev.Message, string(ev.Data))
+	}
+	for _, s := range told {
+		for _, x := range secret {
+			if strings.Contains(s, x) {
+				t.Errorf("the team reads %q, which names %s", s, x)
+			}
+		}
+	}
+	// The operator finds the detail in the log.
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logBuf.String(), "step attempt failed") || !strings.Contains(logBuf.String(), logged) {
+		t.Errorf("the log does not hold the detail (%s):\n%s", logged, logBuf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -53,7 +53,10 @@
 //     snapshot one. No host of the engine fails the step with class
 //     capacity and a sentence naming `kiln admin dbhost add`; a host that
 //     fails (unreachable, login refused) is class dependency, retried as
-//     a transient failure first.
+//     a transient failure first. The step's error, the run's and their
+//     events carry the host's short sentence (HostError.Public: "database
+//     host unavailable"), never the driver's message with the admin role,
+//     maintenance database and address, which each attempt logs.
 //   - Proxies (proxy.go): after the install, the proxy's own config file
 //     (velocity.toml or config.yml) gets its backends — the servers of the
 //     configuration it names, at the addresses Kiln gave them — the try

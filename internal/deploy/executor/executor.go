@@ -174,8 +174,9 @@ func (e *Executor) Run(ctx context.Context) error {
 // again.
 type stepError struct {
 	class     runs.FailureClass
-	msg       string
+	msg       string // what the team reads (the resource's error, the run's)
 	transient bool
+	detail    error // when set, what only the log may hold (step logs it)
 }
 
 func (s *stepError) Error() string { return s.msg }
@@ -188,6 +189,7 @@ func fail(class runs.FailureClass, format string, args ...any) *stepError {
 type exec struct {
 	e      *Executor
 	run    runs.Run
+	log    *slog.Logger    // with the run's id
 	ctx    context.Context // ends when the lease is lost or the process stops
 	mu     sync.Mutex
 	cancel bool // a cancel was requested
@@ -241,7 +243,7 @@ func (e *Executor) execute(parent context.Context, r runs.Run) {
 	log := e.opts.Log.With("run_id", r.ID, "configuration_id", r.ConfigurationID)
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
-	x := &exec{e: e, run: r, ctx: ctx}
+	x := &exec{e: e, run: r, ctx: ctx, log: log}
 	stopRenew := x.renew(stop)
 	defer stopRenew()
 	err := x.do()
@@ -499,6 +501,9 @@ func (x *exec) step(ctx context.Context, st plan.Step) (*stepError, error) {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
+		if serr != nil && serr.detail != nil {
+			x.log.WarnContext(ctx, "step attempt failed", "resource_key", st.Key, "attempt", attempt, "err", serr.detail)
+		}
 		if serr == nil {
 			if st.Action == plan.Delete {
 				if err := x.e.deploy.ForgetApplied(ctx, r.TeamID, r.ConfigurationID, st.Key); err != nil {
@@ -699,7 +704,9 @@ func classify(err error) *stepError {
 		return fail(runs.FailCapacity, "%v", pe)
 	}
 	if he, ok := errors.AsType[*dbservice.HostError](err); ok {
-		return &stepError{class: runs.FailDependency, msg: he.Error(), transient: true}
+		// The team reads the sentence; the driver's message (the admin
+		// role, the maintenance database, the address) is the log's.
+		return &stepError{class: runs.FailDependency, msg: he.Public(), transient: true, detail: err}
 	}
 	switch {
 	case errors.Is(err, servers.ErrNoPort):

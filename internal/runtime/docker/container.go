@@ -107,7 +107,8 @@ func (c *Container) watch(wctx context.Context, wait client.ContainerWaitResult,
 			<-outDone
 			return
 		}
-		exit = runtime.Exit{Code: -1, Err: fmt.Errorf("lost the container: %w", err)}
+		exit = runtime.Exit{Code: -1, Err: &runtime.Error{Reason: "Kiln lost track of the container (the container engine stopped answering)",
+			Err: fmt.Errorf("lost the container: %w", err)}}
 	}
 	t := time.NewTimer(drainTimeout)
 	select {
@@ -130,7 +131,8 @@ func (c *Container) watch(wctx context.Context, wait client.ContainerWaitResult,
 // exit 143 itself).
 func (c *Container) exitOf(r container.WaitResponse) runtime.Exit {
 	if r.Error != nil && r.Error.Message != "" {
-		return runtime.Exit{Code: -1, Err: errors.New(r.Error.Message)}
+		return runtime.Exit{Code: -1, Err: &runtime.Error{Reason: "the container engine failed to report how the container ended",
+			Err: errors.New(r.Error.Message)}}
 	}
 	code := int(r.StatusCode)
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)

@@ -55,6 +55,22 @@
 //     Docker.Close close the console stream and end the goroutines but
 //     leave the containers running; the next kiln serve re-attaches with
 //     Adopt (by container id, else by name).
+//   - The container is told no host path: HOME is /data (where the root is
+//     mounted; runtime.WithHome, unless Spec.Env sets one), the working
+//     directory /data, and the servers package gives relative paths and
+//     the image's own kiln binary in the command.
+//   - Errors of Start and of a container's end are *runtime.Error: the
+//     team's console reads "the container engine is unavailable" (or did
+//     not answer in time, or failed to create/start the server's
+//     container, or the image is missing), never the engine's message,
+//     which names its socket or address (client.IsErrConnectionFailed),
+//     host paths and other containers; that detail is logged.
+//   - Stop timeout: the container's (Config.StopTimeout) is
+//     Options.StopTimeout, which kiln serve sets to the servers' stop grace
+//     (servers.DefaultStopTimeout, 30 s): Stop is Kiln's SIGTERM and Kiln
+//     kills after that grace, but when the engine stops a container
+//     itself (docker stop, the engine shutting down) it would otherwise
+//     kill it after its own 10 s, in the middle of a world save.
 //   - Start replaces a leftover container of the same server, even a
 //     running one (with a warning): the caller has decided to start, and
 //     the leftover would hold the port.

@@ -60,6 +60,13 @@ type Options struct {
 	// PidsLimit caps processes+threads per container; 0 means
 	// DefaultPidsLimit.
 	PidsLimit int64
+	// StopTimeout is the container's stop timeout: how long the engine
+	// waits after SIGTERM before it kills the container when it stops it
+	// itself (docker stop, the engine shutting down). kiln serve passes
+	// the servers' stop grace (servers.Options.StopTimeout), so a server
+	// has as long to save whoever stops it. Zero leaves the engine's
+	// default (10 s); it is rounded up to whole seconds.
+	StopTimeout time.Duration
 }
 
 // Docker is the docker runtime: one container per game server.
@@ -68,6 +75,7 @@ type Docker struct {
 	log       *slog.Logger
 	user      string
 	pidsLimit int64
+	stopAfter *int // whole seconds; nil: the engine's default
 
 	mu   sync.Mutex
 	live map[*Container]struct{} // attached instances, detached by Close
@@ -117,8 +125,13 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 		cli.Close()
 		return nil, fmt.Errorf("docker engine at %s runs %s containers, kiln needs linux", cli.DaemonHost(), ping.OSType)
 	}
-	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids)
-	return &Docker{cli: cli, log: log, user: user, pidsLimit: pids, live: map[*Container]struct{}{}}, nil
+	var stopAfter *int
+	if o.StopTimeout > 0 {
+		secs := int((o.StopTimeout + time.Second - 1) / time.Second)
+		stopAfter = &secs
+	}
+	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids, "stop_timeout", o.StopTimeout)
+	return &Docker{cli: cli, log: log, user: user, pidsLimit: pids, stopAfter: stopAfter, live: map[*Container]struct{}{}}, nil
 }
 
 // parseUser checks a numeric uid:gid; empty means the current process's.
@@ -171,14 +184,16 @@ func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(stri
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
 	if err := d.handOver(spec.Root); err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, &runtime.Error{Reason: "the server's files could not be handed to the user its container runs as", Err: err})
 	}
 	res, err := d.cli.ContainerCreate(ctx, opts)
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("start %s: image %q is not on the docker host (kiln never pulls; load or build it first): %w", spec.ServerID, spec.Image, err)
+			return nil, fmt.Errorf("start %s: %w", spec.ServerID, &runtime.Error{
+				Reason: fmt.Sprintf("the image %s is not on the container host (Kiln never pulls one; the operator loads or builds it)", spec.Image),
+				Err:    err})
 		}
-		return nil, fmt.Errorf("start %s: create container: %w", spec.ServerID, err)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, engineErr(err, "create the server's container"))
 	}
 	for _, w := range res.Warnings {
 		d.log.Warn("docker create warning", "server_id", spec.ServerID, "warning", w)
@@ -186,12 +201,12 @@ func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(stri
 	c, err := d.attach(ctx, res.ID, console, container.WaitConditionNextExit)
 	if err != nil {
 		d.discard(res.ID)
-		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, engineErr(err, "attach the server's console"))
 	}
 	if _, err := d.cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
 		c.Detach()
 		d.discard(res.ID)
-		return nil, fmt.Errorf("start %s: start container: %w", spec.ServerID, err)
+		return nil, fmt.Errorf("start %s: %w", spec.ServerID, engineErr(err, "start the server's container"))
 	}
 	return c, nil
 }
@@ -245,7 +260,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 			Image:        spec.Image,
 			Entrypoint:   []string{}, // empty, not nil: clears the image's entrypoint
 			Cmd:          spec.Argv,
-			Env:          spec.Env,
+			Env:          runtime.WithHome(spec.Env, dataDir),
 			WorkingDir:   dataDir,
 			User:         d.user,
 			AttachStdin:  true,
@@ -255,6 +270,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 			Tty:          false,
 			ExposedPorts: exposed,
 			Labels:       map[string]string{LabelManaged: "true", LabelServer: spec.ServerID},
+			StopTimeout:  d.stopAfter,
 		},
 		HostConfig: &container.HostConfig{
 			Mounts: []mount.Mount{{
@@ -312,11 +328,12 @@ func (d *Docker) inspectOwned(ctx context.Context, serverID, ref string) (*conta
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("inspect container %s: %w", ref, err)
+		return nil, engineErr(fmt.Errorf("inspect container %s: %w", ref, err), "look up the server's container")
 	}
 	if !owned(res.Container, serverID) {
 		if ref == ContainerName(serverID) {
-			return nil, fmt.Errorf("container %s was not created by kiln for this server; remove or rename it", ref)
+			return nil, &runtime.Error{Reason: "a container of the server's name that Kiln did not make is in the way (the operator removes or renames it)",
+				Err: fmt.Errorf("container %s was not created by kiln for this server; remove or rename it", ref)}
 		}
 		return nil, nil
 	}
@@ -363,9 +380,26 @@ func (d *Docker) RemoveEndedInstallers(ctx context.Context) (int, error) {
 func (d *Docker) remove(ctx context.Context, id string) error {
 	_, err := d.cli.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("remove container %s: %w", id, err)
+		return engineErr(fmt.Errorf("remove container %s: %w", id, err), "remove the server's container")
 	}
 	return nil
+}
+
+// engineErr is err, an error of the engine while Kiln tried to do
+// something (a phrase: "start the server's container"), with a sentence a
+// team may read (runtime.Error): the engine's own message names its
+// address or socket, host paths, other containers. The caller's ctx
+// ending is left as it is.
+func engineErr(err error, doing string) error {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return err
+	case client.IsErrConnectionFailed(err):
+		return &runtime.Error{Reason: "the container engine is unavailable", Err: err}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &runtime.Error{Reason: "the container engine did not answer in time", Err: err}
+	}
+	return &runtime.Error{Reason: "the container engine failed to " + doing, Err: err}
 }
 
 // discard removes a container that failed to start; the start error is the

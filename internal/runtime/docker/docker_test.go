@@ -128,6 +128,10 @@ func TestDocker(t *testing.T) {
 		}
 		c := res.Container
 		hc := c.HostConfig
+		stopTimeout := -1
+		if c.Config.StopTimeout != nil {
+			stopTimeout = *c.Config.StopTimeout
+		}
 		checks := []struct {
 			name      string
 			got, want any
@@ -147,6 +151,7 @@ func TestDocker(t *testing.T) {
 			{"CPUPeriod", hc.CPUPeriod, int64(100000)},
 			{"CPUQuota", hc.CPUQuota, int64(spec.CPUPercent) * 1000},
 			{"PidsLimit", *hc.PidsLimit, s.opts.PidsLimit},
+			{"StopTimeout (s, -1: unset)", stopTimeout, 37},
 			{"Privileged", hc.Privileged, false},
 			{"ReadonlyRootfs", hc.ReadonlyRootfs, true},
 			{"CapDrop", hc.CapDrop, []string{"ALL"}},
@@ -159,6 +164,15 @@ func TestDocker(t *testing.T) {
 		for _, ck := range checks {
 			if !reflect.DeepEqual(ck.got, ck.want) {
 				t.Errorf("inspect %s = %v, want %v", ck.name, ck.got, ck.want)
+			}
+		}
+		// HOME is where the root is mounted, never its host path.
+		if !slices.Contains(c.Config.Env, "HOME=/data") || !slices.Contains(c.Config.Env, "KILN_TEST=1") {
+			t.Errorf("inspect Env = %q, want KILN_TEST=1 and HOME=/data among them", c.Config.Env)
+		}
+		for _, kv := range c.Config.Env {
+			if strings.Contains(kv, spec.Root) {
+				t.Errorf("inspect Env holds %q, naming the host path of the root", kv)
 			}
 		}
 		if len(c.Mounts) == 1 {
@@ -440,6 +454,9 @@ func newSuite(t *testing.T) *suite {
 		s.opts.User = strconv.Itoa(s.uid) + ":" + strconv.Itoa(s.gid)
 	}
 	s.opts.PidsLimit = 100
+	// Not the engine's 10 s nor Kiln's 30 s: the value given is the one set
+	// (rounded up to whole seconds).
+	s.opts.StopTimeout = 36*time.Second + time.Millisecond
 	s.opts.Log = slog.New(slog.NewTextHandler(t.Output(), nil))
 	d, err := New(t.Context(), s.opts)
 	if errors.Is(err, ErrUnreachable) && os.Getenv("KILN_REQUIRE_DOCKER") != "1" {

@@ -10,6 +10,7 @@
 //	child        starts "helper hold" in its process group: "child <pid>"
 //	orphan       starts "helper hold" in a session of its own, holding
 //	             stdout: "orphan <pid>"
+//	env:<name>   prints "<name>=<its value>"
 //	exit:<code>  exits with code
 //	hold         blocks until killed
 package main

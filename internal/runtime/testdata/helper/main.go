@@ -60,6 +60,8 @@ func run(arg string) bool {
 			os.Exit(2)
 		}
 		fmt.Println(cmd, c.Process.Pid)
+	case "env":
+		fmt.Println(val + "=" + os.Getenv(val))
 	case "exit":
 		n, _ := strconv.Atoi(val)
 		os.Exit(n)
