@@ -79,4 +79,25 @@
 //   - Health: a server whose spec says running must answer a status ping
 //     (its status running) within HealthTimeout (180 s); crashed first is
 //     runtime, no answer health_timeout.
+//   - The lease fences everything the run does (renew in executor.go). It
+//     is renewed every third of it; a lost lease stops the run at once. A
+//     renewal that fails otherwise (the database away a moment) is logged
+//     and tried again, and once two thirds of the lease have passed since
+//     the last renewal the run's context is canceled: it stops acting on
+//     servers before the lease can expire and another process claim it.
+//     The look between two steps renews too; there a failure that is not
+//     a lost lease is logged and the step starts (it used to end the tier
+//     early, and the run said succeeded with steps never run). Before
+//     Succeeded, every step of the plan must be done; otherwise the run
+//     is left leased, to resume.
+//   - A resumed run plans again from the applied state, which may have
+//     changed while it was paused (a server changed or deleted by hand):
+//     when the steps left differ from those it recorded (key, action,
+//     desired state), it records the new plan before running it — a
+//     plan.computed event saying the plan changed, the new steps pending,
+//     the old ones no longer in it skipped, the checkpoint's plan hash —
+//     and the steps done stay done.
+//   - Faults are tested through the Queue interface: the tests put a
+//     queue that fails Renew as they say in front of the real one
+//     (faults_test.go); nothing in this package knows about tests.
 package executor

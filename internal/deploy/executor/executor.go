@@ -104,10 +104,26 @@ func (o *Options) defaults() {
 // transient reason.
 const maxAttempts = 3
 
+// Queue is what the executor needs of the runs queue (*runs.Queue):
+// claiming runs, holding their lease, recording their progress. An
+// interface so that tests can put faults between the executor and the
+// real queue (a Renew that fails once, or keeps failing).
+type Queue interface {
+	Claim(ctx context.Context, owner string, leaseFor time.Duration) (runs.Run, bool, error)
+	Renew(ctx context.Context, runID, owner string, leaseFor time.Duration) (cancelRequested bool, err error)
+	SetStatus(ctx context.Context, runID, owner string, st runs.Status) error
+	Checkpoint(ctx context.Context, runID, owner string, cp runs.Checkpoint) error
+	AddEvent(ctx context.Context, runID, owner string, e runs.Event) error
+	UpsertResources(ctx context.Context, runID, owner string, rs []runs.Resource) error
+	Finish(ctx context.Context, runID, owner string, st runs.Status, summary runs.Summary, msg string, class runs.FailureClass) error
+	Resources(ctx context.Context, teamID, runID string) ([]runs.Resource, error)
+	Prune(ctx context.Context) (int64, error)
+}
+
 // Executor executes the queued runs of every configuration, one run of a
 // configuration at a time (the queue sees to it).
 type Executor struct {
-	q       *runs.Queue
+	q       Queue
 	deploy  *deploy.Service
 	servers *servers.Service
 	cat     spec.Catalog
@@ -116,7 +132,7 @@ type Executor struct {
 }
 
 // New returns an Executor; call Run to start it.
-func New(q *runs.Queue, d *deploy.Service, s *servers.Service, cat spec.Catalog, opts Options) *Executor {
+func New(q Queue, d *deploy.Service, s *servers.Service, cat spec.Catalog, opts Options) *Executor {
 	opts.defaults()
 	return &Executor{q: q, deploy: d, servers: s, cat: cat, opts: opts, wake: make(chan struct{}, 1)}
 }
@@ -192,12 +208,19 @@ type exec struct {
 	log    *slog.Logger    // with the run's id
 	ctx    context.Context // ends when the lease is lost or the process stops
 	mu     sync.Mutex
-	cancel bool // a cancel was requested
+	cancel bool      // a cancel was requested
+	held   time.Time // when the lease was last renewed (or claimed)
 }
 
 func (x *exec) owner() string { return x.e.opts.Owner }
 
-// renew keeps the lease until stop; a lost lease cancels x.ctx.
+// renew keeps the lease until stop, every third of it. A lost lease
+// cancels x.ctx at once. A renewal that fails otherwise (the database
+// away for a moment) is logged and tried again at the next tick; but
+// once two thirds of the lease have passed since the last renewal, x.ctx
+// is canceled: another process may claim the run when the lease expires,
+// and this one must have stopped acting on servers by then (the lease
+// fences every side effect, and a step stops at its next look at ctx).
 func (x *exec) renew(stopCtx context.CancelFunc) (stop func()) {
 	quit, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -211,15 +234,23 @@ func (x *exec) renew(stopCtx context.CancelFunc) (stop func()) {
 			case <-x.ctx.Done():
 				return
 			case <-t.C:
-				canceled, err := x.e.q.Renew(x.ctx, x.run.ID, x.owner(), x.e.opts.Lease)
-				if canceled {
-					x.mu.Lock()
-					x.cancel = true
-					x.mu.Unlock()
-				}
-				if errors.Is(err, runs.ErrLeaseLost) {
+				_, err := x.renewNow()
+				switch {
+				case err == nil:
+				case errors.Is(err, runs.ErrLeaseLost):
 					stopCtx()
 					return
+				case x.ctx.Err() != nil:
+					return
+				default:
+					since := x.sinceRenewed()
+					x.log.Warn("renew the run's lease", "err", err, "since_renewed", since.Round(time.Millisecond))
+					if since >= x.e.opts.Lease*2/3 {
+						x.log.Error("the run's lease could not be renewed; stopping the run before it expires (it resumes once the lease expires)",
+							"lease", x.e.opts.Lease)
+						stopCtx()
+						return
+					}
 				}
 			}
 		}
@@ -227,23 +258,45 @@ func (x *exec) renew(stopCtx context.CancelFunc) (stop func()) {
 	return func() { close(quit); <-done }
 }
 
-// canceled renews the lease now and reports whether a cancel was
-// requested (asked between steps).
-func (x *exec) canceled() (bool, error) {
+// renewNow renews the lease, records when and a requested cancel.
+func (x *exec) renewNow() (bool, error) {
 	c, err := x.e.q.Renew(x.ctx, x.run.ID, x.owner(), x.e.opts.Lease)
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if err == nil {
+		x.held = time.Now()
+	}
 	if c {
 		x.cancel = true
 	}
 	return x.cancel, err
 }
 
+// sinceRenewed is how long ago the lease was last renewed.
+func (x *exec) sinceRenewed() time.Duration {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return time.Since(x.held)
+}
+
+// canceled renews the lease now and reports whether a cancel was
+// requested (asked between steps). A lost lease is an error; any other
+// failure to renew is not (the background renewal fences the lease),
+// and the cancel flag is then the one last seen.
+func (x *exec) canceled() (bool, error) {
+	c, err := x.renewNow()
+	if err != nil && !errors.Is(err, runs.ErrLeaseLost) && x.ctx.Err() == nil {
+		x.log.Warn("renew the run's lease between steps", "err", err)
+		return c, nil
+	}
+	return c, err
+}
+
 func (e *Executor) execute(parent context.Context, r runs.Run) {
 	log := e.opts.Log.With("run_id", r.ID, "configuration_id", r.ConfigurationID)
 	ctx, stop := context.WithCancel(parent)
 	defer stop()
-	x := &exec{e: e, run: r, ctx: ctx, log: log}
+	x := &exec{e: e, run: r, ctx: ctx, log: log, held: time.Now()}
 	stopRenew := x.renew(stop)
 	defer stopRenew()
 	err := x.do()
@@ -302,6 +355,10 @@ func (x *exec) do() error {
 		for _, k := range r.Checkpoint.Done {
 			done[k] = true
 		}
+		if err := x.drift(p, done); err != nil {
+			return err
+		}
+		r.Checkpoint = x.run.Checkpoint // the new plan's hash, if it changed
 	} else {
 		pending := make([]runs.Resource, len(p.Steps))
 		for i, st := range p.Steps {
@@ -349,7 +406,10 @@ func (x *exec) do() error {
 		stopped := false
 		for _, i := range tier {
 			st := p.Steps[i]
-			if done[st.Key] {
+			doneMu.Lock()
+			skip := done[st.Key]
+			doneMu.Unlock()
+			if skip {
 				continue
 			}
 			// Between steps: a requested cancel starts nothing more (the
@@ -401,10 +461,91 @@ func (x *exec) do() error {
 			return q.Finish(ctx, r.ID, owner, runs.Failed, x.summaryNow(), failedKey+": "+failed.msg, failed.class)
 		}
 	}
+	// Every step of the plan is done: a run never says it succeeded with
+	// a step not run.
+	for _, st := range p.Steps {
+		if st.Action != plan.Noop && !done[st.Key] {
+			return fmt.Errorf("step %s of the plan was not run; the run stays leased and resumes", st.Key)
+		}
+	}
 	if err := q.SetStatus(ctx, r.ID, owner, runs.Finalizing); err != nil {
 		return err
 	}
 	return q.Finish(ctx, r.ID, owner, runs.Succeeded, x.summaryNow(), "", "")
+}
+
+// drift compares, on a resumed run, the steps left of the plan made now
+// with those the run recorded (its resources not done): the applied
+// state may have changed while the run was paused (a server deleted or
+// changed by hand, another process's step). When they differ the new
+// plan is what runs, and it is recorded first: a plan.computed event
+// saying so, the resources of the new plan's steps (pending), those no
+// longer in it skipped, and the checkpoint's plan hash. The steps done
+// stay done (the plan made now already counts with them).
+func (x *exec) drift(p plan.Plan, done map[string]bool) error {
+	ctx, q, r := x.ctx, x.e.q, x.run
+	stored, err := q.Resources(ctx, r.TeamID, r.ID)
+	if err != nil {
+		return err
+	}
+	left := map[string]runs.Resource{}
+	for _, res := range stored {
+		if !done[res.Key] && (res.Status == runs.ResourcePending || res.Status == runs.ResourceRunning) {
+			left[res.Key] = res
+		}
+	}
+	var now []plan.Step
+	for _, st := range p.Steps {
+		if st.Action != plan.Noop && !done[st.Key] {
+			now = append(now, st)
+		}
+	}
+	same := len(now) == len(left)
+	for _, st := range now {
+		res, ok := left[st.Key]
+		same = same && ok && res.Action == st.Action && bytes.Equal(compactJSON(res.Desired), compactJSON(st.Desired))
+	}
+	if same {
+		return nil
+	}
+	var upsert []runs.Resource
+	inPlan := map[string]bool{}
+	for _, st := range now {
+		inPlan[st.Key] = true
+		upsert = append(upsert, runs.Resource{Key: st.Key, Type: st.Kind, Action: st.Action, Status: runs.ResourcePending,
+			Desired: st.Desired, Before: st.Before})
+	}
+	for key, res := range left {
+		if !inPlan[key] {
+			res.Status, res.Error = runs.ResourceSkipped, "No longer in the plan: the applied state changed while the run was paused."
+			upsert = append(upsert, res)
+		}
+	}
+	if err := q.UpsertResources(ctx, r.ID, x.owner(), upsert); err != nil {
+		return err
+	}
+	hash, _ := p.Hash()
+	data, _ := json.Marshal(p.Summary)
+	msg := fmt.Sprintf("The plan changed while the run was paused (the applied state changed): %d steps left, %d of them no longer in the plan. The steps done stay done.", len(now), len(upsert)-len(now))
+	if err := q.AddEvent(ctx, r.ID, x.owner(), runs.Event{Type: runs.EventPlanComputed, Data: data, Message: msg}); err != nil {
+		return err
+	}
+	x.log.Info("resumed run's plan changed", "steps_left", len(now), "plan_hash", hash)
+	cp := runs.Checkpoint{Done: slices.Sorted(maps.Keys(done)), PlanHash: hash}
+	if err := q.Checkpoint(ctx, r.ID, x.owner(), cp); err != nil {
+		return err
+	}
+	x.run.Checkpoint = &cp
+	return nil
+}
+
+// compactJSON is raw without insignificant spaces (nil if it is not JSON).
+func compactJSON(raw json.RawMessage) []byte {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil
+	}
+	return b.Bytes()
 }
 
 // summaryNow counts the run's resources as stored (the plan's actions

@@ -28,6 +28,7 @@ type env struct {
 	srvEnv *serverstest.Env
 	dep    *deploy.Service
 	q      *runs.Queue
+	qx     executor.Queue // what executors use, e.q unless a test puts faults in between
 }
 
 func newEnv(t *testing.T, db *store.DB) *env {
@@ -66,8 +67,16 @@ func (e *env) startWith(owner string, parallel int) *executor.Executor {
 // startOpts runs an executor with o — the tests' short poll, lease,
 // backoff and health timeout filled in — until the test ends.
 func (e *env) startOpts(o executor.Options) *executor.Executor {
+	lease := o.Lease
 	o.Poll, o.Lease, o.RetryBackoff, o.HealthTimeout = 20*time.Millisecond, 3*time.Second, 10*time.Millisecond, 30*time.Second
-	x := executor.New(e.q, e.dep, e.srv, e.srvEnv.Catalog, o)
+	if lease > 0 {
+		o.Lease = lease
+	}
+	var q executor.Queue = e.q
+	if e.qx != nil {
+		q = e.qx
+	}
+	x := executor.New(q, e.dep, e.srv, e.srvEnv.Catalog, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- x.Run(ctx) }()
