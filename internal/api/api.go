@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"strings"
 	"time"
 
@@ -106,6 +107,7 @@ type Server struct {
 	routes   []route
 	lists    listEncodings // encoded server lists, by team
 	transfer transferLimits
+	unclean  http.Handler // a path with an empty, "." or ".." segment
 	// failed counts requests with a missing or bad token per client
 	// address (this process's, unauthFailures): past it, an address's
 	// requests are refused before their token is looked up.
@@ -155,6 +157,10 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	// One route label for every request no pattern matched: metrics
 	// never carry a client's path (metrics.ObserveRequest bounds methods).
 	s.mux.Handle("/", s.wrap(route{path: unmatchedRoute, public: true, h: s.fallback}))
+	s.unclean = s.wrap(route{path: unmatchedRoute, public: true, h: func(w http.ResponseWriter, r *http.Request) error {
+		return newHTTPError(http.StatusNotFound, codeNotFound,
+			"no such endpoint: "+r.URL.Path+" has an empty, \".\" or \"..\" segment (a variable left empty?)")
+	}})
 	deps.Metrics.RegisterCounts("kiln_servers", "Servers by status.", "status", deps.Servers.CountByStatus, deps.Log)
 	return s, nil
 }
@@ -162,8 +168,31 @@ func New(cfg Config, deps Deps) (*Server, error) {
 // unmatchedRoute is the route label of requests no route matched.
 const unmatchedRoute = "unmatched"
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP implements http.Handler. A path net/http's mux would
+// redirect to its clean form (a double slash, what an empty shell
+// variable makes, or a "." or ".." segment) answers the JSON 404 every
+// unknown path does, never the mux's HTML 307: a client following it
+// would call another endpoint than the one it meant.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; p != "" && p != cleanPath(p) {
+		s.unclean.ServeHTTP(w, r)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// cleanPath is the path net/http's ServeMux routes p to (path.Clean, a
+// trailing slash kept).
+func cleanPath(p string) string {
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
 
 // fallback answers requests no route matched: 405 with Allow when the path
 // exists under another method, else 404.

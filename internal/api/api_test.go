@@ -184,6 +184,16 @@ func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 	if hdr.Get("Allow") != "GET, HEAD, POST" {
 		t.Errorf("Allow = %q, want %q", hdr.Get("Allow"), "GET, HEAD, POST")
 	}
+	// A path the mux would redirect to its clean form (an empty shell
+	// variable, a "." or ".."): the JSON 404, never an HTML 307 to
+	// another endpoint.
+	for _, p := range []string{"/modrinth/projects//versions", "//servers", "/servers/./x", "/servers/x/../y"} {
+		status, hdr, body := h.do("GET", Prefix+p, h.token, nil)
+		wantError(t, status, body, 404, "NOT_FOUND", "empty")
+		if hdr.Get("Location") != "" || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") || hdr.Get("X-Request-Id") == "" {
+			t.Errorf("%s: Location %q, Content-Type %q, request id %q", p, hdr.Get("Location"), hdr.Get("Content-Type"), hdr.Get("X-Request-Id"))
+		}
+	}
 }
 
 func TestRequestID(t *testing.T) {

@@ -310,6 +310,9 @@ func (vt *validatingTransport) RoundTrip(req *http.Request) (*http.Response, err
 
 // routeFor finds the table route a request would reach.
 func (s *Server) routeFor(r *http.Request) (route, bool) {
+	if p := r.URL.Path; p != "" && p != cleanPath(p) {
+		return route{}, false // ServeHTTP answers 404 before the mux
+	}
 	_, pattern := s.mux.Handler(r)
 	for _, rt := range s.routes {
 		if rt.method+" "+Prefix+rt.path == pattern {

@@ -461,6 +461,14 @@ func (x *exec) do() error {
 			return q.Finish(ctx, r.ID, owner, runs.Failed, x.summaryNow(), failedKey+": "+failed.msg, failed.class)
 		}
 	}
+	// A cancel asked while the last steps ran: the run ends canceled,
+	// what it did listed (its resources), as a cancel between steps does.
+	if canceled, err := x.canceled(); err != nil {
+		return err
+	} else if canceled {
+		x.skipRest()
+		return q.Finish(ctx, r.ID, owner, runs.Canceled, x.summaryNow(), "The run was canceled; the steps done before stay done.", runs.FailCanceled)
+	}
 	// Every step of the plan is done: a run never says it succeeded with
 	// a step not run.
 	for _, st := range p.Steps {

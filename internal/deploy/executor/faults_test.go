@@ -240,3 +240,30 @@ func TestResumedPlanDrift(t *testing.T) {
 		t.Errorf("lobby after the run = %+v, %v; want the server made meanwhile, back to 512 MB", after, err)
 	}
 }
+
+// TestCancelDuringLastTier: a cancel asked while every step of the last
+// tier already runs (nothing left to stop between steps) ends the run
+// canceled, its steps' outcomes listed. Before, it ended succeeded.
+func TestCancelDuringLastTier(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	_, r := e.apply("", network)
+	e.startWith("inst_one", 4) // the three steps at once
+	deadline := time.Now().Add(60 * time.Second)
+	for e.resourceCounts(r.ID)[runs.ResourceRunning] != 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the three steps never ran at once")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if _, err := e.q.RequestCancel(ctx, e.teamID, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	got := e.wait(r.ID)
+	if got.Status != runs.Canceled || got.FailureClass != runs.FailCanceled {
+		t.Fatalf("run = %s %s %q, want canceled", got.Status, got.FailureClass, got.Error)
+	}
+	if c := e.resourceCounts(r.ID); c[runs.ResourceSucceeded] != 3 {
+		t.Errorf("resources = %v, want the three steps that ran listed as succeeded", c)
+	}
+}
