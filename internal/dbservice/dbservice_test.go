@@ -398,3 +398,100 @@ func checkTold(t *testing.T, call string, err error, want, detail string, secret
 		t.Errorf("%s: Error() = %q, want the detail %q in it", call, err, detail)
 	}
 }
+
+// TestNativeHash: MariaDB's own PASSWORD('password').
+func TestNativeHash(t *testing.T) {
+	if got := nativeHash("password"); got != "*2470C0C06DEE42FD1618BB99005ADCA2EC9D1E19" {
+		t.Errorf("nativeHash(password) = %s", got)
+	}
+	if got := grantName(`kiln_a%b\c`); got != `kiln\_a\%b\\c` {
+		t.Errorf("grantName = %s", got)
+	}
+}
+
+// TestDatabaseUserLimits: a dbservice's user holds at most MaxConnections
+// connections at once; its password reaches the host as a verifier or a
+// hash only (the user logs in with it all the same); and on MariaDB its
+// grant is for its database alone: before, the "_" of the name was a
+// wildcard, and the user could create kilnXstats_… and keep it after the
+// dbservice was dropped.
+func TestDatabaseUserLimits(t *testing.T) {
+	for _, engineName := range []string{Postgres, MariaDB} {
+		t.Run(engineName, func(t *testing.T) {
+			dsn := hostURL(t, engineName)
+			db := storetest.SQLite(t)
+			ctx := t.Context()
+			s, _ := newService(t, db)
+			stats := Owner{"cfg_team_a", "dbservice/stats"}
+			if _, err := s.AddHost(ctx, "h1", engineName, dsn, ""); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Drop(context.Background(), "team_a", stats) })
+			d, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin, err := engines[engineName].open(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close()
+			env, err := s.InjectedEnv(ctx, "cfg_team_a", "server/lobby")
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := login(ctx, engineName, env, "DB_STATS_")
+			if err != nil {
+				t.Fatalf("log in with the injected password: %v", err)
+			}
+			defer conn.Close()
+			switch engineName {
+			case Postgres:
+				var limit int
+				var verifier string
+				if err := admin.QueryRowContext(ctx, `SELECT rolconnlimit, rolpassword FROM pg_authid WHERE rolname = $1`, d.User).Scan(&limit, &verifier); err != nil {
+					t.Fatal(err)
+				}
+				if limit != MaxConnections || !strings.HasPrefix(verifier, "SCRAM-SHA-256$4096:") {
+					t.Errorf("role: connection limit %d, password %.20s…; want %d and a SCRAM verifier", limit, verifier, MaxConnections)
+				}
+			case MariaDB:
+				var limit int
+				if err := admin.QueryRowContext(ctx, `SELECT max_user_connections FROM mysql.user WHERE user = ?`, d.User).Scan(&limit); err != nil {
+					t.Fatal(err)
+				}
+				if limit != MaxConnections {
+					t.Errorf("max_user_connections = %d, want %d", limit, MaxConnections)
+				}
+				lookalike := strings.Replace(d.Name, "_", "X", 1)
+				if _, err := conn.ExecContext(ctx, "CREATE DATABASE "+myIdent(lookalike)); err == nil {
+					_, _ = admin.ExecContext(context.Background(), "DROP DATABASE "+myIdent(lookalike))
+					t.Errorf("the dbservice's user created %s: its grant matches other names", lookalike)
+				}
+			}
+			// Past the limit, a connection is refused.
+			conns := make([]*sql.Conn, 0, MaxConnections)
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			conn.SetMaxOpenConns(MaxConnections + 1)
+			var refused error
+			for range MaxConnections + 1 {
+				c, err := conn.Conn(ctx)
+				if err == nil {
+					err = c.PingContext(ctx)
+				}
+				if err != nil {
+					refused = err
+					break
+				}
+				conns = append(conns, c)
+			}
+			if refused == nil || len(conns) > MaxConnections {
+				t.Errorf("%d connections at once, none refused; want at most %d", len(conns), MaxConnections)
+			}
+		})
+	}
+}

@@ -42,9 +42,17 @@
 //     database). Dropped with DROP DATABASE … WITH (FORCE), which ends the
 //     server's open connections, then DROP ROLE.
 //     MariaDB: CREATE DATABASE and CREATE USER 'user'@'%' with ALL
-//     PRIVILEGES on that database only; DROP DATABASE and DROP USER. Both
+//     PRIVILEGES on that database only (its name escaped in the grant:
+//     "_" and "%" are wildcards there); DROP DATABASE and DROP USER. Both
 //     are idempotent: a step run again sets the same password on the user
 //     that exists.
+//   - The user: at most MaxConnections (20) connections at once
+//     (CONNECTION LIMIT, MAX_USER_CONNECTIONS), so one tenant cannot take
+//     a shared host's every connection; its password sent as a
+//     SCRAM-SHA-256 verifier (PostgreSQL, computed here with
+//     crypto/pbkdf2: pgx has no exported function for it) or a
+//     mysql_native_password hash (MariaDB, IDENTIFIED BY PASSWORD), so a
+//     host logging DDL never logs it.
 //   - The environment: each attached server gets DB_<NAME>_HOST, _PORT,
 //     _NAME, _USER, _PASSWORD, _URL and _JDBC_URL for every dbservice
 //     attached to it (NAME upper-cased, "-" as "_"), and the plain DB_HOST,

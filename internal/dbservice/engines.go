@@ -2,7 +2,15 @@ package dbservice
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/pbkdf2"
+	"crypto/rand"
+	"crypto/sha1"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -87,6 +95,58 @@ func (postgres) open(dsn string) (*sql.DB, error) {
 	return sql.Open("pgx", u.String())
 }
 
+// MaxConnections is how many connections one dbservice's user may hold
+// at once on its host (PostgreSQL CONNECTION LIMIT, MariaDB
+// MAX_USER_CONNECTIONS): one tenant cannot take every connection of a
+// shared host (ERROR 1040 for the others). A Minecraft server's pool
+// (HikariCP, LuckPerms' default 10) fits with room for a second server
+// attached to the same database.
+const MaxConnections = 20
+
+// grantName is name as a MariaDB grant's database pattern matching it
+// alone: "_" and "%" (wildcards there) and the backslash escaped.
+func grantName(name string) string {
+	return strings.NewReplacer(`\`, `\\`, "_", `\_`, "%", `\%`).Replace(name)
+}
+
+// scramVerifier is the SCRAM-SHA-256 verifier of password (RFC 5802,
+// RFC 7677, PostgreSQL's format), so the host receives the verifier and
+// never the password: a host that logs DDL (log_statement = ddl) logs
+// nothing it could log in with. PostgreSQL's own iteration count (4096)
+// and a 16-byte random salt. Kiln's passwords are ASCII letters and
+// digits, which SASLprep leaves as they are.
+func scramVerifier(password string) (string, error) {
+	const iterations = 4096
+	salt := make([]byte, 16)
+	if _, err := rand.Read(salt); err != nil {
+		return "", err
+	}
+	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, sha256.Size)
+	if err != nil {
+		return "", fmt.Errorf("scram verifier: %w", err)
+	}
+	clientKey := hmacSHA256(salted, "Client Key")
+	storedKey := sha256.Sum256(clientKey)
+	serverKey := hmacSHA256(salted, "Server Key")
+	b64 := base64.StdEncoding.EncodeToString
+	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", iterations, b64(salt), b64(storedKey[:]), b64(serverKey)), nil
+}
+
+func hmacSHA256(key []byte, msg string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(msg))
+	return m.Sum(nil)
+}
+
+// nativeHash is MariaDB's mysql_native_password hash of password ("*"
+// and the upper-case hex of SHA1(SHA1(password))), given with IDENTIFIED
+// BY PASSWORD so the host never receives the password itself.
+func nativeHash(password string) string {
+	first := sha1.Sum([]byte(password))
+	second := sha1.Sum(first[:])
+	return "*" + strings.ToUpper(hex.EncodeToString(second[:]))
+}
+
 // pgIdent quotes a PostgreSQL identifier.
 func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
 
@@ -103,7 +163,11 @@ func (postgres) ensure(ctx context.Context, db *sql.DB, name, user, password str
 	if exists {
 		verb = "ALTER"
 	}
-	if _, err := db.ExecContext(ctx, verb+` ROLE `+pgIdent(user)+` WITH LOGIN PASSWORD `+sqlString(password)); err != nil {
+	verifier, err := scramVerifier(password)
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, verb+` ROLE `+pgIdent(user)+` WITH LOGIN CONNECTION LIMIT `+strconv.Itoa(MaxConnections)+` PASSWORD `+sqlString(verifier)); err != nil {
 		return fmt.Errorf("%s role %s: %w", strings.ToLower(verb), user, err)
 	}
 	if !super {
@@ -170,14 +234,27 @@ func myIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + 
 
 func (mariadb) ensure(ctx context.Context, db *sql.DB, name, user, password string) error {
 	account := sqlString(user) + `@'%'`
+	hash := sqlString(nativeHash(password))
+	limit := ` WITH MAX_USER_CONNECTIONS ` + strconv.Itoa(MaxConnections)
 	for _, q := range []string{
 		`CREATE DATABASE IF NOT EXISTS ` + myIdent(name) + ` CHARACTER SET utf8mb4`,
-		`CREATE USER IF NOT EXISTS ` + account + ` IDENTIFIED BY ` + sqlString(password),
-		`ALTER USER ` + account + ` IDENTIFIED BY ` + sqlString(password),
-		`GRANT ALL PRIVILEGES ON ` + myIdent(name) + `.* TO ` + account,
+		`CREATE USER IF NOT EXISTS ` + account + ` IDENTIFIED BY PASSWORD ` + hash + limit,
+		`ALTER USER ` + account + ` IDENTIFIED BY PASSWORD ` + hash + limit,
+		// In a grant's database name "_" and "%" are wildcards: escaped,
+		// the grant is for this database only (unescaped, "kiln_a" also
+		// matched "kilnXa", which the tenant could then create).
+		`GRANT ALL PRIVILEGES ON ` + myIdent(grantName(name)) + `.* TO ` + account,
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("create database %s and user %s: %w", name, user, err)
+		}
+	}
+	// The wildcard grant an earlier Kiln gave (unescaped) goes: ERROR 1141
+	// (no such grant) means there was none.
+	if grantName(name) != name {
+		_, err := db.ExecContext(ctx, `REVOKE ALL PRIVILEGES ON `+myIdent(name)+`.* FROM `+account)
+		if me, ok := errors.AsType[*mysql.MySQLError](err); err != nil && !(ok && me.Number == 1141) {
+			return fmt.Errorf("revoke the wildcard grant of user %s: %w", user, err)
 		}
 	}
 	return nil
