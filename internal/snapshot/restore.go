@@ -143,6 +143,16 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 	if err != nil {
 		return fmt.Errorf("stop the server: %w", err)
 	}
+	// However the restore ends from here (done, refused, failed), a
+	// server it stopped is started again once the hold is released.
+	defer func() {
+		held.Release()
+		if wasRunning && !errors.Is(context.Cause(ctx), ErrServerDeleted) {
+			if err := s.servers.Power(context.WithoutCancel(ctx), sv.TeamID, sv.ID, "start"); err != nil {
+				s.log.Warn("start the server again after a restore", "server_id", sv.ID, "err", err)
+			}
+		}
+	}()
 	m, err := ignore.Parse(snap.Ignore)
 	if err != nil {
 		return err
@@ -160,12 +170,6 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 	})
 	if a.Disk != nil {
 		a.Disk.Stale() // the restore replaced the tree: measure it again
-	}
-	held.Release()
-	if wasRunning && !errors.Is(context.Cause(ctx), ErrServerDeleted) {
-		if err := s.servers.Power(context.WithoutCancel(ctx), sv.TeamID, sv.ID, "start"); err != nil {
-			s.log.Warn("start the server again after a restore", "server_id", sv.ID, "err", err)
-		}
 	}
 	if rerr != nil {
 		return fmt.Errorf("restore %s into %s: %w", snap.ID, sv.ID, rerr)

@@ -1032,6 +1032,37 @@ func TestRestoreWaitsForWriters(t *testing.T) {
 	}
 }
 
+// TestFailedRestoreStartsServerAgain: a restore of a running server that
+// fails after stopping it (here: a write that outlasts WriterWait) starts
+// it again, as one that succeeds does. Before, it was left stopped.
+func TestFailedRestoreStartsServerAgain(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	sv := e.server("busy", map[string]string{"world/level.dat": "v1"})
+	snap := e.take(sv.ID, "v1", "")
+	if err := e.srv.Power(ctx, e.team, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+	a, err := e.srv.Access(ctx, e.team, sv.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Disk.Reserve(0) // a write that does not end
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Release()
+	e.svc.opts.WriterWait = 200 * time.Millisecond // no restore runs now
+	if err := e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, ErrWritersBusy) {
+		t.Fatalf("RestoreNow = %v, want ErrWritersBusy", err)
+	}
+	got := e.waitServer(sv.ID, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+	if got.DesiredState != "running" {
+		t.Errorf("server after the failed restore: %s, desired %s; want running", got.Status, got.DesiredState)
+	}
+}
+
 // TestDedupAcrossTeams: under DedupTeam (the default) two teams holding
 // the same files each store them, in their own chunk space, and what one
 // stores or frees says nothing of the other; under DedupGlobal the second
