@@ -192,7 +192,7 @@ func (p *Postgres) Allow(ctx context.Context, key string, rule Rule) (Result, er
 // Undo implements Limiter: the key's tat moves back one interval.
 func (p *Postgres) Undo(ctx context.Context, key string, rule Rule) error {
 	t, _ := rule.gcra()
-	if _, err := p.db.ExecContext(ctx, `UPDATE rate_limits SET tat = tat - $2 WHERE key = $1`, key, t); err != nil {
+	if _, err := p.db.ExecContext(ctx, `UPDATE rate_limits SET tat = tat - $1 WHERE key = $2`, t, key); err != nil {
 		return fmt.Errorf("rate limit %s: undo: %w", key, err)
 	}
 	return nil
