@@ -175,6 +175,11 @@ func (w *writeHandle) Close() error {
 // Filecmd runs the commands that change the tree.
 func (f *fsys) Filecmd(r *sftp.Request) error {
 	p, err := rel(r.Filepath)
+	if r.Method == "Rmdir" || r.Method == "Remove" {
+		// A look-alike of Kiln's names that Kiln did not make may be
+		// removed by its owner (files.CleanRemovable).
+		p, err = files.CleanRemovable("path", r.Filepath)
+	}
 	if err != nil && r.Method != "Symlink" {
 		return f.status(err)
 	}

@@ -251,6 +251,50 @@ func TestHoldCutsSessions(t *testing.T) {
 // truncate, mkdir, rmdir, remove, symlink, open for writing) is refused
 // with the reason, as the files API answers 409, and changes nothing;
 // reads go on.
+// TestKilnNames: SFTP refuses to create, write, rename to or change a
+// name in Kiln's namespace (".kiln-tmp-…": its temporary files, staging
+// trees and restore journals), and lets its owner remove a look-alike
+// Kiln did not make (Kiln leaves those in place).
+func TestKilnNames(t *testing.T) {
+	e := newEnv(t, storetest.SQLite(t), Config{})
+	sv, root := e.newServer("names")
+	if err := os.WriteFile(filepath.Join(root, "a.txt"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, ".kiln-tmp-restore-x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, ".kiln-tmp-old"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sc := e.mustDial(e.creds(sv.ID, false))
+	for _, w := range []struct {
+		name string
+		op   func() error
+	}{
+		{"Mkdir", func() error { return sc.Mkdir("/.kiln-tmp-restore-y") }},
+		{"Mkdir below", func() error { return sc.Mkdir("/.kiln-tmp-restore-x/tree") }},
+		{"Create", func() error { _, err := sc.Create("/.kiln-tmp-restore-x/journal"); return err }},
+		{"Rename", func() error { return sc.Rename("/a.txt", "/.kiln-tmp-a") }},
+		{"PosixRename", func() error { return sc.PosixRename("/a.txt", "/.kiln-tmp-a") }},
+		{"Symlink", func() error { return sc.Symlink("a.txt", "/.kiln-tmp-link") }},
+		{"Chmod", func() error { return sc.Chmod("/.kiln-tmp-old", 0o600) }},
+	} {
+		if err := w.op(); err == nil {
+			t.Errorf("%s of a Kiln name succeeded", w.name)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(root, ".kiln-tmp-restore-x", "journal")); err == nil {
+		t.Error("a journal was written through SFTP")
+	}
+	if err := sc.Remove("/.kiln-tmp-old"); err != nil {
+		t.Errorf("Remove of a look-alike: %v", err)
+	}
+	if err := sc.RemoveDirectory("/.kiln-tmp-restore-x"); err != nil {
+		t.Errorf("RemoveDirectory of a look-alike: %v", err)
+	}
+}
+
 func TestHoldRefusesEveryWrite(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		e := newEnv(t, db, Config{})
