@@ -66,6 +66,7 @@ if [ "$PERF" = 1 ]; then command -v perf >/dev/null 2>&1 || die "PERF=1 but perf
 
 # --- temp dir and cleanup --------------------------------------------------
 TMP=$(mktemp -d -t kiln-bench.XXXXXX)
+chmod 711 "$TMP" # kiln serve as root: servers' users reach their roots below it (--uid-range)
 KILN_PID='' BARE_PID='' PERF_PID='' WRK_PID=''
 status=2
 cleanup() {

@@ -42,6 +42,7 @@ want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 unset_kiln_env
 
 TMP=$(mktemp -d /tmp/kiln-catalogs-bench.XXXXXX)
+chmod 711 "$TMP" # kiln serve as root: servers' users reach their roots below it (--uid-range)
 cleanup() { [ "${KEEP:-}" = 1 ] && echo "kept $TMP" || rm -rf "$TMP"; }
 trap cleanup EXIT
 

@@ -84,6 +84,7 @@ command -v jq >/dev/null 2>&1 || die "jq is missing"
 command -v curl >/dev/null 2>&1 || die "curl is missing"
 
 TMP=$(mktemp -d /tmp/kiln-bench.XXXXXX)
+chmod 711 "$TMP" # kiln serve as root: servers' users reach their roots below it (--uid-range)
 KILN_PID='' WRK_PID=''
 status=2
 cleanup() {

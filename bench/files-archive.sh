@@ -89,6 +89,7 @@ if [ -n "$DATA" ]; then [ -d "$DATA" ] || die "DATA=$DATA is not a directory"; f
 
 # --- temp dir and cleanup ---------------------------------------------------
 TMP=$(mktemp -d -t kiln-bench.XXXXXX)
+chmod 711 "$TMP" # kiln serve as root: servers' users reach their roots below it (--uid-range)
 status=2
 cleanup() {
   trap - EXIT INT TERM

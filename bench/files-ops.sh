@@ -99,6 +99,7 @@ for c in go python3 find awk; do command -v "$c" >/dev/null 2>&1 || die "$c is m
 
 # --- temp dir and cleanup ---------------------------------------------------
 TMP=$(mktemp -d -t kiln-bench.XXXXXX)
+chmod 711 "$TMP" # kiln serve as root: servers' users reach their roots below it (--uid-range)
 KILN_PID=''
 BARE_PID=''
 status=2

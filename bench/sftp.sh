@@ -52,6 +52,7 @@ fi
 SSHD=$(command -v sshd || echo /usr/sbin/sshd)
 
 TMP=$(mktemp -d /tmp/kiln-sftp-bench.XXXXXX)
+chmod 711 "$TMP" # kiln serve as root: servers' users reach their roots below it (--uid-range)
 SSHD_PID="" KILN_PID="" IDLE_PID=""
 cleanup() {
   stop_pid "$IDLE_PID"

@@ -129,6 +129,7 @@ if has second && [ ! -f "$WORLDGEN" ]; then die "second needs worldgen.py mutate
 
 # --- temp dir and cleanup ---------------------------------------------------
 TMP=$(mktemp -d -t kiln-bench.XXXXXX)
+chmod 711 "$TMP" # kiln serve as root: servers' users reach their roots below it (--uid-range)
 status=2
 KILN_PID=
 cleanup() {

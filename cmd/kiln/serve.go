@@ -351,6 +351,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cores, procs := node.TuneProcs(os.Getenv)
 	log.Info("go scheduler", "cores", cores, "gomaxprocs", procs)
 	nofile := raiseNoFile(log)
+	// Who servers run as is settled before anything is made: a refusal
+	// (a range holding a host user, roots other users cannot reach) comes
+	// before a bootstrap token is printed to nobody.
+	users, err := serverUsers(cfg, log)
+	if err != nil {
+		return err
+	}
 	lock, err := instance.LockDir(cfg.DataDir, os.Getpid())
 	if err != nil {
 		if inUse, ok := errors.AsType[*instance.InUseError](err); ok {
@@ -459,10 +466,6 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	ports, _ := node.ParsePortRange(cfg.PortRange)
 	localNode, err := node.NewLocal(cfg.NodeName, filepath.Join(cfg.DataDir, "servers"), ports, rt)
-	if err != nil {
-		return err
-	}
-	users, err := serverUsers(cfg, log)
 	if err != nil {
 		return err
 	}

@@ -221,3 +221,27 @@ func TestServersRunAsTheirOwnUsers(t *testing.T) {
 		t.Errorf("kiln serve after SIGINT: %v\n%s", err, p.Stderr())
 	}
 }
+
+// TestUsersRefusedAtStart: as root, kiln serve refuses, before it makes
+// anything (no database, no bootstrap token), a --uid-range holding a
+// user of the host and a data dir its servers' users could not reach.
+func TestUsersRefusedAtStart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP USERS SUITE: needs root (kiln gives each server a user of its own only as root)")
+	}
+	closed := t.TempDir() // 0700, made by the testing package
+	dir := filepath.Join(closed, "data")
+	_, errOut, code := kiln(t, "serve", "--data-dir", dir, "--addr", "127.0.0.1:0", "--sftp-addr", "")
+	if code != 2 || !strings.Contains(errOut, "lets no other user through: run chmod o+x "+filepath.Dir(closed)) {
+		t.Errorf("serve below a closed directory: exit %d, %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bootstrap-token")); !os.IsNotExist(err) {
+		t.Errorf("a refused start made a bootstrap token: %v", err)
+	}
+	open := t.TempDir()
+	passable(t, []string{"--data-dir", filepath.Join(open, "data")})
+	_, errOut, code = kiln(t, "serve", "--data-dir", filepath.Join(open, "data"), "--addr", "127.0.0.1:0", "--sftp-addr", "", "--uid-range", "1-100")
+	if code != 2 || !strings.Contains(errOut, "--uid-range: the range 1-100 holds the user") {
+		t.Errorf("serve with a range holding host users: exit %d, %s", code, errOut)
+	}
+}
