@@ -143,6 +143,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return admin(ctx, args[1:], stdout, stderr)
 	case "testserver":
 		return testServer(ctx, args[1:], stdout, stderr)
+	case "shim":
+		return shim(ctx, args[1:])
 	case "ping":
 		return ping(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":

@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -642,7 +643,7 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 	return runtime.Spec{
 		ServerID: sv.ID, Root: s.node.Root(sv.ID), Argv: argv, Env: env,
 		MemoryMB: containerMemoryMB(sv.MemoryMB), CPUPercent: sv.CPUPercent, Port: sv.Port, BindHost: s.opts.PublicHost,
-		Image: imageOf(p, sv),
+		Image: imageOf(p, sv), StopCommand: cmp.Or(p.StopCommand, "stop"),
 	}, nil
 }
 
