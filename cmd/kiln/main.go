@@ -20,9 +20,11 @@
 // (Shutdown, 10 s), with event streams (the console's SSE) ended as
 // shutdown begins (streams.go), since Shutdown would wait for them
 // forever; then downloads (they fail as interrupted); then the servers
-// service, which gives process-runtime game servers their stop command
-// and lets docker containers run on, to be re-adopted at the next start;
-// then the instance row, the runtime, the store and the lock.
+// service, which lets game servers run on (process-runtime ones under
+// their holders, `kiln shim`; docker containers), to be re-adopted at the
+// next start, or with --stop-servers-on-exit gives each its stop command;
+// then the instance row, the runtime, the store and the lock. A kill -9
+// or a crash leaves the game servers running just the same.
 //
 // Command line: every command and subcommand answers -h/--help with its
 // synopsis (positional arguments named: `kiln admin token revoke ID`),

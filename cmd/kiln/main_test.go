@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
@@ -64,9 +65,17 @@ var addrRE = regexp.MustCompile(`msg="kiln serving" addr=(\S+)`)
 // listens.
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startServeOf(t, kilnBin, args...)
+}
+
+// startServeOf runs kiln serve of the binary bin (startServe). At the end
+// of the test the game servers it leaves running under holders (in
+// <data-dir>/run) are killed.
+func startServeOf(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
 	passable(t, args)
 	p := &proc{t: t, done: make(chan error, 1)}
-	p.cmd = exec.Command(kilnBin, append([]string{"serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"}, args...)...)
+	p.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"}, args...)...)
 	p.cmd.Env = cleanEnv()
 	outR, _ := p.cmd.StdoutPipe()
 	errR, _ := p.cmd.StderrPipe()
@@ -82,6 +91,9 @@ func startServe(t *testing.T, args ...string) *proc {
 		if p.cmd.ProcessState == nil {
 			p.cmd.Process.Kill()
 			<-p.done
+		}
+		if dir := dataDirOf(args); dir != "" {
+			serverstest.EndHolders(t, filepath.Join(dir, "run"))
 		}
 	})
 	select {
@@ -101,12 +113,7 @@ func startServe(t *testing.T, args ...string) *proc {
 // system's temporary directory are changed.
 func passable(t *testing.T, args []string) {
 	t.Helper()
-	dir := ""
-	for i, a := range args {
-		if a == "--data-dir" && i+1 < len(args) {
-			dir = args[i+1]
-		}
-	}
+	dir := dataDirOf(args)
 	if dir == "" {
 		return
 	}
@@ -118,6 +125,17 @@ func passable(t *testing.T, args []string) {
 			}
 		}
 	}
+}
+
+// dataDirOf is the value of --data-dir in args, "" when none.
+func dataDirOf(args []string) string {
+	dir := ""
+	for i, a := range args {
+		if a == "--data-dir" && i+1 < len(args) {
+			dir = args[i+1]
+		}
+	}
+	return dir
 }
 
 func (p *proc) copy(r io.Reader, buf *bytes.Buffer, addr chan<- string) {
