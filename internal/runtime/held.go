@@ -412,6 +412,35 @@ func (hi *heldInstance) Ref() string {
 // always, its holder keeps it.
 func (hi *heldInstance) Outlives() bool { return true }
 
+// StartedAt is when the game started (its start time after the host's
+// boot, to 10 ms; zero when unknown), so that an uptime counts from there
+// and not from a re-attach.
+func (hi *heldInstance) StartedAt() time.Time {
+	boot, err := bootTime()
+	if err != nil {
+		return time.Time{}
+	}
+	return boot.Add(time.Duration(hi.ticks) * time.Second / clockTicks)
+}
+
+// bootTime is when the host booted (btime of /proc/stat, in seconds).
+func bootTime() (time.Time, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, err
+	}
+	for line := range strings.Lines(string(data)) {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("btime of /proc/stat: %w", err)
+			}
+			return time.Unix(n, 0), nil
+		}
+	}
+	return time.Time{}, errors.New("no btime in /proc/stat")
+}
+
 // read delivers the console until the exit, the holder's end, or Close.
 func (hi *heldInstance) read() {
 	defer hi.p.readers.Done()

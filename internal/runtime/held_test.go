@@ -190,6 +190,7 @@ func TestHeldReattach(t *testing.T) {
 
 	p2 := heldProcess(t, state)
 	con := &console{}
+	adopted := time.Now()
 	inst, err := p2.Adopt(t.Context(), spec, ref, con.add)
 	if err != nil {
 		t.Fatalf("Adopt(%q) = %v", ref, err)
@@ -208,6 +209,9 @@ func TestHeldReattach(t *testing.T) {
 	con.wait(t, "echo: say hello")
 	if st, err := inst.Stats(t.Context()); err != nil || st.MemoryBytes <= 0 {
 		t.Errorf("Stats = %+v, %v; want memory > 0", st, err)
+	}
+	if at := hi.StartedAt(); at.After(adopted) || time.Since(at) > time.Minute {
+		t.Errorf("StartedAt() = %v, want the game's start, before the Adopt at %v", at, adopted)
 	}
 	if err := inst.Stop(); err != nil {
 		t.Fatalf("Stop = %v", err)

@@ -73,7 +73,9 @@
 //     rather than slowing the server. Deleting a server ends its streams.
 //   - Live figures: CPU and memory are sampled every 5 s, disk every
 //     minute, in the background, so a list never waits on a runtime or a
-//     directory walk. DiskUsage measures on demand; Access gives writers
+//     directory walk. Uptime counts from the attach, or from the
+//     instance's own start when it says (StartedAt: a held process), so
+//     that a re-adoption does not reset it. DiskUsage measures on demand; Access gives writers
 //     (files, SFTP, snapshot restore) the free space from the last walk
 //     plus Kiln's own writes since, and asks the sampler for a new walk
 //     when that figure is older than 5 s: a save never waits for a walk of

@@ -377,6 +377,12 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 	}
 	l.inst = inst
 	l.startedAt = time.Now()
+	if st, ok := inst.(interface{ StartedAt() time.Time }); ok {
+		// A re-adopted instance's uptime counts from its start, not ours.
+		if at := st.StartedAt(); !at.IsZero() && at.Before(l.startedAt) {
+			l.startedAt = at
+		}
+	}
 	l.res = Resources{}
 	l.mu.Unlock()
 	if _, err := s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = $1 WHERE id = $2`, inst.Ref(), sv.ID); err != nil {
