@@ -570,6 +570,16 @@ func (p *Process) Close() error {
 	return nil
 }
 
+// HeldServers lists the ids of the servers with a holder in the state
+// directory (HeldServers of it), so that the caller can end those it no
+// longer knows (Remove).
+func (p *Process) HeldServers() ([]string, error) {
+	if p.opts.StateDir == "" {
+		return nil, nil
+	}
+	return HeldServers(p.opts.StateDir)
+}
+
 // Remove implements Runtime: the state directory of the server's holder
 // goes (a holder still there is ended first, with its game).
 func (p *Process) Remove(ctx context.Context, serverID string) error {

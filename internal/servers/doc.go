@@ -51,7 +51,8 @@
 //     runtime, never adopted twice) is started again when its desired
 //     state is running. Stored statuses are made true first: a killed
 //     kiln leaves "running" behind. Roots without a server row (a delete
-//     interrupted after the row went) are removed.
+//     interrupted after the row went) are removed, and holders without
+//     one are ended with their games.
 //   - Shutdown (SIGTERM of kiln serve, or its kill -9, crash or upgrade):
 //     servers that run on without kiln (under holders, docker containers;
 //     an instance says so: Outlives, where a container's says nothing)

@@ -180,3 +180,29 @@ func TestHeldExitWhileDown(t *testing.T) {
 		t.Errorf("pid %d after the restart, want a new process", got)
 	}
 }
+
+// TestOrphanHolderEnded: a game server under a holder whose server row is
+// gone (removed behind kiln's back) is ended at the next recovery.
+func TestOrphanHolderEnded(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	dir := t.TempDir()
+	env := serverstest.New(t, db, serverstest.Options{DataDir: dir, Holders: true})
+	sv := newTestServer(t, env.Service, teamID)
+	if err := env.Service.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, env.Service, teamID, sv.ID, servers.StatusRunning)
+	pid := heldPID(t, db, sv.ID)
+	env.Stop()
+	if _, err := db.Write().ExecContext(t.Context(), `DELETE FROM servers WHERE id = $1`, sv.ID); err != nil {
+		t.Fatal(err)
+	}
+	env2 := serverstest.New(t, db, serverstest.Options{DataDir: dir, Holders: true})
+	if alive(pid) {
+		t.Error("the game of a deleted server runs on after recovery")
+	}
+	if ids, err := runtime.HeldServers(env2.StateDir); err != nil || len(ids) != 0 {
+		t.Errorf("holders after recovery: %q, %v; want none", ids, err)
+	}
+}

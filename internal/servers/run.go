@@ -61,7 +61,32 @@ func (s *Service) recoverAll(ctx context.Context) error {
 		s.recoverOne(ctx, sv)
 	}
 	s.removeOrphanRoots(known)
+	s.endOrphanHolders(ctx, known)
 	return nil
+}
+
+// endOrphanHolders ends the game servers that run on under holders
+// (process runtime) for servers this node no longer has (a row removed
+// behind kiln's back): nothing would ever stop them.
+func (s *Service) endOrphanHolders(ctx context.Context, known map[string]bool) {
+	h, ok := s.node.Runtime().(interface{ HeldServers() ([]string, error) })
+	if !ok {
+		return
+	}
+	ids, err := h.HeldServers()
+	if err != nil {
+		s.log.Warn("list the servers' holders", "err", err)
+		return
+	}
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		s.log.Warn("ending a game server of no server of this node", "server_id", id)
+		if err := s.node.Runtime().Remove(ctx, id); err != nil {
+			s.log.Warn("end a game server of no server of this node", "server_id", id, "err", err)
+		}
+	}
 }
 
 func (s *Service) recoverOne(ctx context.Context, sv Server) {
