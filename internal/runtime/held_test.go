@@ -453,6 +453,7 @@ func TestHolderProtocol(t *testing.T) {
 	spec.StopCommand = "stop"
 	s := startHeld(t, p, spec)
 	s.con.wait(t, "ready")
+	p.Close() // the connections below are the holder's only ones
 
 	r, hello := dialRaw(t, s.dir)
 	if hello["shim"] != "kiln" || hello["protocol"] != 1.0 || hello["version"] != "test" || hello["pid"] == nil {
