@@ -35,6 +35,13 @@
 // install recorded, else "dev"). kiln admin never creates or migrates a
 // database (store.OpenExisting): it names on stderr the database it
 // opened, and refuses, naming where it looked, when there is none.
+//
+// kiln admin node stop-all talks to the game servers' holders directly
+// (runtime.StopHeld), not to kiln serve, which has no local control
+// channel and would take the stops for crashes: it takes the data dir's
+// lock, so it refuses while kiln serve runs and keeps one from starting
+// meanwhile, and needs no database. kiln shim (a holder) and kiln
+// testserver (the kiln-test game) are hidden: kiln serve runs them.
 package main
 
 import (
