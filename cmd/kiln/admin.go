@@ -39,6 +39,7 @@ var adminCommands = []adminCommand{
 	{"dbhost", "add", []string{"NAME"}, "--engine postgres|mariadb --dsn URL|- [--address HOST:PORT]", "register a database host for dbservices (logs in first; the DSN is stored sealed)"},
 	{"dbhost", "list", nil, "", "list the database hosts (never their DSNs)"},
 	{"dbhost", "remove", []string{"NAME"}, "", "unregister a database host no dbservice uses"},
+	{"node", "stop-all", nil, "[--timeout D] [--kill]", "stop the game servers kiln serve left running on this data dir (it must not run)"},
 }
 
 func (c adminCommand) line() string {
@@ -66,7 +67,7 @@ func writeAdminCommands(w io.Writer, subject string) {
 func adminUsage(w io.Writer, subject string) {
 	fmt.Fprint(w, "Usage:\n")
 	writeAdminCommands(w, subject)
-	fmt.Fprint(w, "\nThey work on the database of kiln serve (--data-dir or --database-url), also\nwhile it runs. Every command takes -h.\n")
+	fmt.Fprint(w, "\nThey work on the database of kiln serve (--data-dir or --database-url), also\nwhile it runs; node stop-all works on the data dir's game servers, only while\nit does not. Every command takes -h.\n")
 }
 
 func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -98,15 +99,25 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Sprintf("unknown admin command %q", subject+" "+verb)}
 	}
 	var sc storeConfig
-	s := newSettings(command{
-		synopsis: cmd.line() + " [flags]",
-		about:    strings.ToUpper(cmd.about[:1]) + cmd.about[1:] + ".",
-	}, stdout, stderr)
-	sc.register(s)
+	about := strings.ToUpper(cmd.about[:1]) + cmd.about[1:] + "."
+	if subject == "node" {
+		about = nodeStopAllAbout
+	}
+	s := newSettings(command{synopsis: cmd.line() + " [flags]", about: about}, stdout, stderr)
+	if subject == "node" {
+		s.fs.StringVar(&sc.DataDir, "data-dir", "./kiln-data", "the data dir of kiln serve")
+	} else {
+		sc.register(s)
+	}
 	var team, kind, name string
 	var maxServers, maxMemory, maxDisk, maxSnapshots optionalFlag
 	var engine, dsn, address, secretKey string
+	var timeout time.Duration
+	var kill bool
 	switch subject + " " + verb {
+	case "node stop-all":
+		s.fs.DurationVar(&timeout, "timeout", 30*time.Second, "how long each server has to stop after its stop command before it is killed")
+		s.fs.BoolVar(&kill, "kill", false, "kill the servers at once (SIGKILL), without their stop command")
 	case "dbhost add":
 		s.fs.StringVar(&engine, "engine", "", "postgres or mariadb (required)")
 		s.fs.StringVar(&dsn, "dsn", "", "the admin URL Kiln logs in with, e.g. postgres://kiln:PASSWORD@db.example:5432/postgres or mariadb://root:PASSWORD@db.example:3306/; - reads it from standard input (keeps it out of the shell's history and ps)")
@@ -136,6 +147,12 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if (subject == "token") && verb != "revoke" && team == "" {
 		return usageError{"--team is required"}
+	}
+	if subject == "node" {
+		if timeout < 0 {
+			return usageError{"--timeout must not be negative"}
+		}
+		return nodeStopAll(ctx, sc.DataDir, timeout, kill, stdout)
 	}
 
 	db, err := sc.openExisting(ctx, stderr)

@@ -28,9 +28,11 @@
 // (Shutdown, 10 s), with event streams (the console's SSE) ended as
 // shutdown begins (streams.go), since Shutdown would wait for them
 // forever; then downloads (they fail as interrupted); then the servers
-// service, which gives process-runtime game servers their stop command
-// and lets docker containers run on, to be re-adopted at the next start;
-// then the instance row, the runtime, the store and the lock.
+// service, which lets game servers run on (process-runtime ones under
+// their holders, `kiln shim`; docker containers), to be re-adopted at the
+// next start, or with --stop-servers-on-exit gives each its stop command;
+// then the instance row, the runtime, the store and the lock. A kill -9
+// or a crash leaves the game servers running just the same.
 //
 // Command line: every command and subcommand answers -h/--help with its
 // synopsis (positional arguments named: `kiln admin token revoke ID`),
@@ -41,6 +43,13 @@
 // install recorded, else "dev"). kiln admin never creates or migrates a
 // database (store.OpenExisting): it names on stderr the database it
 // opened, and refuses, naming where it looked, when there is none.
+//
+// kiln admin node stop-all talks to the game servers' holders directly
+// (runtime.StopHeld), not to kiln serve, which has no local control
+// channel and would take the stops for crashes: it takes the data dir's
+// lock, so it refuses while kiln serve runs and keeps one from starting
+// meanwhile, and needs no database. kiln shim (a holder) and kiln
+// testserver (the kiln-test game) are hidden: kiln serve runs them.
 package main
 
 import (
@@ -151,6 +160,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return admin(ctx, args[1:], stdout, stderr)
 	case "testserver":
 		return testServer(ctx, args[1:], stdout, stderr)
+	case "shim":
+		return shim(ctx, args[1:])
 	case "ping":
 		return ping(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":

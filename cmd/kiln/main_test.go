@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
@@ -64,16 +65,30 @@ var addrRE = regexp.MustCompile(`msg="kiln serving" addr=(\S+)`)
 // listens.
 func startServe(t *testing.T, args ...string) *proc {
 	t.Helper()
-	return startServeUnder(t, nil, args...)
+	return startServeWith(t, nil, kilnBin, args...)
 }
 
 // startServeUnder is startServe run by a wrapper command (e.g. prlimit
 // …), which must exec kiln in its place.
 func startServeUnder(t *testing.T, wrapper []string, args ...string) *proc {
 	t.Helper()
+	return startServeWith(t, wrapper, kilnBin, args...)
+}
+
+// startServeOf runs kiln serve of the binary bin (startServe).
+func startServeOf(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
+	return startServeWith(t, nil, bin, args...)
+}
+
+// startServeWith runs kiln serve of the binary bin under wrapper (none:
+// nil). At the end of the test the game servers it leaves running under
+// holders (in <data-dir>/run) are killed.
+func startServeWith(t *testing.T, wrapper []string, bin string, args ...string) *proc {
+	t.Helper()
 	passable(t, args)
 	p := &proc{t: t, done: make(chan error, 1)}
-	argv := append(append(append([]string{}, wrapper...), kilnBin, "serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"), args...)
+	argv := append(append(append([]string{}, wrapper...), bin, "serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"), args...)
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Env = cleanEnv()
 	outR, _ := p.cmd.StdoutPipe()
@@ -90,6 +105,9 @@ func startServeUnder(t *testing.T, wrapper []string, args ...string) *proc {
 		if p.cmd.ProcessState == nil {
 			p.cmd.Process.Kill()
 			<-p.done
+		}
+		if dir := dataDirOf(args); dir != "" {
+			serverstest.EndHolders(t, filepath.Join(dir, "run"))
 		}
 	})
 	select {
@@ -109,12 +127,7 @@ func startServeUnder(t *testing.T, wrapper []string, args ...string) *proc {
 // system's temporary directory are changed.
 func passable(t *testing.T, args []string) {
 	t.Helper()
-	dir := ""
-	for i, a := range args {
-		if a == "--data-dir" && i+1 < len(args) {
-			dir = args[i+1]
-		}
-	}
+	dir := dataDirOf(args)
 	if dir == "" {
 		return
 	}
@@ -126,6 +139,17 @@ func passable(t *testing.T, args []string) {
 			}
 		}
 	}
+}
+
+// dataDirOf is the value of --data-dir in args, "" when none.
+func dataDirOf(args []string) string {
+	dir := ""
+	for i, a := range args {
+		if a == "--data-dir" && i+1 < len(args) {
+			dir = args[i+1]
+		}
+	}
+	return dir
 }
 
 func (p *proc) copy(r io.Reader, buf *bytes.Buffer, addr chan<- string) {

@@ -136,12 +136,15 @@ type serveConfig struct {
 	ServerAllow        listFlag
 	serverAllow        []node.Allowed
 	ServerEgress       string
+	StopServersOnExit  bool
 }
 
 var serveCommand = command{
 	synopsis: "kiln serve [flags]",
 	about: `Run the service: the HTTP API, the game servers of this machine, remote
-downloads. One kiln serve per data dir; SIGINT or SIGTERM stops it.
+downloads. One kiln serve per data dir; SIGINT or SIGTERM stops it, and
+the game servers keep running for the next kiln serve to re-attach to
+(unless --stop-servers-on-exit).
 On the very first start it creates team "default" and prints its first
 token once (also written to <data-dir>/bootstrap-token).`,
 }
@@ -181,6 +184,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.UIDRange, "uid-range", servers.DefaultUIDRange.String(), "user ids process-runtime servers run as, one each, when kiln runs as root (FIRST-LAST, free of the host's users and groups), or off: every server runs as kiln's user")
 	s.fs.Var(&c.ServerAllow, "server-allow", "ADDR[/BITS][:PORT] game servers with users of their own may connect to despite the network rules (a private mod mirror, a service on the host; database hosts are allowed by themselves); repeatable, or comma-separated")
 	s.fs.StringVar(&c.ServerEgress, "server-egress", "guarded", "guarded: game servers with users of their own reach the internet and the node's game ports, not the host's other services nor private, loopback or link-local ranges (nftables); open: no rules")
+	s.fs.BoolVar(&c.StopServersOnExit, "stop-servers-on-exit", false, "on SIGINT or SIGTERM, stop every game server (its stop command, up to 30 s) before exiting; by default they keep running and the next kiln serve re-attaches to them (kiln admin node stop-all stops them later)")
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
 	pos, err := s.parse(args)
@@ -511,6 +515,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users, StopTimeout: stopGrace,
+		StopServersOnExit: cfg.StopServersOnExit,
 	}, log)
 	// Snapshots: taken, restored and deleted in the background; the
 	// executor takes one before a replace or delete.
@@ -830,15 +835,20 @@ func writeSecretFile(path, data string) error {
 
 // openRuntime connects the runtime of --runtime. It returns the path of the
 // kiln binary as that runtime sees it (for the kiln-test profile) and a
-// function that releases the runtime (docker containers keep running).
-// stopGrace becomes the containers' stop timeout.
+// function that releases the runtime (game servers keep running: process
+// ones under their holders, `kiln shim` of this very binary with its state
+// in <data-dir>/run; docker containers). stopGrace becomes the
+// containers' stop timeout.
 func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, log *slog.Logger) (runtime.Runtime, string, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("find the kiln binary: %w", err)
 	}
 	if cfg.Runtime == "process" {
-		return runtime.NewProcess(log), self, func() {}, nil
+		p := runtime.NewProcessWith(log, runtime.ProcessOptions{
+			Holder: []string{"/proc/self/exe", "shim"}, StateDir: filepath.Join(cfg.DataDir, "run"),
+		})
+		return p, self, func() { p.Close() }, nil
 	}
 	d, err := docker.New(ctx, docker.Options{Host: cfg.DockerHost, User: cfg.DockerUser, Log: log, StopTimeout: stopGrace})
 	if err != nil {

@@ -159,6 +159,50 @@ func TestSIGTERMFinishes(t *testing.T) {
 
 	t.Run("process server", func(t *testing.T) {
 		p, token, args := devServe(t)
+		id, addr := createServer(t, p, token, "kept", true)
+		ended := openStream(t, p.addr, token, id)
+		level := filepath.Join(args[1], "servers", id, "world", "level.dat")
+		before, err := os.ReadFile(level)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids := testserverPIDs(portOf(addr))
+		if len(pids) != 1 {
+			t.Fatalf("game processes: %v, want 1", pids)
+		}
+		stopClean(t, p)
+		waitEnded(t, ended, "the console stream")
+		// The game server runs on, untouched: the same process, answering,
+		// its world not saved (it was not stopped).
+		pingAddr(t, addr)
+		if after := testserverPIDs(portOf(addr)); !slices.Equal(after, pids) {
+			t.Errorf("game processes after kiln serve exited: %v, want %v still running", after, pids)
+		}
+		if after, _ := os.ReadFile(level); !bytes.Equal(before, after) {
+			t.Error("level.dat changed: the server was stopped")
+		}
+		printWhileDown(t, args[1], id, "said between the two")
+		// The next start re-attaches to it.
+		p2 := startServe(t, args...)
+		waitServer(t, p2.addr, token, id, "running")
+		if after := testserverPIDs(portOf(addr)); !slices.Equal(after, pids) {
+			t.Errorf("game processes after the restart: %v, want %v re-attached", after, pids)
+		}
+		for _, want := range []string{"[Server] said between the two", "[kiln] re-attached to the running server"} {
+			if !consoleHas(t, p2.addr, token, id, want) {
+				t.Errorf("console after the restart lacks %q", want)
+			}
+		}
+		// A stop after the re-attach works, gracefully.
+		stopServer(t, p2, token, id, addr)
+		if after, _ := os.ReadFile(level); bytes.Equal(before, after) {
+			t.Error("level.dat unchanged by the stop: the server was not stopped gracefully")
+		}
+		stopClean(t, p2)
+	})
+
+	t.Run("process server, --stop-servers-on-exit", func(t *testing.T) {
+		p, token, args := devServe(t, "--stop-servers-on-exit")
 		id, addr := createServer(t, p, token, "graceful", true)
 		ended := openStream(t, p.addr, token, id)
 		level := filepath.Join(args[1], "servers", id, "world", "level.dat")
@@ -174,9 +218,13 @@ func TestSIGTERMFinishes(t *testing.T) {
 		if err != nil || bytes.Equal(before, after) {
 			t.Errorf("level.dat unchanged by the shutdown (%v): the server was not stopped gracefully", err)
 		}
-		port := addr[strings.LastIndex(addr, ":")+1:]
-		if n := testserverProcs(port); n != 0 {
+		if n := testserverProcs(portOf(addr)); n != 0 {
 			t.Errorf("%d game server processes left after kiln serve exited", n)
+		}
+		if ids, _ := os.ReadDir(filepath.Join(args[1], "run")); len(ids) > 0 {
+			if _, err := os.Stat(filepath.Join(args[1], "run", id, "holder.sock")); err == nil {
+				t.Error("the server's holder is still there after kiln serve exited")
+			}
 		}
 		// It comes back with the next start (its desired state is running).
 		p2 := startServe(t, args...)

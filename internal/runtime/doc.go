@@ -1,14 +1,17 @@
 // Package runtime starts, watches and stops the processes of game servers.
 // It defines the Runtime interface that a node uses and the process runtime
-// (the default): the profile's command as a child process group in the
-// server's root, console on stdin/stdout, limits from a cgroup of its own
-// where the host allows one, stats from /proc and that cgroup. The docker
-// runtime (subpackage docker) satisfies the same interface with a container
-// per server.
+// (the default): the profile's command as a process group in the server's
+// root, under a holder of its own that outlives kiln (`kiln shim`), console
+// on stdin/stdout, limits from a cgroup of its own where the host allows
+// one, stats from /proc and that cgroup. The docker runtime (subpackage
+// docker) satisfies the same interface with a container per server.
 //
 // What it never does: decide policy. Whether to restart a crashed server,
-// what "running" means (a status ping answered) and what state to store are
-// the servers package's business; a runtime only reports exits and output.
+// what "running" means (a status ping answered), what state to store and
+// whether to stop servers when kiln exits are the servers package's
+// business; a runtime only reports exits and output. A holder never
+// outlives its game's collection, never lets its game outlive it, never
+// reads the server's root, and never listens anywhere but its socket.
 //
 // Decisions for both runtimes:
 //   - HOME: Spec.Env without HOME gets HOME set to the server root as the
@@ -20,13 +23,83 @@
 //     console, and Err, the detail, which Error() also gives, for the log.
 //
 // Decisions for the process runtime:
-//   - Children run in their own process group with SIGKILL as the parent
-//     death signal, so a `kill -9` of kiln serve takes its game servers with
-//     it instead of leaving them orphaned; the pid and its start time (field
-//     22 of /proc/<pid>/stat) are kept by the caller so that the next start
-//     can recognise and kill a survivor (pid reuse makes the pid alone
-//     unsafe) before starting the server again. A process runtime cannot
-//     re-attach to a console it no longer holds, so Adopt kills and reports
+//   - Holders (holder.go, held.go, holderproto.go; what kiln serve uses,
+//     ProcessOptions.Holder): each server runs under a holder of its own, a
+//     small process (`kiln shim DIR`, RunHolder) in the manner of
+//     containerd's shim or conmon, so that game servers outlive kiln serve
+//     (a crash, a kill -9, SIGTERM, an upgrade) and the next kiln
+//     re-attaches to them without restarting them. kiln runs the holder
+//     command (its own binary, /proc/self/exe, so the launch needs no
+//     version), which starts itself again in a session of its own and
+//     returns: the holder is no child of kiln's, nothing is left to reap,
+//     and nothing sent to kiln's process group or session reaches it. The
+//     launch (argv, environment, user, stop command, cgroup) comes on its
+//     stdin, never on disk, as the environment may hold credentials; its
+//     one report (the game's pid and start time, or why it did not start)
+//     on its stdout; its environment is PATH alone (the game's command is
+//     looked up there, as kiln did); its log is holder.log beside its
+//     socket. The holder runs as kiln's user and starts the game exactly as
+//     kiln starts a child (spawn: the server's uid and gid, no
+//     supplementary groups, no_new_privs, its own process group, its cgroup
+//     by CLONE_INTO_CGROUP or moved there, its root as working directory),
+//     with SIGKILL as the parent-death signal relative to the holder: a game
+//     never outlives its holder, so a holder gone is a game gone. The holder
+//     stays in kiln's cgroup, not the server's: its memory and threads do
+//     not count against the server's limits.
+//   - A holder holds the game's stdin and its stdout and stderr (one pipe)
+//     and keeps the last 1,000 console lines (capped as below), numbered
+//     from 1, so that lines printed while kiln is down are replayed when it
+//     re-attaches; a reader 1,000 lines behind misses lines, it never slows
+//     the game. When the game ends (its output read to the end, its cgroup
+//     emptied and removed) the holder records the exit and waits for kiln
+//     to collect it, so that an exit while kiln was down is reported at the
+//     re-attach; then it removes its socket and exits. kiln collects before
+//     it closes Done: killed between the two, the exit is lost, and the next
+//     kiln, finding no holder, starts the server again if it should run, as
+//     after any lost holder. SIGTERM or SIGINT to a holder (a host shutting
+//     down) ends its game with SIGTERM and the holder once the game has
+//     ended, uncollected; SIGHUP is ignored.
+//   - The socket is <StateDir>/<server id>/holder.sock, in directories only
+//     kiln's user can enter (0700; kiln serve's <data-dir>/run, closed like
+//     the rest of the data dir), never in the server's root, which its game
+//     can write: whoever reaches a socket commands that server. A path too
+//     long for a socket address is reached through /proc/self/fd.
+//   - The protocol (holderproto.go) is versioned and stable: each
+//     connection starts with the holder's greeting (protocol version, kiln
+//     version, pid), then kiln's one request and the reply, in JSON lines:
+//     status, attach (the console from a line number on, then the exit),
+//     write, signal (TERM or KILL to the game's process group), release
+//     (the exit is collected). Version 1 is frozen: fields may be added,
+//     none removed or changed in meaning; a kiln speaks every version that
+//     holders it may find speak, so an upgrade re-attaches. A holder of a
+//     version this kiln does not speak (a downgrade) is ended with its game,
+//     and the server started again.
+//   - Ref is "holder:<game pid>:<start time>". Adopt asks the holder in the
+//     server's directory for its status and re-attaches when it holds that
+//     very process, its console replayed before Adopt returns (an ended
+//     game: an instance already done, with its exit). A holder gone:
+//     ErrNotAdoptable (its game went with it). A holder of another process
+//     (a start whose ref a killed kiln never recorded) or of another
+//     protocol: ended with its game, ErrNotAdoptable; the caller starts the
+//     server again, never twice. For the same reason Start ends a holder it
+//     finds in the server's directory before it starts one. Stats are read
+//     by kiln from /proc and the cgroup of the game's pid, as for a child.
+//     Close lets go of the held instances (their Done stays open; they run
+//     on); Remove ends a holder still there and removes the directory.
+//     StopHeld stops a held game without kiln serve (kiln admin node
+//     stop-all): its stop command (Spec.StopCommand, kept by the holder),
+//     SIGKILL after a timeout, the exit collected.
+//   - An instance's Outlives method (held: true; a child: false) tells
+//     the caller what ends with kiln, so must be stopped at its exit.
+//   - Without holders (no ProcessOptions.Holder: a library use, the tests
+//     of the child start), and for a ref of the older form "<pid>:<start
+//     time>" (a kiln before holders, whose children died with it or were
+//     stopped at its exit): children run in their own process group with
+//     SIGKILL as the parent-death signal, so a kill -9 of kiln takes its
+//     game servers with it instead of leaving them orphaned; pid reuse
+//     makes the pid alone unsafe, hence the start time (field 22 of
+//     /proc/<pid>/stat). Such a process cannot be re-attached: Adopt kills
+//     a survivor matching ref, with its group and its cgroup, and reports
 //     ErrNotAdoptable; the caller restarts.
 //   - Console output lines are capped at 8 KiB (longer lines are split) so
 //     a runaway server cannot make Kiln buffer without bound.
@@ -90,9 +163,11 @@
 // a container's first process ends: the server is over, and an orphan
 // holding the console pipe would keep Done from closing. The cgroup is then
 // removed (rmdir, retried for up to 5 s while killed processes leave)
-// before Done is closed. An exit by SIGKILL with the cgroup's oom_kill
-// count above zero is told as "killed (out of memory)", as by the docker
-// runtime. Adopt also empties and removes the cgroup of the server.
+// before Done is closed; under a holder the holder does it, before it
+// records the exit, kiln running or not. An exit by SIGKILL with the
+// cgroup's oom_kill count above zero is told as "killed (out of memory)",
+// as by the docker runtime. Adopt of an older ref also empties and removes
+// the cgroup of the server.
 //
 // Stats: memory is that of the cgroup when there is one (every process of
 // the server, less the inactive file cache, as docker counts it:

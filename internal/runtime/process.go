@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	goruntime "runtime"
 	"strconv"
 	"strings"
@@ -30,6 +31,11 @@ type Process struct {
 
 	probe sync.Once
 	cg    *cgroupHost // nil: servers run without cgroup limits
+
+	mu      sync.Mutex
+	closed  bool
+	held    map[*heldInstance]struct{} // attached to their holders (held.go)
+	readers sync.WaitGroup             // their console readers
 }
 
 // ProcessOptions tunes the process runtime.
@@ -37,6 +43,17 @@ type ProcessOptions struct {
 	// CgroupRoot is where the cgroup filesystems are mounted;
 	// DefaultCgroupRoot when empty.
 	CgroupRoot string
+	// Holder is the command that runs a server's holder (RunHolder; kiln
+	// serve passes /proc/self/exe shim): each server then runs under a
+	// holder of its own, outlives kiln and is re-adopted by the next one
+	// (doc.go, "Holders"). Empty: servers are kiln's own children and end
+	// with it.
+	Holder []string
+	// StateDir is where holders keep their sockets and logs, one
+	// directory per server (<data-dir>/run for kiln serve). It must be a
+	// directory only kiln's user can enter: whoever reaches a holder's
+	// socket commands its server. Required with Holder.
+	StateDir string
 }
 
 // NewProcess returns the process runtime with the default options.
@@ -47,7 +64,12 @@ func NewProcessWith(log *slog.Logger, opts ProcessOptions) *Process {
 	if opts.CgroupRoot == "" {
 		opts.CgroupRoot = DefaultCgroupRoot
 	}
-	return &Process{log: log, opts: opts}
+	if opts.StateDir != "" {
+		if abs, err := filepath.Abs(opts.StateDir); err == nil {
+			opts.StateDir = abs
+		}
+	}
+	return &Process{log: log, opts: opts, held: map[*heldInstance]struct{}{}}
 }
 
 // Name implements Runtime.
@@ -87,15 +109,12 @@ func (p *Process) Start(ctx context.Context, spec Spec, console func(string)) (I
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("start: empty command")
 	}
-	var cg *cgroup
-	if h := p.cgroups(ctx); h != nil {
-		var err error
-		if cg, err = h.create(spec); err != nil {
-			p.unlimited(ctx, spec.ServerID, err)
-			cg = nil
-		}
+	if len(p.opts.Holder) > 0 {
+		return p.startHeld(ctx, spec, console)
 	}
-	c, cg, err := p.spawn(ctx, spec, cg)
+	cg := p.newCgroup(ctx, spec)
+	c, cg, notes, err := spawn(spec, cg)
+	p.logNotes(ctx, spec.ServerID, notes)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
@@ -129,59 +148,97 @@ func (p *Process) Start(ctx context.Context, spec Spec, console func(string)) (I
 	return pi, nil
 }
 
+// newCgroup makes the cgroup of spec's server with its limits, or returns
+// nil when the host or that server cannot have one (warned).
+func (p *Process) newCgroup(ctx context.Context, spec Spec) *cgroup {
+	h := p.cgroups(ctx)
+	if h == nil {
+		return nil
+	}
+	cg, err := h.create(spec)
+	if err != nil {
+		p.unlimited(ctx, spec.ServerID, err)
+		return nil
+	}
+	return cg
+}
+
+// logNotes logs what a start had to give up of its cgroup.
+func (p *Process) logNotes(ctx context.Context, serverID string, n spawnNotes) {
+	if n.cloneIntoRefused != "" {
+		p.log.InfoContext(ctx, "starting in a cgroup is refused; servers are moved into theirs after the start", "err", n.cloneIntoRefused)
+	}
+	if n.unlimited != "" {
+		p.unlimited(ctx, serverID, errors.New(n.unlimited))
+	}
+}
+
 // child is a started command and its console pipes.
 type child struct {
 	cmd   *exec.Cmd
-	stdin io.WriteCloser
+	stdin *os.File // the write end of its stdin
 	out   *os.File // stdout and stderr
+}
+
+// spawnNotes says what a start gave up of its cgroup (empty: nothing).
+type spawnNotes struct {
+	// cloneIntoRefused: clone3 with CLONE_INTO_CGROUP was refused (why);
+	// the process was moved into its cgroup after the start, and so will
+	// later ones be (cgroupHost.noCloneInto).
+	cloneIntoRefused string
+	// unlimited: the process could not be moved into its cgroup (why);
+	// it runs without limits.
+	unlimited string
 }
 
 // spawn starts the command of spec in cg, which it returns, or nil when the
 // process could not be placed there (or on a start error, after removing
 // it). On v2 the child is created in its cgroup (clone3 with
 // CLONE_INTO_CGROUP), so nothing it does escapes the limits; else it is
-// moved there right after the start.
-func (p *Process) spawn(ctx context.Context, spec Spec, cg *cgroup) (*child, *cgroup, error) {
+// moved there right after the start. Both the process runtime and a
+// holder (holder.go) start games with it.
+func spawn(spec Spec, cg *cgroup) (*child, *cgroup, spawnNotes, error) {
+	var n spawnNotes
 	if cg == nil {
 		c, err := startChild(spec, -1)
-		return c, nil, err
+		return c, nil, n, err
 	}
 	if cg.host.v2 && !cg.host.noCloneInto.Load() {
 		if dir, err := os.Open(cg.dirs[0]); err == nil {
 			c, err := startChild(spec, int(dir.Fd()))
 			dir.Close()
 			if err == nil {
-				return c, cg, nil
+				return c, cg, n, nil
 			}
 			if _, ok := errors.AsType[syscall.Errno](err); !ok {
 				_ = cg.remove()
-				return nil, nil, err
+				return nil, nil, n, err
 			}
 			// Either clone3 or CLONE_INTO_CGROUP is refused, or the command
 			// cannot run at all: a start without tells which.
 			c, err2 := startChild(spec, -1)
 			if err2 != nil {
 				_ = cg.remove()
-				return nil, nil, err2
+				return nil, nil, n, err2
 			}
 			cg.host.noCloneInto.Store(true)
-			p.log.InfoContext(ctx, "starting in a cgroup is refused; servers are moved into theirs after the start", "err", err)
-			return c, p.attach(ctx, spec, cg, c), nil
+			n.cloneIntoRefused = err.Error()
+			return c, attachChild(cg, c, &n), n, nil
 		}
 	}
 	c, err := startChild(spec, -1)
 	if err != nil {
 		_ = cg.remove()
-		return nil, nil, err
+		return nil, nil, n, err
 	}
-	return c, p.attach(ctx, spec, cg, c), nil
+	return c, attachChild(cg, c, &n), n, nil
 }
 
-// attach moves the started child into cg and returns cg, or nil when it
-// could not (then the child runs without limits).
-func (p *Process) attach(ctx context.Context, spec Spec, cg *cgroup, c *child) *cgroup {
+// attachChild moves the started child into cg and returns cg, or nil when
+// it could not (then the child runs without limits, said in n).
+func attachChild(cg *cgroup, c *child, n *spawnNotes) *cgroup {
 	if err := cg.attach(c.cmd.Process.Pid); err != nil {
-		p.unlimited(ctx, spec.ServerID, err)
+		n.unlimited = err.Error()
 		_ = cg.remove() // kills the child if it made it into one hierarchy
 		return nil
 	}
@@ -201,23 +258,28 @@ func startChild(spec Spec, cgroupFD int) (*child, error) {
 	if u := spec.User; u != nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{}}
 	}
-	stdin, err := cmd.StdinPipe()
+	// Pipes of our own rather than cmd.StdinPipe: the write end is an
+	// *os.File, so a write to a game that reads no more can time out.
+	inR, inW, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		stdin.Close()
+		inR.Close()
+		inW.Close()
 		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := startNoNewPrivs(cmd); err != nil {
-		pr.Close()
-		pw.Close()
-		return nil, err
-	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, pw, pw
+	err = startNoNewPrivs(cmd)
+	inR.Close()
 	pw.Close()
-	return &child{cmd: cmd, stdin: stdin, out: pr}, nil
+	if err != nil {
+		inW.Close()
+		pr.Close()
+		return nil, err
+	}
+	return &child{cmd: cmd, stdin: inW, out: pr}, nil
 }
 
 // startNoNewPrivs starts cmd with no_new_privs set (PR_SET_NO_NEW_PRIVS:
@@ -273,10 +335,22 @@ func exitOf(err error) Exit {
 	return Exit{Code: -1, Err: err}
 }
 
-// Adopt implements Runtime: a process cannot be re-attached, so a survivor
-// that matches ref is killed (with its group), so is whatever still runs in
-// the server's cgroup, and ErrNotAdoptable returned.
-func (p *Process) Adopt(ctx context.Context, spec Spec, ref string, _ func(string)) (Instance, error) {
+// Adopt implements Runtime. A server under a holder (a ref "holder:…")
+// is re-attached through it (held.go). A process of another ref (a kiln
+// without holders left it, or one ran without) cannot be re-attached, so
+// a survivor that matches ref is killed (with its group), so is whatever
+// still runs in the server's cgroup, and ErrNotAdoptable returned.
+func (p *Process) Adopt(ctx context.Context, spec Spec, ref string, console func(string)) (Instance, error) {
+	if rest, ok := strings.CutPrefix(ref, heldRefPrefix); ok {
+		return p.adoptHeld(ctx, spec, rest, console)
+	}
+	p.killSurvivor(ctx, spec, ref)
+	return nil, ErrNotAdoptable
+}
+
+// killSurvivor kills the process ref names if it still runs (with its
+// group) and whatever still runs in the server's cgroup.
+func (p *Process) killSurvivor(ctx context.Context, spec Spec, ref string) {
 	if pid, ticks, ok := parseRef(ref); ok && procAlive(pid, ticks) {
 		p.log.WarnContext(ctx, "killing a server process left by a previous kiln serve", "server_id", spec.ServerID, "pid", pid)
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -287,12 +361,9 @@ func (p *Process) Adopt(ctx context.Context, spec Spec, ref string, _ func(strin
 			p.log.WarnContext(ctx, "remove the cgroup left by a previous kiln serve", "server_id", spec.ServerID, "err", err)
 		}
 	}
-	return nil, ErrNotAdoptable
 }
 
-// Remove implements Runtime.
-func (p *Process) Remove(context.Context, string) error { return nil }
-
+// procInstance is a server that is kiln's own child (no holder).
 type procInstance struct {
 	cmd        *exec.Cmd
 	stdin      io.WriteCloser
@@ -300,12 +371,15 @@ type procInstance struct {
 	pid        int
 	startTicks uint64
 	done       chan struct{}
+	meter      meter
 
-	mu        sync.Mutex
-	exit      Exit
-	lastCPU   uint64
-	lastStamp time.Time
+	mu   sync.Mutex
+	exit Exit
 }
+
+// Outlives reports whether the instance runs on once kiln has exited:
+// never, a child of kiln dies with it (parent-death signal).
+func (pi *procInstance) Outlives() bool { return false }
 
 func (pi *procInstance) Ref() string {
 	return strconv.Itoa(pi.pid) + ":" + strconv.FormatUint(pi.startTicks, 10)
@@ -359,36 +433,49 @@ func (pi *procInstance) Exit() Exit {
 	return pi.exit
 }
 
-// Stats reads CPU since the previous call (percent of one core) from /proc
-// and memory from the cgroup (the whole process tree) or the resident
-// memory of the main process from /proc, whichever is larger.
+// Stats implements Instance (meter.stats).
 func (pi *procInstance) Stats(context.Context) (Stats, error) {
 	select {
 	case <-pi.done:
 		return Stats{}, nil
 	default:
 	}
-	ticks, rss, err := procUsage(pi.pid)
+	return pi.meter.stats(pi.pid, pi.cg)
+}
+
+// meter samples the CPU and memory of a server's main process pid (and
+// its cgroup).
+type meter struct {
+	mu        sync.Mutex
+	lastCPU   uint64
+	lastStamp time.Time
+}
+
+// stats reads CPU since the previous call (percent of one core) from /proc
+// and memory from cg (the whole process tree; nil: none) or the resident
+// memory of pid from /proc, whichever is larger.
+func (m *meter) stats(pid int, cg *cgroup) (Stats, error) {
+	ticks, rss, err := procUsage(pid)
 	if err != nil {
 		return Stats{}, err
 	}
 	now := time.Now()
-	pi.mu.Lock()
-	defer pi.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var cpu float64
-	if !pi.lastStamp.IsZero() {
-		dt := now.Sub(pi.lastStamp).Seconds()
+	if !m.lastStamp.IsZero() {
+		dt := now.Sub(m.lastStamp).Seconds()
 		if dt > 0 {
-			cpu = float64(ticks-pi.lastCPU) / clockTicks / dt * 100
+			cpu = float64(ticks-m.lastCPU) / clockTicks / dt * 100
 		}
 	}
-	pi.lastCPU, pi.lastStamp = ticks, now
+	m.lastCPU, m.lastStamp = ticks, now
 	// The cgroup counts the whole process tree, but on cgroup v1 the
 	// server is moved into it after the start, and what it allocated
 	// before stays charged where it was: the larger figure is the truth.
 	mem := rss
-	if pi.cg != nil {
-		if n, err := pi.cg.memory(); err == nil {
+	if cg != nil {
+		if n, err := cg.memory(); err == nil {
 			mem = max(mem, n)
 		}
 	}

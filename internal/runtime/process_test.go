@@ -23,8 +23,9 @@ import (
 // waitLimit bounds every wait on a test process.
 const waitLimit = 20 * time.Second
 
-// helper is the path of testdata/helper, built by TestMain.
-var helper string
+// helper and shim are the paths of testdata/helper (the game) and
+// testdata/shim (a holder), built by TestMain.
+var helper, shim string
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -37,10 +38,16 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	helper = filepath.Join(dir, "helper")
-	if out, err := exec.Command("go", "build", "-buildvcs=false", "-o", helper, "./testdata/helper").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build ./testdata/helper: %v\n%s", err, out)
-		return 1
+	helper, shim = filepath.Join(dir, "helper"), filepath.Join(dir, "shim")
+	for bin, pkg := range map[string]string{helper: "./testdata/helper", shim: "./testdata/shim"} {
+		args := []string{"build", "-buildvcs=false", "-o", bin}
+		if bin == shim {
+			args = append(args, raceFlags...)
+		}
+		if out, err := exec.Command("go", append(args, pkg)...).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
+			return 1
+		}
 	}
 	return m.Run()
 }

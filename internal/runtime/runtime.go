@@ -26,6 +26,10 @@ type Spec struct {
 	// with that uid and gid, no supplementary groups and no_new_privs.
 	// nil runs it as kiln's own user.
 	User *User
+	// StopCommand is the console line that stops the software gracefully
+	// ("stop", a proxy's "end"). A holder keeps it, so that a server can
+	// be stopped while kiln is not running (StopHeld); empty is "stop".
+	StopCommand string
 }
 
 // User is a uid and gid a server runs as.
@@ -46,8 +50,8 @@ type Exit struct {
 
 // Instance is one running server process or container.
 type Instance interface {
-	// Ref identifies the instance durably (pid:starttime, container id), for
-	// re-adoption after a restart of kiln serve.
+	// Ref identifies the instance durably (holder:pid:starttime,
+	// container id), for re-adoption after a restart of kiln serve.
 	Ref() string
 	// WriteLine sends one console line (a command).
 	WriteLine(line string) error

@@ -46,29 +46,43 @@
 //     resets the budget. A crashed server stays crashed across restarts of
 //     kiln serve.
 //   - Recovery (Run, before Recovered is closed, and before kiln serve
-//     answers any request): a live docker container is re-adopted (console
-//     re-attached, its last lines replayed from the engine's log first). A
-//     process-runtime server died with
-//     kiln (parent-death signal); a survivor matching the stored
-//     pid:starttime is killed, never adopted twice; a server whose desired
-//     state is running is then started again. Stored statuses are made true
-//     first: a killed kiln leaves "running" behind. Roots without a server
-//     row (a delete interrupted after the row went) are removed.
-//   - Shutdown (SIGTERM of kiln serve): docker containers keep running;
-//     process-runtime servers get their stop command (their desired state
-//     stays running, so the next start brings them back).
+//     answers any request): what runs on without kiln is re-adopted: a
+//     process-runtime server under its holder, a live docker container
+//     (console re-attached, its last lines replayed first: the holder's
+//     last 1,000, or the engine's log; then "[kiln] re-attached to the
+//     running server"). One whose game ended while kiln was down is
+//     adopted already ended: its exit is recorded then as any exit (a
+//     crash restarts it). A server the runtime cannot re-adopt (its
+//     holder gone, a process a kiln without holders left: killed by the
+//     runtime, never adopted twice) is started again when its desired
+//     state is running. Stored statuses are made true first: a killed
+//     kiln leaves "running" behind. Roots without a server row (a delete
+//     interrupted after the row went) are removed, and holders without
+//     one are ended with their games.
+//   - Shutdown (SIGTERM of kiln serve, or its kill -9, crash or upgrade):
+//     servers that run on without kiln (under holders, docker containers;
+//     an instance says so: Outlives, where a container's says nothing)
+//     keep running, so players stay connected, and are re-adopted by the
+//     next start. Options.StopServersOnExit (--stop-servers-on-exit)
+//     stops every server instead, as servers that end with kiln (a
+//     process runtime without holders) always are: their stop command,
+//     then a kill after StopTimeout. Their desired state stays running,
+//     so the next start brings them back.
 //   - Ports: the lowest port of the node's range that no server holds and
 //     nothing on the host listens on; a unique (node, port) index guards
 //     against a race between replicas.
 //   - Memory: memory_mb is the Java heap (Xms = Xmx); the runtime's hard
 //     limit adds a quarter (at least 128 MiB) for the JVM's own needs.
 //   - Console: a ring buffer of the last 2,000 lines per server (kept only
-//     in memory; a restart of kiln starts it afresh) and subscribers for
+//     in memory; a restart of kiln starts it afresh with what the runtime
+//     replays at the re-adoption) and subscribers for
 //     the SSE stream; a subscriber that falls 512 events behind is dropped
 //     rather than slowing the server. Deleting a server ends its streams.
 //   - Live figures: CPU and memory are sampled every 5 s, disk every
 //     minute, in the background, so a list never waits on a runtime or a
-//     directory walk. DiskUsage measures on demand; Access gives writers
+//     directory walk. Uptime counts from the attach, or from the
+//     instance's own start when it says (StartedAt: a held process), so
+//     that a re-adoption does not reset it. DiskUsage measures on demand; Access gives writers
 //     (files, SFTP, snapshot restore) the free space from the last walk
 //     plus Kiln's own writes since, and asks the sampler for a new walk
 //     when that figure is older than 5 s: a save never waits for a walk of

@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -376,6 +377,12 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 	}
 	l.inst = inst
 	l.startedAt = time.Now()
+	if st, ok := inst.(interface{ StartedAt() time.Time }); ok {
+		// A re-adopted instance's uptime counts from its start, not ours.
+		if at := st.StartedAt(); !at.IsZero() && at.Before(l.startedAt) {
+			l.startedAt = at
+		}
+	}
 	l.res = Resources{}
 	l.mu.Unlock()
 	if _, err := s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = $1 WHERE id = $2`, inst.Ref(), sv.ID); err != nil {
@@ -647,7 +654,7 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 	return runtime.Spec{
 		ServerID: sv.ID, Root: s.node.Root(sv.ID), Argv: argv, Env: env,
 		MemoryMB: containerMemoryMB(sv.MemoryMB), CPUPercent: sv.CPUPercent, Port: sv.Port, BindHost: s.opts.PublicHost,
-		Image: imageOf(p, sv),
+		Image: imageOf(p, sv), StopCommand: cmp.Or(p.StopCommand, "stop"),
 	}, nil
 }
 

@@ -16,9 +16,10 @@ import (
 )
 
 // Run recovers the node's servers after a start (a crash or kill -9
-// included), then samples resources until ctx ends; then it stops what the
-// runtime cannot keep without us (process runtime) and waits for every
-// background goroutine.
+// included), then samples resources until ctx ends; then it stops what
+// does not outlive kiln (a process runtime without holders), or every
+// server with Options.StopServersOnExit, and waits for every background
+// goroutine.
 //
 // Recovery sets every status to the truth before Recovered is closed, so
 // kiln serve answers no request before that: a status stored by a kiln
@@ -60,7 +61,32 @@ func (s *Service) recoverAll(ctx context.Context) error {
 		s.recoverOne(ctx, sv)
 	}
 	s.removeOrphanRoots(known)
+	s.endOrphanHolders(ctx, known)
 	return nil
+}
+
+// endOrphanHolders ends the game servers that run on under holders
+// (process runtime) for servers this node no longer has (a row removed
+// behind kiln's back): nothing would ever stop them.
+func (s *Service) endOrphanHolders(ctx context.Context, known map[string]bool) {
+	h, ok := s.node.Runtime().(interface{ HeldServers() ([]string, error) })
+	if !ok {
+		return
+	}
+	ids, err := h.HeldServers()
+	if err != nil {
+		s.log.Warn("list the servers' holders", "err", err)
+		return
+	}
+	for _, id := range ids {
+		if known[id] {
+			continue
+		}
+		s.log.Warn("ending a game server of no server of this node", "server_id", id)
+		if err := s.node.Runtime().Remove(ctx, id); err != nil {
+			s.log.Warn("end a game server of no server of this node", "server_id", id, "err", err)
+		}
+	}
 }
 
 func (s *Service) recoverOne(ctx context.Context, sv Server) {
@@ -197,10 +223,11 @@ func (s *Service) sampleDisk() {
 }
 
 // ended waits for a supervised instance to end and reports whether it
-// did. At shutdown an instance that the runtime keeps without kiln (a
-// docker container) is let go instead, its exit unrecorded: it runs on and
-// the next kiln serve re-adopts it. Process-runtime instances are being
-// stopped by shutdown, so they end.
+// did. At shutdown an instance that runs on without kiln (under a holder,
+// a docker container) is let go instead, its exit unrecorded: it runs on
+// and the next kiln serve re-adopts it; unless Options.StopServersOnExit,
+// as for instances that end with kiln, which are being stopped by
+// shutdown, so they end.
 func (s *Service) ended(id string, l *live, inst runtime.Instance) bool {
 	select {
 	case <-inst.Done():
@@ -212,7 +239,7 @@ func (s *Service) ended(id string, l *live, inst runtime.Instance) bool {
 		return true
 	default:
 	}
-	if s.node.Runtime().Name() != "process" {
+	if !s.stopsAtExit(inst) {
 		return false
 	}
 	// Shutdown stops the instances it found; one a start attached after
@@ -231,33 +258,51 @@ func (s *Service) ended(id string, l *live, inst runtime.Instance) bool {
 	return true
 }
 
-// shutdown stops background work. Servers of a runtime that keeps them
-// without kiln (docker) keep running; process-runtime servers are stopped
-// gracefully and restarted at the next start (their desired state stays
-// "running").
+// outlives reports whether inst runs on once kiln has exited, as the
+// instance says (runtime: held processes do, kiln's children do not); an
+// instance that does not say is a container's, which does.
+func outlives(inst runtime.Instance) bool {
+	if o, ok := inst.(interface{ Outlives() bool }); ok {
+		return o.Outlives()
+	}
+	return true
+}
+
+// stopsAtExit reports whether shutdown stops inst: it ends with kiln
+// anyway, or Options.StopServersOnExit says to stop every server.
+func (s *Service) stopsAtExit(inst runtime.Instance) bool {
+	return s.opts.StopServersOnExit || !outlives(inst)
+}
+
+// shutdown stops background work. Servers that run on without kiln
+// (holders, containers) keep running, unless Options.StopServersOnExit;
+// those that would end with it (kiln's children), and every one with that
+// option, are stopped gracefully and started again at the next start
+// (their desired state stays "running").
 func (s *Service) shutdown() {
-	if s.node.Runtime().Name() == "process" {
-		ctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
-		defer cancel()
-		s.mu.Lock()
-		all := maps.Clone(s.supervised)
-		s.mu.Unlock()
-		for inst, id := range all {
-			l := s.liveOf(id)
-			l.mu.Lock()
-			if l.inst == inst {
-				l.stopRequested = true
-			} else {
-				s.log.Warn("stopping an instance that is no longer its server's", "server_id", id, "ref", inst.Ref())
-			}
-			l.stopAsked = inst
-			l.mu.Unlock()
-			s.wg.Add(1)
-			go func() {
-				defer s.wg.Done()
-				s.stopInstance(ctx, id, l, inst, false)
-			}()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
+	defer cancel()
+	s.mu.Lock()
+	all := maps.Clone(s.supervised)
+	s.mu.Unlock()
+	for inst, id := range all {
+		if !s.stopsAtExit(inst) {
+			continue
 		}
+		l := s.liveOf(id)
+		l.mu.Lock()
+		if l.inst == inst {
+			l.stopRequested = true
+		} else {
+			s.log.Warn("stopping an instance that is no longer its server's", "server_id", id, "ref", inst.Ref())
+		}
+		l.stopAsked = inst
+		l.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.stopInstance(ctx, id, l, inst, false)
+		}()
 	}
 	s.cancel()
 	s.wg.Wait()

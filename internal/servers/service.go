@@ -88,6 +88,13 @@ type Options struct {
 	// Injected adds variables to the environment of servers a deployment
 	// owns (a dbservice's credentials), read at every start; nil for none.
 	Injected EnvSource
+	// StopServersOnExit stops every server when Run ends (kiln serve's
+	// --stop-servers-on-exit), as servers that end with kiln (a process
+	// runtime without holders) always are: their stop command, then
+	// StopTimeout. Off, servers that run on without kiln (under holders,
+	// in containers) keep running and the next Run re-adopts them.
+	// Either way their desired state is kept.
+	StopServersOnExit bool
 	// Javas are the host's Java installations: on the process runtime a
 	// server runs the java of the major its game version needs
 	// (runtime.Javas.Home's rule), and fails to start with a sentence

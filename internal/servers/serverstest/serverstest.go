@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -106,6 +107,7 @@ func PortRange(t testing.TB, n int) node.PortRange {
 // Options adjust a test service.
 type Options struct {
 	Runtime   runtime.Runtime // default: the process runtime
+	Holders   bool            // the default process runtime runs servers under holders (kiln shim), as kiln serve does
 	KilnBin   string          // default: KilnBinary (process runtime)
 	MirrorURL string          // installer mirror (a local httptest upstream)
 	Ports     int             // size of the port range, default 20
@@ -121,10 +123,13 @@ type Env struct {
 	Node    *node.Local
 	Catalog *catalog.Catalog
 	DataDir string
-	stop    func()
+	// StateDir is the holders' directory (Options.Holders), else empty.
+	StateDir string
+	stop     func()
 }
 
-// Stop ends the service as kiln serve's shutdown does and waits for it.
+// Stop ends the service as kiln serve's shutdown does and waits for it;
+// the process runtime it made is closed (servers under holders run on).
 func (e *Env) Stop() { e.stop() }
 
 // New builds a service on db and runs it until the test ends.
@@ -136,11 +141,17 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 	if o.DataDir == "" {
 		o.DataDir = t.TempDir()
 	}
-	if o.Runtime == nil {
-		o.Runtime = runtime.NewProcess(o.Log)
-	}
 	if o.KilnBin == "" {
 		o.KilnBin = KilnBinary(t)
+	}
+	closeRT, stateDir := func() {}, ""
+	if o.Runtime == nil && o.Holders {
+		stateDir = filepath.Join(o.DataDir, "run")
+		p := runtime.NewProcessWith(o.Log, runtime.ProcessOptions{Holder: []string{o.KilnBin, "shim"}, StateDir: stateDir})
+		o.Runtime, closeRT = p, func() { p.Close() }
+	}
+	if o.Runtime == nil {
+		o.Runtime = runtime.NewProcess(o.Log)
 	}
 	if o.Ports == 0 {
 		o.Ports = 20
@@ -192,10 +203,35 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 			if err := <-done; err != nil {
 				t.Errorf("servers.Run = %v", err)
 			}
+			closeRT()
 		})
 	}
-	t.Cleanup(stop)
-	return &Env{Service: svc, Node: n, Catalog: cat, DataDir: o.DataDir, stop: stop}
+	t.Cleanup(func() {
+		stop()
+		// Servers under holders outlive the service: they end with the test.
+		EndHolders(t, stateDir)
+	})
+	return &Env{Service: svc, Node: n, Catalog: cat, DataDir: o.DataDir, StateDir: stateDir, stop: stop}
+}
+
+// EndHolders kills the servers under holders in stateDir (none when it is
+// empty), as `kiln admin node stop-all --kill` does.
+func EndHolders(t testing.TB, stateDir string) {
+	t.Helper()
+	if stateDir == "" {
+		return
+	}
+	ids, err := runtime.HeldServers(stateDir)
+	if err != nil {
+		t.Errorf("list holders: %v", err)
+	}
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if _, err := runtime.StopHeld(ctx, stateDir, id, true, 10*time.Second); err != nil && !errors.Is(err, runtime.ErrNoHolder) {
+			t.Errorf("end the holder of %s: %v", id, err)
+		}
+		cancel()
+	}
 }
 
 // testWriter sends log lines to the test's output until it ends.

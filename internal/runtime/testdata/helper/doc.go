@@ -6,6 +6,7 @@
 //	out:<text>   prints text on stdout
 //	err:<text>   prints text on stderr
 //	long:<n>     prints a line of n 'x'
+//	lines:<n>    prints n lines "line 1" … "line <n>"
 //	alloc:<mib>  allocates and touches mib MiB more, then prints "allocated"
 //	child        starts "helper hold" in its process group: "child <pid>"
 //	orphan       starts "helper hold" in a session of its own, holding

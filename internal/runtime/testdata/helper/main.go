@@ -41,6 +41,11 @@ func run(arg string) bool {
 	case "long":
 		n, _ := strconv.Atoi(val)
 		fmt.Println(strings.Repeat("x", n))
+	case "lines":
+		n, _ := strconv.Atoi(val)
+		for i := 1; i <= n; i++ {
+			fmt.Println("line", i)
+		}
 	case "alloc":
 		n, _ := strconv.Atoi(val)
 		for range n {
