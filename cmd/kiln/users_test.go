@@ -232,7 +232,7 @@ func TestUsersRefusedAtStart(t *testing.T) {
 	}
 	closed := t.TempDir() // 0700, made by the testing package
 	dir := filepath.Join(closed, "data")
-	_, errOut, code := kiln(t, "serve", "--data-dir", dir, "--addr", "127.0.0.1:0", "--sftp-addr", "")
+	_, errOut, code := kilnAsIs(t, "serve", "--data-dir", dir, "--addr", "127.0.0.1:0", "--sftp-addr", "")
 	if code != 2 || !strings.Contains(errOut, "lets no other user through: run chmod o+x "+filepath.Dir(closed)) {
 		t.Errorf("serve below a closed directory: exit %d, %s", code, errOut)
 	}
