@@ -768,16 +768,23 @@ func openBlobs(ctx context.Context, cfg serveConfig, started time.Time) (blob.St
 
 // sweepLoop forgets rate-limit keys whose quota is full again.
 func sweepLoop(ctx context.Context, p *ratelimit.Postgres, log *slog.Logger) {
-	t := time.NewTicker(10 * time.Minute)
+	every(ctx, 10*time.Minute, func(ctx context.Context) {
+		if err := p.Sweep(ctx); err != nil && ctx.Err() == nil {
+			log.Warn("rate limit sweep failed", "err", err)
+		}
+	})
+}
+
+// every calls fn each period until ctx ends.
+func every(ctx context.Context, period time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := p.Sweep(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("rate limit sweep failed", "err", err)
-			}
+			fn(ctx)
 		}
 	}
 }

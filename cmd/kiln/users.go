@@ -219,16 +219,9 @@ func (k *egressKeeper) apply(ctx context.Context) error {
 // run refreshes the rules until ctx ends; the rules stay loaded after
 // (servers' users hold them, not this process).
 func (k *egressKeeper) run(ctx context.Context) {
-	t := time.NewTicker(egressRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := k.apply(ctx); err != nil && ctx.Err() == nil {
-				k.log.Error("refresh the servers' network rules", "err", err)
-			}
+	every(ctx, egressRefresh, func(ctx context.Context) {
+		if err := k.apply(ctx); err != nil && ctx.Err() == nil {
+			k.log.Error("refresh the servers' network rules", "err", err)
 		}
-	}
+	})
 }
