@@ -98,6 +98,7 @@ func killNineRecovers(t *testing.T, rt string) {
 			t.Fatalf("docker: %v", err)
 		}
 		defer cli.Close()
+		args = append(args, dockerNetwork(t)...)
 		if os.Getuid() == 0 {
 			args = append(args, "--docker-user", "10001:10001")
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
@@ -163,6 +166,51 @@ func reachableBinary(self, dataDir string) (string, error) {
 		return "", err
 	}
 	return dst, nil
+}
+
+// serverWall loads the servers' network wall (node.Egress) and returns
+// its keeper, or nil when there is none: --server-egress open, servers
+// sharing kiln's user on the process runtime, or a docker runtime whose
+// rules this host cannot hold (kiln not root, the engine's bridge not on
+// this host), each said once in the log. The process runtime's rules
+// judge the sockets of the servers' users, the docker runtime's the
+// packets from its network's bridge.
+func serverWall(ctx context.Context, cfg serveConfig, users servers.UIDRange, rt runtime.Runtime, ports node.PortRange,
+	hosts func(ctx context.Context) ([]dbservice.Host, error), log *slog.Logger) (*egressKeeper, error) {
+	open := "--server-egress open: game servers reach the host's services and private, loopback and link-local ranges"
+	base := node.Egress{Ports: ports, Resolvers: node.Resolvers("/etc/resolv.conf"), Allow: cfg.serverAllow}
+	switch d, isDocker := rt.(*docker.Docker); {
+	case isDocker && cfg.ServerEgress == "open":
+		log.Warn(open + "; game containers still do not reach each other (their network's inter-container traffic is off)")
+		return nil, nil
+	case isDocker && os.Geteuid() != 0:
+		log.Warn("kiln does not run as root, so it cannot load the game containers' network rules (nftables): game code reaches the host's services and private, loopback and link-local ranges; run kiln as root, or load the rules yourself (docs/operations.md)",
+			"euid", os.Geteuid())
+		return nil, nil
+	case isDocker:
+		if _, err := net.InterfaceByName(d.Network()); err != nil {
+			log.Warn("the game containers' bridge is not on this host (a remote engine?), so kiln cannot load their network rules here: game code reaches that host's services and private ranges",
+				"bridge", d.Network(), "err", err)
+			return nil, nil
+		}
+		base.Bridge = d.Network()
+	case users.IsZero():
+		return nil, nil
+	case cfg.ServerEgress == "open":
+		log.Warn(open)
+		return nil, nil
+	default:
+		base.FirstUID, base.LastUID = users.First, users.Last
+	}
+	k := &egressKeeper{log: log, hosts: hosts, base: base}
+	// Loaded before any server starts.
+	if err := k.apply(ctx); err != nil {
+		if errors.Is(err, node.ErrNoNft) {
+			return nil, usageError{"--server-egress guarded: " + err.Error() + "; or pass --server-egress open (servers then reach the host's services and private ranges)"}
+		}
+		return nil, fmt.Errorf("load the servers' network rules: %w", err)
+	}
+	return k, nil
 }
 
 // egressKeeper keeps the servers' network wall (node.Egress) loaded: the

@@ -6,7 +6,9 @@
 // for installer runs) that carry the labels
 // kiln.managed=true and kiln.server=<server id>, their console stream (an
 // attach of stdin, stdout and stderr) and the goroutine that waits for each
-// one's exit. Nothing else on the engine: no images, networks or volumes.
+// one's exit; and the bridge network they all join (Options.Network,
+// DefaultNetwork "kiln0", labelled kiln.managed=true). Nothing else on the
+// engine: no other network, no image (but EnsureKilnImage's), no volume.
 //
 // What it must never do:
 //   - pull an image: a missing image is an error that says so; images are
@@ -18,7 +20,10 @@
 //     (that is an error, not something to remove);
 //   - set a restart policy: restarts are the servers package's decision,
 //     and an engine restarting a container behind kiln's back would fight it;
-//   - shell out to the docker CLI.
+//   - shell out to the docker CLI;
+//   - attach a container to any network but Kiln's (not Docker's default
+//     bridge, not the host's), or change or remove a network it did not
+//     make.
 //
 // Decisions:
 //   - Installer containers (runtime.InstallRunner, server ids
@@ -125,6 +130,28 @@
 // inside the container, so the port the server is configured with is the
 // one players use. BindHost must be an IP address (empty: every
 // interface); a host name is refused rather than resolved, since a public
-// name may not resolve to a local address. Containers use the engine's
-// default bridge network.
+// name may not resolve to a local address.
+//
+// Network: every container joins Kiln's bridge network, made by New when
+// missing, never Docker's default bridge, where inter-container traffic
+// is on and one team's code reached another's RCON. Its options:
+//   - com.docker.network.bridge.enable_icc=false: the engine drops traffic
+//     between containers of the network; they meet only through published
+//     ports, as players do.
+//   - com.docker.network.bridge.name = the network's name: the bridge
+//     interface has a fixed, known name, so host rules can match the
+//     traffic that comes in from it (iifname). That is why the name is at
+//     most 15 characters (an interface name) and lower-case.
+//
+// The rules themselves are not this package's: they are node.Egress with
+// its Bridge set (the same "what a server reaches" as the process
+// runtime's, on the packets from the bridge instead of the sockets of the
+// servers' users), loaded by kiln serve, which also refreshes the
+// database hosts in them. The runtime would otherwise need nft, root and
+// the node's port range, and a remote engine's bridge is not on this host
+// at all. An existing network of the name is used as it is when Kiln made
+// it with those options; anything else is an error that says so (a
+// network of another's, or one whose containers could meet, is not
+// repaired behind its owner's back). The engine picks the subnet from its
+// address pools (it avoids the host's routes).
 package docker

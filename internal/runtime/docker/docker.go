@@ -67,6 +67,11 @@ type Options struct {
 	// has as long to save whoever stops it. Zero leaves the engine's
 	// default (10 s); it is rounded up to whole seconds.
 	StopTimeout time.Duration
+	// Network is the bridge network game containers join, and the name of
+	// its bridge interface (at most 15 characters: a lower-case letter,
+	// then letters, digits, - and _); empty means DefaultNetwork. New
+	// creates it when missing (doc.go, "Network").
+	Network string
 }
 
 // Docker is the docker runtime: one container per game server.
@@ -75,7 +80,8 @@ type Docker struct {
 	log       *slog.Logger
 	user      string
 	pidsLimit int64
-	stopAfter *int // whole seconds; nil: the engine's default
+	stopAfter *int   // whole seconds; nil: the engine's default
+	network   string // the game containers' network and bridge
 
 	mu   sync.Mutex
 	live map[*Container]struct{} // attached instances, detached by Close
@@ -84,9 +90,12 @@ type Docker struct {
 var _ runtime.Runtime = (*Docker)(nil)
 
 // New connects to the engine, negotiating the API version (1.40 or later),
-// and returns the runtime. It returns an error wrapping ErrUnreachable when
-// the engine does not answer within ctx and 10 seconds, and a plain error
-// for an invalid Options.User or an engine that is not a Linux one.
+// makes sure the game containers' network exists (creating it when
+// missing) and returns the runtime. It returns an error wrapping
+// ErrUnreachable when the engine does not answer within ctx and 10
+// seconds, and a plain error for an invalid Options.User or
+// Options.Network, an engine that is not a Linux one, or a network of
+// that name that is not Kiln's or lacks its options.
 func New(ctx context.Context, o Options) (*Docker, error) {
 	log := o.Log
 	if log == nil {
@@ -98,6 +107,13 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 	}
 	if strings.HasPrefix(user, "0:") {
 		log.Warn("docker game servers will run as root (uid 0, no capabilities); set a non-root uid:gid that owns the server roots", "user", user)
+	}
+	netName := o.Network
+	if netName == "" {
+		netName = DefaultNetwork
+	}
+	if !networkName.MatchString(netName) {
+		return nil, fmt.Errorf("docker network %q: want 1 to 15 characters, a lower-case letter then letters, digits, - or _ (it names the bridge interface too)", netName)
 	}
 	pids := o.PidsLimit
 	if pids <= 0 {
@@ -130,8 +146,14 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 		secs := int((o.StopTimeout + time.Second - 1) / time.Second)
 		stopAfter = &secs
 	}
-	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids, "stop_timeout", o.StopTimeout)
-	return &Docker{cli: cli, log: log, user: user, pidsLimit: pids, stopAfter: stopAfter, live: map[*Container]struct{}{}}, nil
+	d := &Docker{cli: cli, log: log, user: user, pidsLimit: pids, stopAfter: stopAfter, network: netName, live: map[*Container]struct{}{}}
+	if err := d.ensureNetwork(pctx); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids,
+		"stop_timeout", o.StopTimeout, "network", netName)
+	return d, nil
 }
 
 // parseUser checks a numeric uid:gid; empty means the current process's.
@@ -280,6 +302,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 			}},
 			PortBindings:   published,
+			NetworkMode:    container.NetworkMode(d.network),
 			LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": logMaxSize, "max-file": "1"}},
 			RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 			Privileged:     false,

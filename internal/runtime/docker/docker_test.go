@@ -160,6 +160,7 @@ func TestDocker(t *testing.T) {
 			{"LogConfig.Type", hc.LogConfig.Type, "json-file"},
 			{"RestartPolicy", string(hc.RestartPolicy.Name), "no"},
 			{"Mounts", len(c.Mounts), 1},
+			{"NetworkMode", string(hc.NetworkMode), s.opts.Network},
 		}
 		for _, ck := range checks {
 			if !reflect.DeepEqual(ck.got, ck.want) {
@@ -458,6 +459,10 @@ func newSuite(t *testing.T) *suite {
 	// (rounded up to whole seconds).
 	s.opts.StopTimeout = 36*time.Second + time.Millisecond
 	s.opts.Log = slog.New(slog.NewTextHandler(t.Output(), nil))
+	// A network of the test's own, removed when the test ends (after its
+	// containers: cleanups run last first).
+	s.opts.Network = "kt" + randomHex(4)
+	t.Cleanup(func() { removeNetwork(t, s.opts.Host, s.opts.Network) })
 	d, err := New(t.Context(), s.opts)
 	if errors.Is(err, ErrUnreachable) && os.Getenv("KILN_REQUIRE_DOCKER") != "1" {
 		t.Skipf("SKIP DOCKER SUITE: %v (set KILN_REQUIRE_DOCKER=1 to fail instead)", err)
@@ -469,6 +474,26 @@ func newSuite(t *testing.T) *suite {
 	s.d = d
 	s.image = buildImage(t, d.cli)
 	return s
+}
+
+// removeNetwork removes a network a test's runtime created, if any.
+func removeNetwork(t *testing.T, host, name string) {
+	t.Helper()
+	opt := client.FromEnv
+	if host != "" {
+		opt = client.WithHost(host)
+	}
+	cli, err := client.New(opt)
+	if err != nil {
+		t.Errorf("remove network %s: %v", name, err)
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if _, err := cli.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err) {
+		t.Errorf("remove network %s: %v", name, err)
+	}
 }
 
 // buildImage compiles testdata/echoer as a static binary and builds an
@@ -680,6 +705,31 @@ func (c *console) wait(t *testing.T, line string) {
 		case <-ch:
 		case <-deadline:
 			t.Fatalf("console line %.80q not received; console:\n%s", line, c.dump())
+		}
+	}
+}
+
+// waitPrefix returns the first line delivered that starts with prefix,
+// failing after waitLimit.
+func (c *console) waitPrefix(t *testing.T, prefix string) string {
+	t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		c.mu.Lock()
+		if i := slices.IndexFunc(c.lines, func(l string) bool { return strings.HasPrefix(l, prefix) }); i >= 0 {
+			l := c.lines[i]
+			c.mu.Unlock()
+			return l
+		}
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("no console line starting %.80q; console:\n%s", prefix, c.dump())
 		}
 	}
 }
