@@ -172,7 +172,7 @@ func TestDockerEngineGone(t *testing.T) {
 		defer mu.Unlock()
 		return logged.Write(p)
 	}), nil))
-	d, err := docker.New(t.Context(), docker.Options{Host: host, Network: testNetwork(t, ""), Log: log})
+	d, err := docker.New(t.Context(), docker.Options{Host: host, Network: testNetwork(t, ""), EngineWait: time.Second, Log: log})
 	if err != nil {
 		t.Fatalf("docker.New(%s) = %v", host, err)
 	}

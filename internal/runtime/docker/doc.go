@@ -76,6 +76,28 @@
 //     kills after that grace, but when the engine stops a container
 //     itself (docker stop, the engine shutting down) it would otherwise
 //     kill it after its own 10 s, in the middle of a world save.
+//   - The engine going away (a restart, an upgrade, a crash) is not the
+//     end of a container. A wait that fails (the engine closed its
+//     connection) makes the container's watcher wait for the engine,
+//     pinging it after 100 ms, then twice as long each time up to 5 s,
+//     for at most Options.EngineWait (DefaultEngineWait, 5 min), then look
+//     at the container again: still running (live-restore), the console
+//     and the wait are re-attached and a signal Kiln sent meanwhile is
+//     sent again; ended (the engine stopped it, or killed it when it came
+//     back without live-restore), that end is reported; gone or no engine
+//     in time, an error saying so. An engine that is shutting down first
+//     closes its listener, then stops its containers, and still answers
+//     on the connections already open: so when a container ends without
+//     a signal of Kiln's, the engine is pinged on a new connection
+//     (answers, never one the client keeps alive), and if it no longer
+//     takes one, the end is reported only once it is back. The servers
+//     package's restart then finds an engine that answers: the server
+//     comes back once, instead of a start failing against the departing
+//     engine and leaving it crashed. Start too, when the engine does not
+//     answer, waits for it (within ctx and EngineWait) and tries once
+//     more. Meanwhile the server's status stays what it was, and its
+//     console says that the engine is awaited. A team's console reads
+//     those lines, never the engine's address.
 //   - Start replaces a leftover container of the same server, even a
 //     running one (with a warning): the caller has decided to start, and
 //     the leftover would hold the port.

@@ -1,10 +1,12 @@
 package docker
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -42,6 +44,10 @@ const (
 	apiTimeout = 30 * time.Second // Stop, Kill and the exit inspection have no caller ctx
 )
 
+// DefaultEngineWait is Options.EngineWait's default: an engine restart
+// or upgrade takes seconds, a host reboot a few minutes.
+const DefaultEngineWait = 5 * time.Minute
+
 // ErrUnreachable means the Docker Engine did not answer; New wraps it with
 // the address and the cause.
 var ErrUnreachable = errors.New("docker engine unreachable")
@@ -67,6 +73,11 @@ type Options struct {
 	// has as long to save whoever stops it. Zero leaves the engine's
 	// default (10 s); it is rounded up to whole seconds.
 	StopTimeout time.Duration
+	// EngineWait is how long Kiln waits for an engine that stopped
+	// answering (a restart, an upgrade) before it gives up on a container
+	// it watches or a start it was asked for; zero means
+	// DefaultEngineWait (doc.go, "The engine going away").
+	EngineWait time.Duration
 	// Network is the bridge network game containers join, and the name of
 	// its bridge interface (at most 15 characters: a lower-case letter,
 	// then letters, digits, - and _); empty means DefaultNetwork. New
@@ -82,6 +93,7 @@ type Docker struct {
 	pidsLimit int64
 	stopAfter *int   // whole seconds; nil: the engine's default
 	network   string // the game containers' network and bridge
+	wait      time.Duration
 
 	mu   sync.Mutex
 	live map[*Container]struct{} // attached instances, detached by Close
@@ -146,7 +158,11 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 		secs := int((o.StopTimeout + time.Second - 1) / time.Second)
 		stopAfter = &secs
 	}
-	d := &Docker{cli: cli, log: log, user: user, pidsLimit: pids, stopAfter: stopAfter, network: netName, live: map[*Container]struct{}{}}
+	wait := o.EngineWait
+	if wait <= 0 {
+		wait = DefaultEngineWait
+	}
+	d := &Docker{cli: cli, log: log, user: user, pidsLimit: pids, stopAfter: stopAfter, network: netName, wait: wait, live: map[*Container]struct{}{}}
 	if err := d.ensureNetwork(pctx); err != nil {
 		cli.Close()
 		return nil, err
@@ -196,12 +212,29 @@ func ContainerName(serverID string) string { return "kiln-" + serverID }
 // Start implements runtime.Runtime: it removes a container left by a
 // previous run of the server, creates the container, attaches the console
 // and only then starts it, so no early line is lost. It never pulls: a
-// missing image is an error that says so.
+// missing image is an error that says so. An engine that does not answer
+// is waited for (Options.EngineWait, within ctx), then asked once more.
 func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(string)) (runtime.Instance, error) {
 	opts, err := d.createOptions(spec)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
+	if console == nil {
+		console = func(string) {}
+	}
+	inst, err := d.start(ctx, spec, opts, console)
+	if err == nil || !client.IsErrConnectionFailed(err) {
+		return inst, err
+	}
+	d.log.WarnContext(ctx, "the container engine does not answer; waiting for it before starting", "server_id", spec.ServerID, "err", err)
+	console("[kiln] waiting for the container engine")
+	if werr := d.awaitEngine(ctx); werr != nil {
+		return nil, err
+	}
+	return d.start(ctx, spec, opts, console)
+}
+
+func (d *Docker) start(ctx context.Context, spec runtime.Spec, opts client.ContainerCreateOptions, console func(string)) (runtime.Instance, error) {
 	if err := d.removeStale(ctx, spec.ServerID); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
@@ -231,6 +264,63 @@ func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(stri
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, engineErr(err, "start the server's container"))
 	}
 	return c, nil
+}
+
+// awaitEngine returns once the engine answers (answers), trying again
+// after 100 ms, then twice as long each time up to 5 s; an error when ctx
+// ends or Options.EngineWait passes first.
+func (d *Docker) awaitEngine(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, d.wait)
+	defer cancel()
+	backoff := 100 * time.Millisecond
+	for {
+		err := d.answers(ctx)
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("the container engine did not answer within %s: %w", d.wait, err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// answers pings the engine on a connection of its own, never one the
+// client keeps alive: an engine that is shutting down closes its listener
+// first, then stops its containers, and still answers on the connections
+// already open (the waits of those containers among them), so only a new
+// connection tells that it is going away.
+func (d *Docker) answers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := d.cli.Dialer()(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to the engine: %w", err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/_ping", nil)
+	if err != nil {
+		return err
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return fmt.Errorf("ping the engine: %w", err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return fmt.Errorf("ping the engine: %w", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("ping the engine: %s", res.Status)
+	}
+	return nil
 }
 
 // createOptions is the whole container definition; doc.go says why each
