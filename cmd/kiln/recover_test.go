@@ -99,9 +99,6 @@ func killNineRecovers(t *testing.T, rt string) {
 		}
 		defer cli.Close()
 		args = append(args, dockerNetwork(t)...)
-		if os.Getuid() == 0 {
-			args = append(args, "--docker-user", "10001:10001")
-		}
 	}
 	p := startServe(t, args...)
 	token := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(dir, "bootstrap-token")))))

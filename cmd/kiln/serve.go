@@ -159,7 +159,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	s.fs.StringVar(&c.Runtime, "runtime", "process", "process or docker: how game servers run")
 	s.fs.StringVar(&c.DockerHost, "docker-host", "", "Docker Engine endpoint (default: DOCKER_HOST, else the local socket)")
-	s.fs.StringVar(&c.DockerUser, "docker-user", "", "numeric uid:gid game containers run as (default: kiln's own)")
+	s.fs.StringVar(&c.DockerUser, "docker-user", "", "numeric uid:gid every game container runs as when servers have no user of their own (kiln not root, or --uid-range off; default: kiln's own)")
 	s.fs.StringVar(&c.DockerNetwork, "docker-network", docker.DefaultNetwork, "the bridge network game containers join, made by kiln when missing (inter-container traffic off), and its bridge interface's name (at most 15 characters)")
 	s.fs.StringVar(&c.PortRange, "port-range", "25565-25664", "game ports the node hands out (FIRST-LAST)")
 	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
@@ -180,7 +180,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.SnapshotCompress, "snapshot-compression", "fastest", "how hard snapshots compress: fastest (the quickest; a world as small as zstd -1 makes it), default (about 1.2 CPU-seconds more a GB; text-like files such as logs and plugin databases about 8 % smaller) or better (2.5 CPU-seconds more a GB than fastest; text smaller still)")
 	s.fs.StringVar(&c.SnapshotDedup, "snapshot-dedup", "team", "which snapshots share the chunks they hold in common: team (each team stores its own, so no team learns what another holds) or global (every snapshot in the blob store: less space, but a snapshot's stored_bytes tell its team whether content is in the store already, anyone's)")
 	s.fs.DurationVar(&c.RestoreWriterWait, "restore-writer-wait", snapshot.DefaultWriterWait, "how long a snapshot restore waits, the server stopped, for the uploads, downloads and mod installs already writing into it to end before it fails (1s to 1h)")
-	s.fs.StringVar(&c.UIDRange, "uid-range", servers.DefaultUIDRange.String(), "user ids process-runtime servers run as, one each, when kiln runs as root (FIRST-LAST, free of the host's users and groups), or off: every server runs as kiln's user")
+	s.fs.StringVar(&c.UIDRange, "uid-range", servers.DefaultUIDRange.String(), "user ids game servers (processes and containers) run as, one each, when kiln runs as root (FIRST-LAST, free of the host's users and groups), or off: every server runs as kiln's user")
 	s.fs.Var(&c.ServerAllow, "server-allow", "ADDR[/BITS][:PORT] game servers with users of their own, and game containers, may connect to despite the network rules (a private mod mirror, a service on the host; database hosts are allowed by themselves); repeatable, or comma-separated")
 	s.fs.StringVar(&c.ServerEgress, "server-egress", "guarded", "guarded: game servers with users of their own, and game containers, reach the internet and the node's game ports, not the host's other services nor private, loopback or link-local ranges (nftables); open: no rules")
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
@@ -433,7 +433,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// One stop grace for both: Kiln's own stop (stop command, then kill)
 	// and the engine's when it stops a container itself.
 	stopGrace := servers.DefaultStopTimeout
-	rt, kilnBin, closeRT, err := openRuntime(ctx, cfg, stopGrace, log)
+	users, err := serverUsers(cfg, log)
+	if err != nil {
+		return err
+	}
+	rt, kilnBin, closeRT, err := openRuntime(ctx, cfg, stopGrace, !users.IsZero(), log)
 	if err != nil {
 		return err
 	}
@@ -464,14 +468,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	users, err := serverUsers(cfg, log)
-	if err != nil {
+	// Containers have their roots mounted: only process-runtime servers'
+	// users pass through the data dir.
+	if err := secureDataDir(cfg.DataDir, !users.IsZero() && cfg.Runtime == "process"); err != nil {
 		return err
 	}
-	if err := secureDataDir(cfg.DataDir, !users.IsZero()); err != nil {
-		return err
-	}
-	if !users.IsZero() && cfg.Dev {
+	if !users.IsZero() && cfg.Dev && cfg.Runtime == "process" {
 		// kiln-test runs this binary as the servers' users.
 		if kilnBin, err = reachableBinary(kilnBin, cfg.DataDir); err != nil {
 			return fmt.Errorf("a copy of kiln the servers' users can run: %w", err)
@@ -818,8 +820,9 @@ func writeSecretFile(path, data string) error {
 // openRuntime connects the runtime of --runtime. It returns the path of the
 // kiln binary as that runtime sees it (for the kiln-test profile) and a
 // function that releases the runtime (docker containers keep running).
-// stopGrace becomes the containers' stop timeout.
-func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, log *slog.Logger) (runtime.Runtime, string, func(), error) {
+// stopGrace becomes the containers' stop timeout; users says that servers
+// run as users of their own (serverUsers).
+func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, users bool, log *slog.Logger) (runtime.Runtime, string, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("find the kiln binary: %w", err)
@@ -827,7 +830,7 @@ func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, 
 	if cfg.Runtime == "process" {
 		return runtime.NewProcess(log), self, func() {}, nil
 	}
-	d, err := docker.New(ctx, docker.Options{Host: cfg.DockerHost, User: cfg.DockerUser, Network: cfg.DockerNetwork, Log: log, StopTimeout: stopGrace})
+	d, err := docker.New(ctx, docker.Options{Host: cfg.DockerHost, User: cfg.DockerUser, ServerUsers: users, Network: cfg.DockerNetwork, Log: log, StopTimeout: stopGrace})
 	if err != nil {
 		return nil, "", nil, err
 	}

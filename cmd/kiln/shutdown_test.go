@@ -190,11 +190,7 @@ func TestSIGTERMFinishes(t *testing.T) {
 
 	t.Run("docker", func(t *testing.T) {
 		cli := dockerOrSkip(t)
-		var extra []string
-		if os.Getuid() == 0 {
-			extra = []string{"--docker-user", "10001:10001"}
-		}
-		p, token, args := devServe(t, slices.Concat([]string{"--runtime", "docker"}, dockerNetwork(t), extra)...)
+		p, token, args := devServe(t, slices.Concat([]string{"--runtime", "docker"}, dockerNetwork(t))...)
 		id, _ := createServer(t, p, token, "kept", true)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -21,24 +21,34 @@ import (
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
-// serverUsers decides who servers run as (servers.Options.Users): on the
-// process runtime, when kiln runs as root, a user of their own each from
-// --uid-range, once the range is checked against the host's users and
-// groups and the server roots are reachable by other users. Not root:
-// one warning, and servers share kiln's user. Docker keeps its own
-// isolation (containers), the zero range.
+// serverUsers decides who servers run as (servers.Options.Users): when
+// kiln runs as root, a user of their own each from --uid-range, once the
+// range is checked against the host's users and groups; on the process
+// runtime, also once the server roots are reachable by other users (a
+// container has its root mounted and needs no path to it). Not root: one
+// warning on the process runtime, and servers share kiln's user (docker:
+// --docker-user, else kiln's). On docker, --docker-user is for when users
+// are off: with both, kiln serve stops and says so.
 func serverUsers(cfg serveConfig, log *slog.Logger) (servers.UIDRange, error) {
 	rng := cfg.uidRange
-	if cfg.Runtime != "process" || rng.IsZero() {
-		if cfg.Runtime == "process" {
+	docker := cfg.Runtime == "docker"
+	if rng.IsZero() {
+		if !docker {
 			log.Warn("--uid-range off: every game server runs as kiln's own user; one server's code can read the others' files and kiln's data dir")
 		}
 		return servers.UIDRange{}, nil
 	}
 	if os.Geteuid() != 0 {
-		log.Warn("kiln does not run as root: every game server runs as kiln's own user and is not isolated from the others (their files, their environment, kiln's data dir); run kiln as root to give each server a user of its own (--uid-range)",
-			"euid", os.Geteuid())
+		if !docker {
+			log.Warn("kiln does not run as root: every game server runs as kiln's own user and is not isolated from the others (their files, their environment, kiln's data dir); run kiln as root to give each server a user of its own (--uid-range)",
+				"euid", os.Geteuid())
+		}
 		return servers.UIDRange{}, nil
+	}
+	if docker && cfg.DockerUser != "" {
+		return servers.UIDRange{}, usageError{fmt.Sprintf(
+			"--docker-user %s: as root, each game container runs as its server's own user (--uid-range %s), so files kiln writes while it runs are its user's; pass --uid-range off to run every container as --docker-user instead",
+			cfg.DockerUser, rng)}
 	}
 	if err := servers.CheckUIDRange(rng, "/etc/passwd", "/etc/group"); err != nil {
 		return servers.UIDRange{}, usageError{"--uid-range: " + err.Error()}
@@ -47,7 +57,7 @@ func serverUsers(cfg serveConfig, log *slog.Logger) (servers.UIDRange, error) {
 	if err != nil {
 		return servers.UIDRange{}, err
 	}
-	if dir, mode, ok := unreachable(filepath.Dir(filepath.Dir(roots))); !ok {
+	if dir, mode, ok := unreachable(filepath.Dir(filepath.Dir(roots))); !ok && !docker {
 		return servers.UIDRange{}, usageError{fmt.Sprintf(
 			"--data-dir %s: servers run as users of their own (--uid-range %s) and must reach their roots below it, but %s (mode %04o) lets no other user through: run chmod o+x %s, choose a --data-dir other users can reach (e.g. /var/lib/kiln), or pass --uid-range off",
 			cfg.DataDir, rng, dir, mode, dir)}

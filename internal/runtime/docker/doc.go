@@ -131,16 +131,30 @@
 //   - A numeric user (Options.User), never a name: a name depends on the
 //     image's /etc/passwd, and a bare uid would silently get group 0.
 //
-// The user: Options.User empty means kiln's own uid:gid. The server root is
-// created and filled by kiln (installs, the file API, SFTP, backups), so the
-// same owner on both sides means the game server can write its files and
-// kiln can read, change and delete what the server wrote, with no chown.
-// When kiln runs as root that would make the game server uid 0 (without
-// capabilities, but still root towards any file it can reach), so New
-// warns; the operator should then set a non-root uid:gid (--docker-user).
-// Start then hands the server root to that uid:gid (lchown of every entry
-// not yet owned by it, symlinks never followed), as Wings does at boot:
-// kiln, as root, still manages every file, and the game server can write.
+// The user: a Spec with a User of its own (servers.Options.Users, kiln
+// running as root: the default) runs its container as that uid:gid, the
+// owner of its root (servers.runAs made it so, mode 0700, before the
+// start): the game server can write its files, and what Kiln writes into
+// the root while it runs (internal/files gives new entries the root's
+// owner) is the server's too, so the game rewrites it in place (an edited
+// whitelist is not lost at the next save). Code that escaped its
+// container would still be a user of its own, not root nor another
+// server's uid, as on the process runtime. Such a root is never handed
+// over (below): runAs did it, files with several links excepted.
+//
+// Without one (users off, kiln not root, installers): Options.User, empty
+// meaning kiln's own uid:gid. The server root is created and filled by
+// kiln (installs, the file API, SFTP, backups), so the same owner on both
+// sides means the game server can write its files and kiln can read,
+// change and delete what the server wrote, with no chown. When kiln runs
+// as root without users of their own that would make the game server uid
+// 0 (without capabilities, but still root towards any file it can reach),
+// so New warns (not with Options.ServerUsers: then only installers run
+// so, into a directory of Kiln's); the operator should then set a
+// non-root uid:gid (--docker-user, with --uid-range off). Start then hands
+// the server root to that uid:gid (lchown of every entry not yet owned by
+// it, symlinks never followed), as Wings does at boot: kiln, as root,
+// still manages every file, and the game server can write.
 //
 // Images: kiln never pulls. EnsureKilnImage builds the kiln-test image
 // (KilnTestImage) FROM scratch around kiln's own binary, which must then be

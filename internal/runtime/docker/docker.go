@@ -59,10 +59,15 @@ type Options struct {
 	// DOCKER_CERT_PATH) when set, else the platform default socket.
 	Host string
 	Log  *slog.Logger
-	// User is the numeric "uid:gid" that game servers run as. Empty means
-	// kiln's own uid:gid, so the files a server writes in its root belong
-	// to the user that runs kiln (see doc.go).
+	// User is the numeric "uid:gid" that game servers run as when their
+	// Spec has no User of its own. Empty means kiln's own uid:gid, so the
+	// files a server writes in its root belong to the user that runs kiln
+	// (see doc.go).
 	User string
+	// ServerUsers says that every server's Spec carries a user of its own
+	// (servers.Options.Users): User then runs only what has none (the
+	// installers), and kiln running as root is no reason to warn.
+	ServerUsers bool
 	// PidsLimit caps processes+threads per container; 0 means
 	// DefaultPidsLimit.
 	PidsLimit int64
@@ -117,7 +122,7 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if strings.HasPrefix(user, "0:") {
+	if strings.HasPrefix(user, "0:") && !o.ServerUsers {
 		log.Warn("docker game servers will run as root (uid 0, no capabilities); set a non-root uid:gid that owns the server roots", "user", user)
 	}
 	netName := o.Network
@@ -167,7 +172,7 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 		cli.Close()
 		return nil, err
 	}
-	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids,
+	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "server_users", o.ServerUsers, "pids_limit", pids,
 		"stop_timeout", o.StopTimeout, "network", netName)
 	return d, nil
 }
@@ -238,8 +243,10 @@ func (d *Docker) start(ctx context.Context, spec runtime.Spec, opts client.Conta
 	if err := d.removeStale(ctx, spec.ServerID); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
-	if err := d.handOver(spec.Root); err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.ServerID, &runtime.Error{Reason: "the server's files could not be handed to the user its container runs as", Err: err})
+	if spec.User == nil { // a user of its own owns its root already (servers.runAs)
+		if err := d.handOver(spec.Root); err != nil {
+			return nil, fmt.Errorf("start %s: %w", spec.ServerID, &runtime.Error{Reason: "the server's files could not be handed to the user its container runs as", Err: err})
+		}
 	}
 	res, err := d.cli.ContainerCreate(ctx, opts)
 	if err != nil {
@@ -365,6 +372,10 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 		res.CPUPeriod = 100_000
 		res.CPUQuota = int64(spec.CPUPercent) * 1000
 	}
+	user := d.user
+	if u := spec.User; u != nil {
+		user = strconv.FormatUint(uint64(u.UID), 10) + ":" + strconv.FormatUint(uint64(u.GID), 10)
+	}
 	init := true
 	return client.ContainerCreateOptions{
 		Name: ContainerName(spec.ServerID),
@@ -374,7 +385,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 			Cmd:          spec.Argv,
 			Env:          runtime.WithHome(spec.Env, dataDir),
 			WorkingDir:   dataDir,
-			User:         d.user,
+			User:         user,
 			AttachStdin:  true,
 			AttachStdout: true,
 			AttachStderr: true,

@@ -30,6 +30,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 )
 
@@ -115,6 +117,59 @@ func TestDocker(t *testing.T) {
 		st := fi.Sys().(*syscall.Stat_t)
 		if int(st.Uid) != s.uid || int(st.Gid) != s.gid {
 			t.Errorf("owner of hello.txt = %d:%d, want %d:%d", st.Uid, st.Gid, s.uid, s.gid)
+		}
+	})
+
+	t.Run("server's own user", func(t *testing.T) {
+		// As servers.Options.Users makes it: the root is the server's
+		// user's, 0700, and the spec says so. The container runs as that
+		// user, not as Options.User; a file Kiln writes into the root
+		// while it runs (files.Root, as the files API does) is that
+		// user's, so the game rewrites it in place (a whitelist).
+		if os.Geteuid() != 0 {
+			t.Skip("a user of its own needs root")
+		}
+		t.Parallel()
+		spec := s.spec(t)
+		const own = 10002
+		spec.User = &runtime.User{UID: own, GID: own}
+		if err := os.Chown(spec.Root, own, own); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(spec.Root, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		srv := s.start(t, spec)
+		srv.con.wait(t, "ready")
+		if err := srv.inst.WriteLine("id"); err != nil {
+			t.Fatal(err)
+		}
+		srv.con.wait(t, "uid=10002 gid=10002")
+		root, err := files.Open(spec.Root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		res, err := quota.NewAccount(1<<20, quota.NewTempNames(make([]byte, 32))).Reserve(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := root.WriteFile("whitelist.json", strings.NewReader("[]\n"), res); err != nil {
+			t.Fatalf("WriteFile = %v", err)
+		}
+		res.Commit()
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(spec.Root, "whitelist.json"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != own || st.Gid != own {
+			t.Errorf("whitelist.json written while the container runs belongs to %d:%d, want the server's user %d:%d", st.Uid, st.Gid, own, own)
+		}
+		if err := srv.inst.WriteLine("write /data/whitelist.json"); err != nil {
+			t.Fatal(err)
+		}
+		if got := srv.con.waitPrefix(t, "write /data/whitelist.json "); got != "write /data/whitelist.json ok" {
+			t.Errorf("the game rewriting whitelist.json in place: %q", got)
 		}
 	})
 
