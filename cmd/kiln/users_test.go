@@ -20,6 +20,7 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
@@ -237,13 +238,21 @@ func TestServersRunAsTheirOwnUsers(t *testing.T) {
 // of its root, from --uid-range), not as root or one shared uid; a file
 // written through the API while the container runs is that user's, so
 // the game can rewrite it (an edited whitelist is not lost).
-// --docker-user is for when users are off: with them, it is refused.
+// --docker-user is for when users are off: with them, it is refused. The
+// containers' network rules are loaded for the network's bridge.
 func TestContainersRunAsTheirOwnUsers(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("users of their own need kiln to run as root")
 	}
 	cli := dockerOrSkip(t)
-	p, token, args := devServe(t, slices.Concat([]string{"--runtime", "docker"}, dockerNetwork(t))...)
+	netArgs := dockerNetwork(t)
+	p, token, args := devServe(t, slices.Concat([]string{"--runtime", "docker"}, netArgs)...)
+	// The containers' network wall is loaded for its bridge (proven in
+	// internal/runtime/docker's TestWalls).
+	if out, err := exec.Command("nft", "list", "table", "inet", node.Egress{Bridge: netArgs[1]}.TableName()).CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), `iifname "`+netArgs[1]+`" jump servers`) {
+		t.Errorf("kiln serve --runtime docker loaded no rules for its bridge %s: %v\n%s", netArgs[1], err, out)
+	}
 	id, _ := createServer(t, p, token, "own", true)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -26,7 +26,8 @@ import (
 // it does from the host; b's other listener (an RCON, say), b's game port
 // straight at b's address, a service of the host on its address on the
 // network, and a link-local address (the cloud metadata service's) are
-// refused at once. The link-local connection is tried only once the
+// refused at once; a name server of the host answers on port 53. The
+// link-local connection is tried only once the
 // loaded table is seen to refuse that range, so nothing leaves the host.
 func TestWalls(t *testing.T) {
 	if os.Geteuid() != 0 {
@@ -46,7 +47,26 @@ func TestWalls(t *testing.T) {
 	for other.Port() == 0 || int(other.Port()) >= games.First && int(other.Port()) <= games.Last {
 		other = serveHello(t, netip.AddrPortFrom(gw, 0))
 	}
-	e := node.Egress{Bridge: s.d.Network(), Ports: games}
+	// A name server of the host on its address on the bridge (one on
+	// another address of the host, when resolv.conf names it, is the
+	// same rule): reached on port 53 only.
+	dns, dnsErr := net.Listen("tcp", net.JoinHostPort(gw.String(), "53"))
+	if dnsErr == nil {
+		t.Cleanup(func() { dns.Close() })
+		go func() {
+			for {
+				c, err := dns.Accept()
+				if err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("hello\n"))
+				c.Close()
+			}
+		}()
+	} else {
+		t.Logf("no name server stand-in on %s:53: %v", gw, dnsErr)
+	}
+	e := node.Egress{Bridge: s.d.Network(), Ports: games, Resolvers: []netip.Addr{gw}}
 	if err := node.ApplyEgress(ctx, e); err != nil {
 		if err == node.ErrNoNft && os.Getenv("KILN_REQUIRE_NFT") == "" {
 			t.Skip("SKIP WALLS: " + err.Error())
@@ -106,6 +126,11 @@ func TestWalls(t *testing.T) {
 	}
 	if got := dialFrom(published); got != "ok hello" {
 		t.Errorf("from a, b's published game port %s: %q, want ok hello", published, got)
+	}
+	if dnsErr == nil {
+		if got := dialFrom(net.JoinHostPort(gw.String(), "53")); got != "ok hello" {
+			t.Errorf("from a, the host's name server %s:53: %q, want ok hello", gw, got)
+		}
 	}
 	for what, addr := range map[string]string{
 		"b's RCON":                     net.JoinHostPort(bAddr, rcon),
