@@ -106,9 +106,7 @@ func killNineRecovers(t *testing.T, rt string) {
 			t.Fatalf("docker: %v", err)
 		}
 		defer cli.Close()
-		if os.Getuid() == 0 {
-			args = append(args, "--docker-user", "10001:10001")
-		}
+		args = append(args, dockerNetwork(t)...)
 	}
 	p := startServe(t, args...)
 	token := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(dir, "bootstrap-token")))))

@@ -106,6 +106,7 @@ type serveConfig struct {
 	Runtime            string
 	DockerHost         string
 	DockerUser         string
+	DockerNetwork      string
 	PortRange          string
 	InstallerMirrorURL string
 	PullAllowCIDR      listFlag
@@ -161,7 +162,8 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	s.fs.StringVar(&c.Runtime, "runtime", "process", "process or docker: how game servers run")
 	s.fs.StringVar(&c.DockerHost, "docker-host", "", "Docker Engine endpoint (default: DOCKER_HOST, else the local socket)")
-	s.fs.StringVar(&c.DockerUser, "docker-user", "", "numeric uid:gid game containers run as (default: kiln's own)")
+	s.fs.StringVar(&c.DockerUser, "docker-user", "", "numeric uid:gid every game container runs as when servers have no user of their own (kiln not root, or --uid-range off; default: kiln's own)")
+	s.fs.StringVar(&c.DockerNetwork, "docker-network", docker.DefaultNetwork, "the bridge network game containers join, made by kiln when missing (inter-container traffic off), and its bridge interface's name (at most 15 characters)")
 	s.fs.StringVar(&c.PortRange, "port-range", "25565-25664", "game ports the node hands out (FIRST-LAST)")
 	s.fs.StringVar(&c.InstallerMirrorURL, "installer-mirror-url", "", "one base URL replacing every installer upstream (offline sites, tests)")
 	s.fs.StringVar(&c.NodeName, "node-name", "", `this machine's node name, stored on its servers (default "local" with SQLite, the host name with PostgreSQL: replicas sharing a database need distinct names)`)
@@ -181,9 +183,9 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.StringVar(&c.SnapshotCompress, "snapshot-compression", "fastest", "how hard snapshots compress: fastest (the quickest; a world as small as zstd -1 makes it), default (about 1.2 CPU-seconds more a GB; text-like files such as logs and plugin databases about 8 % smaller) or better (2.5 CPU-seconds more a GB than fastest; text smaller still)")
 	s.fs.StringVar(&c.SnapshotDedup, "snapshot-dedup", "team", "which snapshots share the chunks they hold in common: team (each team stores its own, so no team learns what another holds) or global (every snapshot in the blob store: less space, but a snapshot's stored_bytes tell its team whether content is in the store already, anyone's)")
 	s.fs.DurationVar(&c.RestoreWriterWait, "restore-writer-wait", snapshot.DefaultWriterWait, "how long a snapshot restore waits, the server stopped, for the uploads, downloads and mod installs already writing into it to end before it fails (1s to 1h)")
-	s.fs.StringVar(&c.UIDRange, "uid-range", servers.DefaultUIDRange.String(), "user ids process-runtime servers run as, one each, when kiln runs as root (FIRST-LAST, free of the host's users and groups), or off: every server runs as kiln's user")
-	s.fs.Var(&c.ServerAllow, "server-allow", "ADDR[/BITS][:PORT] game servers with users of their own may connect to despite the network rules (a private mod mirror, a service on the host; database hosts are allowed by themselves); repeatable, or comma-separated")
-	s.fs.StringVar(&c.ServerEgress, "server-egress", "guarded", "guarded: game servers with users of their own reach the internet and the node's game ports, not the host's other services nor private, loopback or link-local ranges (nftables); open: no rules")
+	s.fs.StringVar(&c.UIDRange, "uid-range", servers.DefaultUIDRange.String(), "user ids game servers (processes and containers) run as, one each, when kiln runs as root (FIRST-LAST, free of the host's users and groups), or off: every server runs as kiln's user")
+	s.fs.Var(&c.ServerAllow, "server-allow", "ADDR[/BITS][:PORT] game servers with users of their own, and game containers, may connect to despite the network rules (a private mod mirror, a service on the host; database hosts are allowed by themselves); repeatable, or comma-separated")
+	s.fs.StringVar(&c.ServerEgress, "server-egress", "guarded", "guarded: game servers with users of their own, and game containers, reach the internet and the node's game ports, not the host's other services nor private, loopback or link-local ranges (nftables); open: no rules")
 	s.fs.BoolVar(&c.StopServersOnExit, "stop-servers-on-exit", false, "on SIGINT or SIGTERM, stop every game server (its stop command, up to 30 s) before exiting; by default they keep running and the next kiln serve re-attaches to them (kiln admin node stop-all stops them later)")
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
@@ -442,7 +444,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// One stop grace for both: Kiln's own stop (stop command, then kill)
 	// and the engine's when it stops a container itself.
 	stopGrace := servers.DefaultStopTimeout
-	rt, kilnBin, closeRT, err := openRuntime(ctx, cfg, stopGrace, log)
+	rt, kilnBin, closeRT, err := openRuntime(ctx, cfg, stopGrace, !users.IsZero(), log)
 	if err != nil {
 		return err
 	}
@@ -473,10 +475,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := secureDataDir(cfg.DataDir, !users.IsZero()); err != nil {
+	// Containers have their roots mounted: only process-runtime servers'
+	// users pass through the data dir.
+	if err := secureDataDir(cfg.DataDir, !users.IsZero() && cfg.Runtime == "process"); err != nil {
 		return err
 	}
-	if !users.IsZero() && cfg.Dev {
+	if !users.IsZero() && cfg.Dev && cfg.Runtime == "process" {
 		// kiln-test runs this binary as the servers' users.
 		if kilnBin, err = reachableBinary(kilnBin, cfg.DataDir); err != nil {
 			return fmt.Errorf("a copy of kiln the servers' users can run: %w", err)
@@ -492,21 +496,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Databases of dbservices: their credentials are sealed with box and
 	// given to the servers attached to them at each start.
 	dbs := dbservice.NewService(db, box, log)
-	var egress *egressKeeper
-	if !users.IsZero() && cfg.ServerEgress == "guarded" {
-		egress = &egressKeeper{log: log, hosts: dbs.Hosts, base: node.Egress{
-			FirstUID: users.First, LastUID: users.Last, Ports: ports,
-			Resolvers: node.Resolvers("/etc/resolv.conf"), Allow: cfg.serverAllow,
-		}}
-		// Loaded before any server starts.
-		if err := egress.apply(ctx); err != nil {
-			if errors.Is(err, node.ErrNoNft) {
-				return usageError{"--server-egress guarded: " + err.Error() + "; or pass --server-egress open (servers then reach the host's services and private ranges)"}
-			}
-			return fmt.Errorf("load the servers' network rules: %w", err)
-		}
-	} else if !users.IsZero() {
-		log.Warn("--server-egress open: game servers reach the host's services and private, loopback and link-local ranges")
+	egress, err := serverWall(ctx, cfg, users, rt, ports, dbs.Hosts, log)
+	if err != nil {
+		return err
 	}
 	tempNames := quota.NewTempNames(box.Derive(servers.TempNamesPurpose))
 	// Restores a crash cut short are finished or undone before any server
@@ -845,8 +837,9 @@ func writeSecretFile(path, data string) error {
 // function that releases the runtime (game servers keep running: process
 // ones under their holders, `kiln shim` of this very binary with its state
 // in <data-dir>/run; docker containers). stopGrace becomes the
-// containers' stop timeout.
-func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, log *slog.Logger) (runtime.Runtime, string, func(), error) {
+// containers' stop timeout; users says that servers run as users of their
+// own (serverUsers).
+func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, users bool, log *slog.Logger) (runtime.Runtime, string, func(), error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("find the kiln binary: %w", err)
@@ -857,7 +850,7 @@ func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, 
 		})
 		return p, self, func() { p.Close() }, nil
 	}
-	d, err := docker.New(ctx, docker.Options{Host: cfg.DockerHost, User: cfg.DockerUser, Log: log, StopTimeout: stopGrace})
+	d, err := docker.New(ctx, docker.Options{Host: cfg.DockerHost, User: cfg.DockerUser, ServerUsers: users, Network: cfg.DockerNetwork, Log: log, StopTimeout: stopGrace})
 	if err != nil {
 		return nil, "", nil, err
 	}

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -17,8 +19,10 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
@@ -234,11 +238,7 @@ func TestSIGTERMFinishes(t *testing.T) {
 
 	t.Run("docker", func(t *testing.T) {
 		cli := dockerOrSkip(t)
-		var extra []string
-		if os.Getuid() == 0 {
-			extra = []string{"--docker-user", "10001:10001"}
-		}
-		p, token, args := devServe(t, append([]string{"--runtime", "docker"}, extra...)...)
+		p, token, args := devServe(t, slices.Concat([]string{"--runtime", "docker"}, dockerNetwork(t))...)
 		id, _ := createServer(t, p, token, "kept", true)
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -295,6 +295,29 @@ func dockerOrSkip(t *testing.T) *client.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// dockerNetwork returns the flags giving kiln serve a network of the
+// test's own (--docker-network), and removes that network and the rules
+// kiln serve loaded for its bridge when the test ends (after the test's
+// containers, whose cleanups are registered later and so run first).
+func dockerNetwork(t *testing.T) []string {
+	t.Helper()
+	name := fmt.Sprintf("kt%08x", rand.Uint32())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if cli, err := client.New(client.FromEnv); err == nil {
+			if _, err := cli.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+				t.Errorf("remove network %s: %v", name, err)
+			}
+			cli.Close()
+		}
+		if err := node.RemoveEgress(ctx, node.Egress{Bridge: name}); err != nil && os.Geteuid() == 0 && !errors.Is(err, node.ErrNoNft) {
+			t.Errorf("remove the rules of %s: %v", name, err)
+		}
+	})
+	return []string{"--docker-network", name}
 }
 
 // containerOf returns the id of the one container of a server.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,27 +16,39 @@ import (
 
 	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/servers"
 )
 
-// serverUsers decides who servers run as (servers.Options.Users): on the
-// process runtime, when kiln runs as root, a user of their own each from
-// --uid-range, once the range is checked against the host's users and
-// groups and the server roots are reachable by other users. Not root:
-// one warning, and servers share kiln's user. Docker keeps its own
-// isolation (containers), the zero range.
+// serverUsers decides who servers run as (servers.Options.Users): when
+// kiln runs as root, a user of their own each from --uid-range, once the
+// range is checked against the host's users and groups; on the process
+// runtime, also once the server roots are reachable by other users (a
+// container has its root mounted and needs no path to it). Not root: one
+// warning on the process runtime, and servers share kiln's user (docker:
+// --docker-user, else kiln's). On docker, --docker-user is for when users
+// are off: with both, kiln serve stops and says so.
 func serverUsers(cfg serveConfig, log *slog.Logger) (servers.UIDRange, error) {
 	rng := cfg.uidRange
-	if cfg.Runtime != "process" || rng.IsZero() {
-		if cfg.Runtime == "process" {
+	docker := cfg.Runtime == "docker"
+	if rng.IsZero() {
+		if !docker {
 			log.Warn("--uid-range off: every game server runs as kiln's own user; one server's code can read the others' files and kiln's data dir")
 		}
 		return servers.UIDRange{}, nil
 	}
 	if os.Geteuid() != 0 {
-		log.Warn("kiln does not run as root: every game server runs as kiln's own user and is not isolated from the others (their files, their environment, kiln's data dir); run kiln as root to give each server a user of its own (--uid-range)",
-			"euid", os.Geteuid())
+		if !docker {
+			log.Warn("kiln does not run as root: every game server runs as kiln's own user and is not isolated from the others (their files, their environment, kiln's data dir); run kiln as root to give each server a user of its own (--uid-range)",
+				"euid", os.Geteuid())
+		}
 		return servers.UIDRange{}, nil
+	}
+	if docker && cfg.DockerUser != "" {
+		return servers.UIDRange{}, usageError{fmt.Sprintf(
+			"--docker-user %s: as root, each game container runs as its server's own user (--uid-range %s), so files kiln writes while it runs are its user's; pass --uid-range off to run every container as --docker-user instead",
+			cfg.DockerUser, rng)}
 	}
 	if err := servers.CheckUIDRange(rng, "/etc/passwd", "/etc/group"); err != nil {
 		return servers.UIDRange{}, usageError{"--uid-range: " + err.Error()}
@@ -44,7 +57,7 @@ func serverUsers(cfg serveConfig, log *slog.Logger) (servers.UIDRange, error) {
 	if err != nil {
 		return servers.UIDRange{}, err
 	}
-	if dir, mode, ok := unreachable(filepath.Dir(filepath.Dir(roots))); !ok {
+	if dir, mode, ok := unreachable(filepath.Dir(filepath.Dir(roots))); !ok && !docker {
 		return servers.UIDRange{}, usageError{fmt.Sprintf(
 			"--data-dir %s: servers run as users of their own (--uid-range %s) and must reach their roots below it, but %s (mode %04o) lets no other user through: run chmod o+x %s, choose a --data-dir other users can reach (e.g. /var/lib/kiln), or pass --uid-range off",
 			cfg.DataDir, rng, dir, mode, dir)}
@@ -163,6 +176,51 @@ func reachableBinary(self, dataDir string) (string, error) {
 		return "", err
 	}
 	return dst, nil
+}
+
+// serverWall loads the servers' network wall (node.Egress) and returns
+// its keeper, or nil when there is none: --server-egress open, servers
+// sharing kiln's user on the process runtime, or a docker runtime whose
+// rules this host cannot hold (kiln not root, the engine's bridge not on
+// this host), each said once in the log. The process runtime's rules
+// judge the sockets of the servers' users, the docker runtime's the
+// packets from its network's bridge.
+func serverWall(ctx context.Context, cfg serveConfig, users servers.UIDRange, rt runtime.Runtime, ports node.PortRange,
+	hosts func(ctx context.Context) ([]dbservice.Host, error), log *slog.Logger) (*egressKeeper, error) {
+	open := "--server-egress open: game servers reach the host's services and private, loopback and link-local ranges"
+	base := node.Egress{Ports: ports, Resolvers: node.Resolvers("/etc/resolv.conf"), Allow: cfg.serverAllow}
+	switch d, isDocker := rt.(*docker.Docker); {
+	case isDocker && cfg.ServerEgress == "open":
+		log.Warn(open + "; game containers still do not reach each other (their network's inter-container traffic is off)")
+		return nil, nil
+	case isDocker && os.Geteuid() != 0:
+		log.Warn("kiln does not run as root, so it cannot load the game containers' network rules (nftables): game code reaches the host's services and private, loopback and link-local ranges; run kiln as root, or load the rules yourself (docs/operations.md)",
+			"euid", os.Geteuid())
+		return nil, nil
+	case isDocker:
+		if _, err := net.InterfaceByName(d.Network()); err != nil {
+			log.Warn("the game containers' bridge is not on this host (a remote engine?), so kiln cannot load their network rules here: game code reaches that host's services and private ranges",
+				"bridge", d.Network(), "err", err)
+			return nil, nil
+		}
+		base.Bridge = d.Network()
+	case users.IsZero():
+		return nil, nil
+	case cfg.ServerEgress == "open":
+		log.Warn(open)
+		return nil, nil
+	default:
+		base.FirstUID, base.LastUID = users.First, users.Last
+	}
+	k := &egressKeeper{log: log, hosts: hosts, base: base}
+	// Loaded before any server starts.
+	if err := k.apply(ctx); err != nil {
+		if errors.Is(err, node.ErrNoNft) {
+			return nil, usageError{"--server-egress guarded: " + err.Error() + "; or pass --server-egress open (servers then reach the host's services and private ranges)"}
+		}
+		return nil, fmt.Errorf("load the servers' network rules: %w", err)
+	}
+	return k, nil
 }
 
 // egressKeeper keeps the servers' network wall (node.Egress) loaded: the

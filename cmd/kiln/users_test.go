@@ -1,17 +1,28 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/moby/moby/client"
+
+	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/runtime/docker"
+	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 )
 
@@ -244,5 +255,86 @@ func TestUsersRefusedAtStart(t *testing.T) {
 	_, errOut, code = kiln(t, "serve", "--data-dir", filepath.Join(open, "data"), "--addr", "127.0.0.1:0", "--sftp-addr", "", "--uid-range", "1-100")
 	if code != 2 || !strings.Contains(errOut, "--uid-range: the range 1-100 holds the user") {
 		t.Errorf("serve with a range holding host users: exit %d, %s", code, errOut)
+	}
+}
+
+// TestContainersRunAsTheirOwnUsers: kiln serve as root on the docker
+// runtime runs each game container as its server's own user (the owner
+// of its root, from --uid-range), not as root or one shared uid; a file
+// written through the API while the container runs is that user's, so
+// the game can rewrite it (an edited whitelist is not lost).
+// --docker-user is for when users are off: with them, it is refused. The
+// containers' network rules are loaded for the network's bridge.
+func TestContainersRunAsTheirOwnUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("users of their own need kiln to run as root")
+	}
+	cli := dockerOrSkip(t)
+	netArgs := dockerNetwork(t)
+	p, token, args := devServe(t, slices.Concat([]string{"--runtime", "docker"}, netArgs)...)
+	// The containers' network wall is loaded for its bridge (proven in
+	// internal/runtime/docker's TestWalls).
+	if out, err := exec.Command("nft", "list", "table", "inet", node.Egress{Bridge: netArgs[1]}.TableName()).CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), `iifname "`+netArgs[1]+`" jump servers`) {
+		t.Errorf("kiln serve --runtime docker loaded no rules for its bridge %s: %v\n%s", netArgs[1], err, out)
+	}
+	id, _ := createServer(t, p, token, "own", true)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = cli.ContainerRemove(ctx, docker.ContainerName(id), client.ContainerRemoveOptions{Force: true})
+	})
+	root := filepath.Join(args[1], "servers", id)
+	var rst syscall.Stat_t
+	if err := syscall.Stat(root, &rst); err != nil {
+		t.Fatal(err)
+	}
+	if rst.Uid < 200000 || rst.Uid > 299999 || rst.Gid != rst.Uid || rst.Mode&0o777 != 0o700 {
+		t.Fatalf("the root is %d:%d mode %o; want a user of --uid-range's, 0700", rst.Uid, rst.Gid, rst.Mode&0o777)
+	}
+	res, err := cli.ContainerInspect(t.Context(), containerOf(t, cli, id), client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d:%d", rst.Uid, rst.Gid)
+	if got := res.Container.Config.User; got != want {
+		t.Errorf("the container runs as %q, want its server's user %q", got, want)
+	}
+	if st := procStatus(t, res.Container.State.Pid); !strings.HasPrefix(st["Uid"], strconv.Itoa(int(rst.Uid))+"\t") {
+		t.Errorf("the container's first process has Uid %q, want %d", st["Uid"], rst.Uid)
+	}
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", "http://"+p.addr+"/api/client/v1/servers/"+id+"/files/write?file=/whitelist.json", strings.NewReader("[]\n"))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "text/plain")
+	wres, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wres.Body.Close()
+	if wres.StatusCode != 200 {
+		t.Fatalf("write whitelist.json: %s", wres.Status)
+	}
+	var fst syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(root, "whitelist.json"), &fst); err != nil {
+		t.Fatal(err)
+	}
+	if fst.Uid != rst.Uid || fst.Gid != rst.Gid || fst.Mode&0o200 == 0 {
+		t.Errorf("whitelist.json written while the container runs: %d:%d mode %o; want %s and writable by its owner", fst.Uid, fst.Gid, fst.Mode&0o777, want)
+	}
+	if err := p.stop(os.Interrupt); err != nil {
+		t.Errorf("kiln serve after SIGINT: %v\n%s", err, p.Stderr())
+	}
+
+	// --docker-user with users of their own is refused, with what to do.
+	cfg, err := parseServe([]string{"--runtime", "docker", "--docker-user", "10001:10001", "--data-dir", t.TempDir()}, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := serverUsers(cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--uid-range off") {
+		t.Errorf("serverUsers(--docker-user, users on) = %v; want a usage error naming --uid-range off", err)
+	}
+	cfg.uidRange = servers.UIDRange{}
+	if rng, err := serverUsers(cfg, slog.New(slog.DiscardHandler)); err != nil || !rng.IsZero() {
+		t.Errorf("serverUsers(--docker-user, --uid-range off) = %v, %v; want off, nil", rng, err)
 	}
 }

@@ -12,7 +12,7 @@
 //
 // It also owns two walls around the servers of the host: giving a root
 // to its server's user (OwnTree, owner.go) and the network rules of the
-// servers' users (Egress, egress.go).
+// servers' users and containers (Egress, egress.go).
 //
 // Decisions:
 //   - Egress is enforced by the kernel, on the servers' uids (nftables
@@ -33,4 +33,18 @@
 //     other local address and port, and the ranges remote downloads
 //     refuse (internal/netguard's table), all of IPv6 outside 2000::/3.
 //     Answers to connections players opened pass (ct established).
+//   - One wall, two ways of finding whose traffic it is: the process
+//     runtime's servers by their uids (output hook, meta skuid), the
+//     docker runtime's containers by the bridge their packets come in
+//     from (Egress.Bridge: the input hook for the host, the forward hook
+//     for the rest, iifname). A container's uid is no use on the host
+//     (the packet is forwarded, not sent by a local socket), and a
+//     bridge of its own is what Docker gives a fixed name. Through the
+//     host, connections translated to a published port pass (ct status
+//     dnat) and nothing goes back to the bridge itself (containers meet
+//     only through published ports). The bridge chains run at priority
+//     filter - 10, before Docker's iptables-nft chains of the same hooks:
+//     a packet must pass every base chain, so Docker's accepts cannot
+//     undo a reject here, and the reject is at once, not after Docker's
+//     silent drop of inter-container traffic.
 package node

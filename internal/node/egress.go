@@ -9,20 +9,29 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 )
 
 // Egress is what the game servers of this node may connect to, enforced
-// by the kernel (nftables) on every socket their users own (Users): the
-// process runtime's network wall (doc.go, "Egress"). A server reaches the
-// internet, other servers through the game ports of this node (Ports, on
-// any address of this host), the name servers of Resolvers on port 53,
-// and the operator's Allow entries (a range, optionally one port:
-// database hosts, a private mod mirror); nothing else of this host
-// (Kiln's API, SSH, a database on loopback, another server's RCON) and
-// no private, loopback, link-local, shared or reserved range.
+// by the kernel (nftables): the network wall (doc.go, "Egress"). A server
+// reaches the internet, other servers through the game ports of this node
+// (Ports, on any address of this host), the name servers of Resolvers on
+// port 53, and the operator's Allow entries (a range, optionally one
+// port: database hosts, a private mod mirror); nothing else of this host
+// (Kiln's API, SSH, a database on loopback, another server's RCON) and no
+// private, loopback, link-local, shared or reserved range.
+//
+// Whose traffic is judged: with Bridge empty, every socket the users
+// FirstUID-LastUID own (the process runtime); with Bridge set, every
+// packet that comes in from that network interface (the docker runtime's
+// bridge: the containers' traffic, whatever uid it runs as), to this host
+// (input) and through it (forward). Through it, a connection to another
+// container on the bridge is refused too: containers meet only through
+// published game ports.
 type Egress struct {
 	FirstUID, LastUID uint32
+	Bridge            string
 	Ports             PortRange
 	Resolvers         []netip.Addr
 	Allow             []Allowed
@@ -93,44 +102,85 @@ var (
 	refused6 = []string{"64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32", "3fff::/20"}
 )
 
-// TableName is the nftables table of the users FirstUID-LastUID (inet
-// family): one per range, so that two nodes on one host (tests) keep
-// their own rules.
-func (e Egress) TableName() string { return fmt.Sprintf("kiln_servers_%d_%d", e.FirstUID, e.LastUID) }
+// TableName is the nftables table of the rules (inet family): one per
+// range of users (kiln_servers_FIRST_LAST) or per bridge
+// (kiln_bridge_NAME), so that two nodes on one host (tests) keep their
+// own rules.
+func (e Egress) TableName() string {
+	if e.Bridge != "" {
+		return "kiln_bridge_" + strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+				return r
+			}
+			return '_'
+		}, e.Bridge)
+	}
+	return fmt.Sprintf("kiln_servers_%d_%d", e.FirstUID, e.LastUID)
+}
 
 // Ruleset is the nft script that replaces the table with e's rules
 // (nft -f applies it in one transaction: never a moment without rules).
-// Only packets of sockets the servers' users own are judged (meta skuid),
-// so Kiln's own traffic and the kernel's (replies without a socket) are
-// never touched; answers to players who connected in (conntrack
-// established) always pass.
+// Answers to connections players opened (conntrack established) always
+// pass. With Bridge empty only packets of sockets the servers' users own
+// are judged (meta skuid), so Kiln's own traffic and the kernel's
+// (replies without a socket) are never touched. With Bridge set, the
+// packets coming in from it: to this host (input: its game ports, name
+// servers and Allow entries only) and through it (forward: connections
+// the host translated to a published port, ct status dnat, pass; then the
+// same ranges as for users, and nothing to the bridge itself). Those
+// chains run just before the filter priority (filter - 10), where
+// Docker's iptables-nft chains sit: a packet must pass every base chain
+// of its hook, so whatever Docker accepts, a reject here holds, and it
+// comes first, at once, rather than after a silent drop of Docker's.
 func (e Egress) Ruleset() string {
 	var b strings.Builder
 	t := e.TableName()
 	fmt.Fprintf(&b, "table inet %s\ndelete table inet %s\n", t, t) // delete needs it to exist
 	fmt.Fprintf(&b, "table inet %s {\n", t)
-	b.WriteString("\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n")
-	fmt.Fprintf(&b, "\t\tmeta skuid %d-%d jump servers\n\t}\n", e.FirstUID, e.LastUID)
-	b.WriteString("\tchain servers {\n")
-	b.WriteString("\t\tct state established,related accept\n")
-	fmt.Fprintf(&b, "\t\tfib daddr type local meta l4proto { tcp, udp } th dport %d-%d accept\n", e.Ports.First, e.Ports.Last)
-	for _, r := range e.Resolvers {
-		fmt.Fprintf(&b, "\t\t%s daddr %s meta l4proto { tcp, udp } th dport 53 accept\n", family(r), r.Unmap())
+	if e.Bridge != "" {
+		br := strconv.Quote(e.Bridge)
+		b.WriteString("\tchain input {\n\t\ttype filter hook input priority filter - 10; policy accept;\n")
+		fmt.Fprintf(&b, "\t\tiifname %s jump host\n\t}\n", br)
+		b.WriteString("\tchain forward {\n\t\ttype filter hook forward priority filter - 10; policy accept;\n")
+		fmt.Fprintf(&b, "\t\tiifname %s jump servers\n\t}\n", br)
+		b.WriteString("\tchain host {\n")
+		b.WriteString("\t\tct state established,related accept\n")
+		fmt.Fprintf(&b, "\t\tmeta l4proto { tcp, udp } th dport %d-%d accept\n", e.Ports.First, e.Ports.Last)
+		e.allowed(&b)
+		b.WriteString("\t\treject with icmpx type admin-prohibited\n\t}\n")
+		b.WriteString("\tchain servers {\n")
+		b.WriteString("\t\tct state established,related accept\n")
+		b.WriteString("\t\tct status dnat accept\n")
+		fmt.Fprintf(&b, "\t\toifname %s reject with icmpx type admin-prohibited\n", br)
+	} else {
+		b.WriteString("\tchain output {\n\t\ttype filter hook output priority filter; policy accept;\n")
+		fmt.Fprintf(&b, "\t\tmeta skuid %d-%d jump servers\n\t}\n", e.FirstUID, e.LastUID)
+		b.WriteString("\tchain servers {\n")
+		b.WriteString("\t\tct state established,related accept\n")
+		fmt.Fprintf(&b, "\t\tfib daddr type local meta l4proto { tcp, udp } th dport %d-%d accept\n", e.Ports.First, e.Ports.Last)
 	}
-	for _, a := range e.Allow {
-		fam := family(a.Prefix.Addr())
-		if a.Port == 0 {
-			fmt.Fprintf(&b, "\t\t%s daddr %s accept\n", fam, a.Prefix)
-		} else {
-			fmt.Fprintf(&b, "\t\t%s daddr %s meta l4proto { tcp, udp } th dport %d accept\n", fam, a.Prefix, a.Port)
-		}
-	}
+	e.allowed(&b)
 	b.WriteString("\t\tfib daddr type local reject with icmpx type admin-prohibited\n")
 	fmt.Fprintf(&b, "\t\tip daddr { %s } reject with icmpx type admin-prohibited\n", strings.Join(refused4, ", "))
 	b.WriteString("\t\tip6 daddr != 2000::/3 reject with icmpx type admin-prohibited\n")
 	fmt.Fprintf(&b, "\t\tip6 daddr { %s } reject with icmpx type admin-prohibited\n", strings.Join(refused6, ", "))
 	b.WriteString("\t}\n}\n")
 	return b.String()
+}
+
+// allowed writes the accept rules of the name servers and Allow entries.
+func (e Egress) allowed(b *strings.Builder) {
+	for _, r := range e.Resolvers {
+		fmt.Fprintf(b, "\t\t%s daddr %s meta l4proto { tcp, udp } th dport 53 accept\n", family(r), r.Unmap())
+	}
+	for _, a := range e.Allow {
+		fam := family(a.Prefix.Addr())
+		if a.Port == 0 {
+			fmt.Fprintf(b, "\t\t%s daddr %s accept\n", fam, a.Prefix)
+		} else {
+			fmt.Fprintf(b, "\t\t%s daddr %s meta l4proto { tcp, udp } th dport %d accept\n", fam, a.Prefix, a.Port)
+		}
+	}
 }
 
 func family(a netip.Addr) string {

@@ -22,9 +22,10 @@ type Spec struct {
 	CPUPercent int // percent of one core; 0 = unlimited
 	Port       int // game port on the host
 	BindHost   string
-	// User is the server's own user (process runtime): the command runs
-	// with that uid and gid, no supplementary groups and no_new_privs.
-	// nil runs it as kiln's own user.
+	// User is the server's own user: the command runs with that uid and
+	// gid, no supplementary groups and no_new_privs (the process runtime;
+	// the docker runtime runs the container as it). nil runs it as kiln's
+	// own user (docker: its Options.User).
 	User *User
 	// StopCommand is the console line that stops the software gracefully
 	// ("stop", a proxy's "end"). A holder keeps it, so that a server can

@@ -3,8 +3,10 @@ package servers_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/kilnhq/kiln/internal/runtime"
@@ -33,7 +36,7 @@ func dockerRuntime(t *testing.T) *docker.Docker {
 	if os.Getuid() == 0 {
 		user = "10001:10001" // never run a game server as root
 	}
-	d, err := docker.New(t.Context(), docker.Options{User: user, Log: slog.New(slog.DiscardHandler)})
+	d, err := docker.New(t.Context(), docker.Options{User: user, Network: testNetwork(t, ""), Log: slog.New(slog.DiscardHandler)})
 	if errors.Is(err, docker.ErrUnreachable) && os.Getenv("KILN_REQUIRE_DOCKER") != "1" {
 		t.Skipf("SKIP DOCKER SUITE: %v (set KILN_REQUIRE_DOCKER=1 to fail instead)", err)
 	}
@@ -45,6 +48,32 @@ func dockerRuntime(t *testing.T) *docker.Docker {
 		t.Fatalf("EnsureKilnImage = %v", err)
 	}
 	return d
+}
+
+// testNetwork names a network of the test's own for the runtime to make
+// on the engine at host (empty: the default one), and removes it when the
+// test ends (after its containers, whose cleanups come later and so run
+// first).
+func testNetwork(t *testing.T, host string) string {
+	t.Helper()
+	name := fmt.Sprintf("kt%08x", rand.Uint32())
+	t.Cleanup(func() {
+		opt := client.FromEnv
+		if host != "" {
+			opt = client.WithHost(host)
+		}
+		cli, err := client.New(opt)
+		if err != nil {
+			return
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := cli.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err) {
+			t.Errorf("remove network %s: %v", name, err)
+		}
+	})
+	return name
 }
 
 // TestDockerLifecycle runs a kiln-test server as a container: install,
@@ -143,7 +172,7 @@ func TestDockerEngineGone(t *testing.T) {
 		defer mu.Unlock()
 		return logged.Write(p)
 	}), nil))
-	d, err := docker.New(t.Context(), docker.Options{Host: host, Log: log})
+	d, err := docker.New(t.Context(), docker.Options{Host: host, Network: testNetwork(t, ""), EngineWait: time.Second, Log: log})
 	if err != nil {
 		t.Fatalf("docker.New(%s) = %v", host, err)
 	}

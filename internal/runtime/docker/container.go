@@ -27,9 +27,9 @@ const (
 // Container is one game server's container held by this kiln: its console
 // stream and a watcher of its exit. It implements runtime.Instance.
 type Container struct {
-	d  *Docker
-	id string
-	hj client.HijackedResponse
+	d       *Docker
+	id      string
+	console func(string)
 
 	cancel  context.CancelFunc // ends the exit watcher: Detach
 	done    chan struct{}      // the container has ended
@@ -38,6 +38,7 @@ type Container struct {
 	wmu sync.Mutex // one console write at a time
 
 	mu   sync.Mutex
+	hj   client.HijackedResponse // the console stream; a new one after the engine came back
 	exit runtime.Exit
 	sent syscall.Signal // the last signal Stop or Kill sent
 	prev cpuSample
@@ -51,12 +52,32 @@ func (d *Docker) attach(ctx context.Context, id string, console func(string), co
 	if console == nil {
 		console = func(string) {}
 	}
-	hj, err := d.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return nil, fmt.Errorf("attach console: %w", err)
-	}
 	// The wait outlives ctx (a request's); ctx only bounds its set-up.
 	wctx, cancel := context.WithCancel(context.Background())
+	hj, wait, err := d.stream(ctx, wctx, cancel, id, cond)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c := &Container{
+		d: d, id: id, console: console, hj: hj,
+		cancel: cancel, done: make(chan struct{}), stopped: make(chan struct{}),
+	}
+	outDone := c.copyOut(hj)
+	d.track(c)
+	go c.watch(wctx, wait, outDone)
+	return c, nil
+}
+
+// stream opens the console stream of container id and registers a wait
+// for cond that lasts until wctx ends (cancel ends it when ctx, which
+// bounds the set-up, ends first).
+func (d *Docker) stream(ctx, wctx context.Context, cancel context.CancelFunc, id string, cond container.WaitCondition) (client.HijackedResponse, client.ContainerWaitResult, error) {
+	var none client.ContainerWaitResult
+	res, err := d.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return client.HijackedResponse{}, none, fmt.Errorf("attach console: %w", err)
+	}
 	stop := context.AfterFunc(ctx, cancel)
 	wait := d.cli.ContainerWait(wctx, id, client.ContainerWaitOptions{Condition: cond})
 	inTime := stop()
@@ -69,46 +90,69 @@ func (d *Docker) attach(ctx context.Context, id string, console func(string), co
 		}
 	}
 	if err != nil {
-		cancel()
-		hj.Close()
-		return nil, fmt.Errorf("wait for container: %w", err)
+		res.Close()
+		return client.HijackedResponse{}, none, fmt.Errorf("wait for container: %w", err)
 	}
-	c := &Container{
-		d: d, id: id, hj: hj.HijackedResponse,
-		cancel: cancel, done: make(chan struct{}), stopped: make(chan struct{}),
-	}
+	return res.HijackedResponse, wait, nil
+}
+
+// copyOut delivers the output of the console stream hj line by line; the
+// channel closes when the stream has ended (the container exited, the
+// engine went away, or Detach closed it).
+func (c *Container) copyOut(hj client.HijackedResponse) <-chan struct{} {
 	outDone := make(chan struct{})
 	go func() {
 		defer close(outDone)
-		out, errOut := newLineWriter(console), newLineWriter(console)
-		// The copy ends when the container's streams close (it exited) or
-		// the connection is closed (Detach); either way nothing is left.
-		_, _ = stdcopy.StdCopy(out, errOut, c.hj.Reader)
+		out, errOut := newLineWriter(c.console), newLineWriter(c.console)
+		_, _ = stdcopy.StdCopy(out, errOut, hj.Reader)
 		out.Flush()
 		errOut.Flush()
 	}()
-	d.track(c)
-	go c.watch(wctx, wait, outDone)
-	return c, nil
+	return outDone
+}
+
+func (c *Container) stream() client.HijackedResponse {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hj
+}
+
+func (c *Container) closeStream() {
+	hj := c.stream()
+	hj.Close()
 }
 
 // watch waits for the container to end, lets the console drain and records
-// how it ended. After a Detach it returns without doing so.
+// how it ended. A wait that fails is no end: the engine went away
+// (restarted, upgraded, its socket gone), so watch waits for it and looks
+// again (reconnect). After a Detach it returns without recording anything.
 func (c *Container) watch(wctx context.Context, wait client.ContainerWaitResult, outDone <-chan struct{}) {
 	defer close(c.stopped)
 	defer c.d.forget(c)
 	var exit runtime.Exit
-	select {
-	case r := <-wait.Result:
-		exit = c.exitOf(r)
-	case err := <-wait.Error:
-		if wctx.Err() != nil { // Detach
-			c.hj.Close()
+	for ended := false; !ended; {
+		select {
+		case r := <-wait.Result:
+			exit, ended = c.exitOf(r), true
+			if c.engineLeaving(wctx) {
+				c.closeStream()
+				<-outDone
+				return // Detach
+			}
+		case err := <-wait.Error:
+			c.closeStream()
 			<-outDone
-			return
+			if wctx.Err() != nil { // Detach
+				return
+			}
+			var detached bool
+			if wait, outDone, exit, detached = c.reconnect(wctx, err); detached {
+				return
+			}
+			if outDone == nil {
+				outDone, ended = closed, true
+			}
 		}
-		exit = runtime.Exit{Code: -1, Err: &runtime.Error{Reason: "Kiln lost track of the container (the container engine stopped answering)",
-			Err: fmt.Errorf("lost the container: %w", err)}}
 	}
 	t := time.NewTimer(drainTimeout)
 	select {
@@ -116,12 +160,97 @@ func (c *Container) watch(wctx context.Context, wait client.ContainerWaitResult,
 	case <-t.C:
 	}
 	t.Stop()
-	c.hj.Close()
+	c.closeStream()
 	<-outDone
 	c.mu.Lock()
 	c.exit = exit
 	c.mu.Unlock()
 	close(c.done)
+}
+
+// engineLeaving runs when the container ended by itself or by the
+// engine (not a signal of Kiln's): when the engine no longer takes new
+// connections, it is shutting down and stopped the container, so the end
+// is told only once the engine is back (awaitEngine), and a restart is
+// not tried meanwhile. It reports whether Detach came first.
+func (c *Container) engineLeaving(wctx context.Context) (detached bool) {
+	c.mu.Lock()
+	sent := c.sent
+	c.mu.Unlock()
+	if sent != 0 || wctx.Err() != nil {
+		return false
+	}
+	err := c.d.answers(wctx)
+	if err == nil || wctx.Err() != nil {
+		return false
+	}
+	c.d.log.Warn("a container ended while the container engine goes away; waiting for the engine", "container_id", c.id, "err", err)
+	c.console("[kiln] the container engine is going away; waiting for it")
+	return c.d.awaitEngine(wctx) != nil && wctx.Err() != nil
+}
+
+// closed is a channel that is closed.
+var closed = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+
+// reconnect runs when the wait on the container failed: it waits for the
+// engine (awaitEngine) and looks at the container again. Still running
+// (the engine kept it: live-restore): the console stream and the wait are
+// opened again (a signal Stop or Kill could not deliver meanwhile is sent
+// again) and returned. Ended meanwhile (the engine stopped it): how, with
+// a nil outDone. Gone, or the engine not back within the wait: an exit
+// saying so. detached: Detach came first, nothing is to be recorded.
+func (c *Container) reconnect(wctx context.Context, cause error) (wait client.ContainerWaitResult, outDone <-chan struct{}, exit runtime.Exit, detached bool) {
+	log := c.d.log.With("container_id", c.id)
+	log.Warn("lost the wait on a container; waiting for the container engine", "err", cause)
+	c.console("[kiln] the container engine stopped answering; waiting for it")
+	lost := func(err error) runtime.Exit {
+		return runtime.Exit{Code: -1, Err: &runtime.Error{Reason: "Kiln lost track of the container (the container engine stopped answering)",
+			Err: fmt.Errorf("lost the container: %w", err)}}
+	}
+	if err := c.d.awaitEngine(wctx); err != nil {
+		if wctx.Err() != nil {
+			return wait, nil, exit, true
+		}
+		return wait, nil, lost(fmt.Errorf("%w; then %w", cause, err)), false
+	}
+	res, err := c.d.cli.ContainerInspect(wctx, c.id, client.ContainerInspectOptions{})
+	switch {
+	case wctx.Err() != nil:
+		return wait, nil, exit, true
+	case cerrdefs.IsNotFound(err):
+		log.Warn("the container engine is back; the container is gone")
+		return wait, nil, runtime.Exit{Code: -1, Err: &runtime.Error{Reason: "the server's container was removed while the container engine was away",
+			Err: fmt.Errorf("container %s: %w", c.id, err)}}, false
+	case err != nil:
+		return wait, nil, lost(fmt.Errorf("inspect after the engine came back: %w", err)), false
+	case res.Container.State == nil || !res.Container.State.Running:
+		code := 0
+		if res.Container.State != nil {
+			code = res.Container.State.ExitCode
+		}
+		log.Warn("the container engine is back; the container ended while it was away", "exit_code", code)
+		c.console("[kiln] the container engine is back; the server's container ended while it was away")
+		return wait, nil, c.exitOf(container.WaitResponse{StatusCode: int64(code)}), false
+	}
+	hj, wait, err := c.d.stream(wctx, wctx, c.cancel, c.id, container.WaitConditionNotRunning)
+	if err != nil {
+		if wctx.Err() != nil {
+			return wait, nil, exit, true
+		}
+		return wait, nil, lost(fmt.Errorf("re-attach after the engine came back: %w", err)), false
+	}
+	c.mu.Lock()
+	c.hj = hj
+	sent := c.sent
+	c.mu.Unlock()
+	log.Info("the container engine is back; re-attached to the running container")
+	c.console("[kiln] the container engine is back; the server still runs")
+	if sent != 0 {
+		if err := c.signal(sent); err != nil {
+			log.Warn("send again a signal the engine missed", "signal", sent.String(), "err", err)
+		}
+	}
+	return wait, c.copyOut(hj), exit, false
 }
 
 // exitOf turns the engine's exit status into a runtime.Exit. The engine
@@ -172,7 +301,7 @@ func (c *Container) exitOf(r container.WaitResponse) runtime.Exit {
 // kiln re-attaches with Adopt. Detach returns when the goroutines have.
 func (c *Container) Detach() {
 	c.cancel()
-	c.hj.Close()
+	c.closeStream()
 	<-c.stopped
 }
 
@@ -192,8 +321,9 @@ func (c *Container) WriteLine(line string) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_ = c.hj.Conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := io.WriteString(c.hj.Conn, line+"\n"); err != nil {
+	conn := c.stream().Conn
+	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := io.WriteString(conn, line+"\n"); err != nil {
 		return fmt.Errorf("write to console: %w", err)
 	}
 	return nil

@@ -6,7 +6,9 @@
 // for installer runs) that carry the labels
 // kiln.managed=true and kiln.server=<server id>, their console stream (an
 // attach of stdin, stdout and stderr) and the goroutine that waits for each
-// one's exit. Nothing else on the engine: no images, networks or volumes.
+// one's exit; and the bridge network they all join (Options.Network,
+// DefaultNetwork "kiln0", labelled kiln.managed=true). Nothing else on the
+// engine: no other network, no image (but EnsureKilnImage's), no volume.
 //
 // What it must never do:
 //   - pull an image: a missing image is an error that says so; images are
@@ -18,7 +20,10 @@
 //     (that is an error, not something to remove);
 //   - set a restart policy: restarts are the servers package's decision,
 //     and an engine restarting a container behind kiln's back would fight it;
-//   - shell out to the docker CLI.
+//   - shell out to the docker CLI;
+//   - attach a container to any network but Kiln's (not Docker's default
+//     bridge, not the host's), or change or remove a network it did not
+//     make.
 //
 // Decisions:
 //   - Installer containers (runtime.InstallRunner, server ids
@@ -71,6 +76,28 @@
 //     kills after that grace, but when the engine stops a container
 //     itself (docker stop, the engine shutting down) it would otherwise
 //     kill it after its own 10 s, in the middle of a world save.
+//   - The engine going away (a restart, an upgrade, a crash) is not the
+//     end of a container. A wait that fails (the engine closed its
+//     connection) makes the container's watcher wait for the engine,
+//     pinging it after 100 ms, then twice as long each time up to 5 s,
+//     for at most Options.EngineWait (DefaultEngineWait, 5 min), then look
+//     at the container again: still running (live-restore), the console
+//     and the wait are re-attached and a signal Kiln sent meanwhile is
+//     sent again; ended (the engine stopped it, or killed it when it came
+//     back without live-restore), that end is reported; gone or no engine
+//     in time, an error saying so. An engine that is shutting down first
+//     closes its listener, then stops its containers, and still answers
+//     on the connections already open: so when a container ends without
+//     a signal of Kiln's, the engine is pinged on a new connection
+//     (answers, never one the client keeps alive), and if it no longer
+//     takes one, the end is reported only once it is back. The servers
+//     package's restart then finds an engine that answers: the server
+//     comes back once, instead of a start failing against the departing
+//     engine and leaving it crashed. Start too, when the engine does not
+//     answer, waits for it (within ctx and EngineWait) and tries once
+//     more. Meanwhile the server's status stays what it was, and its
+//     console says that the engine is awaited. A team's console reads
+//     those lines, never the engine's address.
 //   - Start replaces a leftover container of the same server, even a
 //     running one (with a warning): the caller has decided to start, and
 //     the leftover would hold the port.
@@ -104,16 +131,30 @@
 //   - A numeric user (Options.User), never a name: a name depends on the
 //     image's /etc/passwd, and a bare uid would silently get group 0.
 //
-// The user: Options.User empty means kiln's own uid:gid. The server root is
-// created and filled by kiln (installs, the file API, SFTP, backups), so the
-// same owner on both sides means the game server can write its files and
-// kiln can read, change and delete what the server wrote, with no chown.
-// When kiln runs as root that would make the game server uid 0 (without
-// capabilities, but still root towards any file it can reach), so New
-// warns; the operator should then set a non-root uid:gid (--docker-user).
-// Start then hands the server root to that uid:gid (lchown of every entry
-// not yet owned by it, symlinks never followed), as Wings does at boot:
-// kiln, as root, still manages every file, and the game server can write.
+// The user: a Spec with a User of its own (servers.Options.Users, kiln
+// running as root: the default) runs its container as that uid:gid, the
+// owner of its root (servers.runAs made it so, mode 0700, before the
+// start): the game server can write its files, and what Kiln writes into
+// the root while it runs (internal/files gives new entries the root's
+// owner) is the server's too, so the game rewrites it in place (an edited
+// whitelist is not lost at the next save). Code that escaped its
+// container would still be a user of its own, not root nor another
+// server's uid, as on the process runtime. Such a root is never handed
+// over (below): runAs did it, files with several links excepted.
+//
+// Without one (users off, kiln not root, installers): Options.User, empty
+// meaning kiln's own uid:gid. The server root is created and filled by
+// kiln (installs, the file API, SFTP, backups), so the same owner on both
+// sides means the game server can write its files and kiln can read,
+// change and delete what the server wrote, with no chown. When kiln runs
+// as root without users of their own that would make the game server uid
+// 0 (without capabilities, but still root towards any file it can reach),
+// so New warns (not with Options.ServerUsers: then only installers run
+// so, into a directory of Kiln's); the operator should then set a
+// non-root uid:gid (--docker-user, with --uid-range off). Start then hands
+// the server root to that uid:gid (lchown of every entry not yet owned by
+// it, symlinks never followed), as Wings does at boot: kiln, as root,
+// still manages every file, and the game server can write.
 //
 // Images: kiln never pulls. EnsureKilnImage builds the kiln-test image
 // (KilnTestImage) FROM scratch around kiln's own binary, which must then be
@@ -125,6 +166,28 @@
 // inside the container, so the port the server is configured with is the
 // one players use. BindHost must be an IP address (empty: every
 // interface); a host name is refused rather than resolved, since a public
-// name may not resolve to a local address. Containers use the engine's
-// default bridge network.
+// name may not resolve to a local address.
+//
+// Network: every container joins Kiln's bridge network, made by New when
+// missing, never Docker's default bridge, where inter-container traffic
+// is on and one team's code reached another's RCON. Its options:
+//   - com.docker.network.bridge.enable_icc=false: the engine drops traffic
+//     between containers of the network; they meet only through published
+//     ports, as players do.
+//   - com.docker.network.bridge.name = the network's name: the bridge
+//     interface has a fixed, known name, so host rules can match the
+//     traffic that comes in from it (iifname). That is why the name is at
+//     most 15 characters (an interface name) and lower-case.
+//
+// The rules themselves are not this package's: they are node.Egress with
+// its Bridge set (the same "what a server reaches" as the process
+// runtime's, on the packets from the bridge instead of the sockets of the
+// servers' users), loaded by kiln serve, which also refreshes the
+// database hosts in them. The runtime would otherwise need nft, root and
+// the node's port range, and a remote engine's bridge is not on this host
+// at all. An existing network of the name is used as it is when Kiln made
+// it with those options; anything else is an error that says so (a
+// network of another's, or one whose containers could meet, is not
+// repaired behind its owner's back). The engine picks the subnet from its
+// address pools (it avoids the host's routes).
 package docker

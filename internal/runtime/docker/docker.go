@@ -1,10 +1,12 @@
 package docker
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -42,6 +44,10 @@ const (
 	apiTimeout = 30 * time.Second // Stop, Kill and the exit inspection have no caller ctx
 )
 
+// DefaultEngineWait is Options.EngineWait's default: an engine restart
+// or upgrade takes seconds, a host reboot a few minutes.
+const DefaultEngineWait = 5 * time.Minute
+
 // ErrUnreachable means the Docker Engine did not answer; New wraps it with
 // the address and the cause.
 var ErrUnreachable = errors.New("docker engine unreachable")
@@ -53,10 +59,15 @@ type Options struct {
 	// DOCKER_CERT_PATH) when set, else the platform default socket.
 	Host string
 	Log  *slog.Logger
-	// User is the numeric "uid:gid" that game servers run as. Empty means
-	// kiln's own uid:gid, so the files a server writes in its root belong
-	// to the user that runs kiln (see doc.go).
+	// User is the numeric "uid:gid" that game servers run as when their
+	// Spec has no User of its own. Empty means kiln's own uid:gid, so the
+	// files a server writes in its root belong to the user that runs kiln
+	// (see doc.go).
 	User string
+	// ServerUsers says that every server's Spec carries a user of its own
+	// (servers.Options.Users): User then runs only what has none (the
+	// installers), and kiln running as root is no reason to warn.
+	ServerUsers bool
 	// PidsLimit caps processes+threads per container; 0 means
 	// DefaultPidsLimit.
 	PidsLimit int64
@@ -67,6 +78,16 @@ type Options struct {
 	// has as long to save whoever stops it. Zero leaves the engine's
 	// default (10 s); it is rounded up to whole seconds.
 	StopTimeout time.Duration
+	// EngineWait is how long Kiln waits for an engine that stopped
+	// answering (a restart, an upgrade) before it gives up on a container
+	// it watches or a start it was asked for; zero means
+	// DefaultEngineWait (doc.go, "The engine going away").
+	EngineWait time.Duration
+	// Network is the bridge network game containers join, and the name of
+	// its bridge interface (at most 15 characters: a lower-case letter,
+	// then letters, digits, - and _); empty means DefaultNetwork. New
+	// creates it when missing (doc.go, "Network").
+	Network string
 }
 
 // Docker is the docker runtime: one container per game server.
@@ -75,7 +96,9 @@ type Docker struct {
 	log       *slog.Logger
 	user      string
 	pidsLimit int64
-	stopAfter *int // whole seconds; nil: the engine's default
+	stopAfter *int   // whole seconds; nil: the engine's default
+	network   string // the game containers' network and bridge
+	wait      time.Duration
 
 	mu   sync.Mutex
 	live map[*Container]struct{} // attached instances, detached by Close
@@ -84,9 +107,12 @@ type Docker struct {
 var _ runtime.Runtime = (*Docker)(nil)
 
 // New connects to the engine, negotiating the API version (1.40 or later),
-// and returns the runtime. It returns an error wrapping ErrUnreachable when
-// the engine does not answer within ctx and 10 seconds, and a plain error
-// for an invalid Options.User or an engine that is not a Linux one.
+// makes sure the game containers' network exists (creating it when
+// missing) and returns the runtime. It returns an error wrapping
+// ErrUnreachable when the engine does not answer within ctx and 10
+// seconds, and a plain error for an invalid Options.User or
+// Options.Network, an engine that is not a Linux one, or a network of
+// that name that is not Kiln's or lacks its options.
 func New(ctx context.Context, o Options) (*Docker, error) {
 	log := o.Log
 	if log == nil {
@@ -96,8 +122,15 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if strings.HasPrefix(user, "0:") {
+	if strings.HasPrefix(user, "0:") && !o.ServerUsers {
 		log.Warn("docker game servers will run as root (uid 0, no capabilities); set a non-root uid:gid that owns the server roots", "user", user)
+	}
+	netName := o.Network
+	if netName == "" {
+		netName = DefaultNetwork
+	}
+	if !networkName.MatchString(netName) {
+		return nil, fmt.Errorf("docker network %q: want 1 to 15 characters, a lower-case letter then letters, digits, - or _ (it names the bridge interface too)", netName)
 	}
 	pids := o.PidsLimit
 	if pids <= 0 {
@@ -130,8 +163,18 @@ func New(ctx context.Context, o Options) (*Docker, error) {
 		secs := int((o.StopTimeout + time.Second - 1) / time.Second)
 		stopAfter = &secs
 	}
-	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "pids_limit", pids, "stop_timeout", o.StopTimeout)
-	return &Docker{cli: cli, log: log, user: user, pidsLimit: pids, stopAfter: stopAfter, live: map[*Container]struct{}{}}, nil
+	wait := o.EngineWait
+	if wait <= 0 {
+		wait = DefaultEngineWait
+	}
+	d := &Docker{cli: cli, log: log, user: user, pidsLimit: pids, stopAfter: stopAfter, network: netName, wait: wait, live: map[*Container]struct{}{}}
+	if err := d.ensureNetwork(pctx); err != nil {
+		cli.Close()
+		return nil, err
+	}
+	log.Info("docker engine connected", "host", cli.DaemonHost(), "api_version", cli.ClientVersion(), "user", user, "server_users", o.ServerUsers, "pids_limit", pids,
+		"stop_timeout", o.StopTimeout, "network", netName)
+	return d, nil
 }
 
 // parseUser checks a numeric uid:gid; empty means the current process's.
@@ -174,17 +217,36 @@ func ContainerName(serverID string) string { return "kiln-" + serverID }
 // Start implements runtime.Runtime: it removes a container left by a
 // previous run of the server, creates the container, attaches the console
 // and only then starts it, so no early line is lost. It never pulls: a
-// missing image is an error that says so.
+// missing image is an error that says so. An engine that does not answer
+// is waited for (Options.EngineWait, within ctx), then asked once more.
 func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(string)) (runtime.Instance, error) {
 	opts, err := d.createOptions(spec)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
+	if console == nil {
+		console = func(string) {}
+	}
+	inst, err := d.start(ctx, spec, opts, console)
+	if err == nil || !client.IsErrConnectionFailed(err) {
+		return inst, err
+	}
+	d.log.WarnContext(ctx, "the container engine does not answer; waiting for it before starting", "server_id", spec.ServerID, "err", err)
+	console("[kiln] waiting for the container engine")
+	if werr := d.awaitEngine(ctx); werr != nil {
+		return nil, err
+	}
+	return d.start(ctx, spec, opts, console)
+}
+
+func (d *Docker) start(ctx context.Context, spec runtime.Spec, opts client.ContainerCreateOptions, console func(string)) (runtime.Instance, error) {
 	if err := d.removeStale(ctx, spec.ServerID); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
 	}
-	if err := d.handOver(spec.Root); err != nil {
-		return nil, fmt.Errorf("start %s: %w", spec.ServerID, &runtime.Error{Reason: "the server's files could not be handed to the user its container runs as", Err: err})
+	if spec.User == nil { // a user of its own owns its root already (servers.runAs)
+		if err := d.handOver(spec.Root); err != nil {
+			return nil, fmt.Errorf("start %s: %w", spec.ServerID, &runtime.Error{Reason: "the server's files could not be handed to the user its container runs as", Err: err})
+		}
 	}
 	res, err := d.cli.ContainerCreate(ctx, opts)
 	if err != nil {
@@ -209,6 +271,63 @@ func (d *Docker) Start(ctx context.Context, spec runtime.Spec, console func(stri
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, engineErr(err, "start the server's container"))
 	}
 	return c, nil
+}
+
+// awaitEngine returns once the engine answers (answers), trying again
+// after 100 ms, then twice as long each time up to 5 s; an error when ctx
+// ends or Options.EngineWait passes first.
+func (d *Docker) awaitEngine(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, d.wait)
+	defer cancel()
+	backoff := 100 * time.Millisecond
+	for {
+		err := d.answers(ctx)
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("the container engine did not answer within %s: %w", d.wait, err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// answers pings the engine on a connection of its own, never one the
+// client keeps alive: an engine that is shutting down closes its listener
+// first, then stops its containers, and still answers on the connections
+// already open (the waits of those containers among them), so only a new
+// connection tells that it is going away.
+func (d *Docker) answers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := d.cli.Dialer()(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to the engine: %w", err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://docker/_ping", nil)
+	if err != nil {
+		return err
+	}
+	req.Close = true
+	if err := req.Write(conn); err != nil {
+		return fmt.Errorf("ping the engine: %w", err)
+	}
+	res, err := http.ReadResponse(bufio.NewReader(conn), req)
+	if err != nil {
+		return fmt.Errorf("ping the engine: %w", err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("ping the engine: %s", res.Status)
+	}
+	return nil
 }
 
 // createOptions is the whole container definition; doc.go says why each
@@ -253,6 +372,10 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 		res.CPUPeriod = 100_000
 		res.CPUQuota = int64(spec.CPUPercent) * 1000
 	}
+	user := d.user
+	if u := spec.User; u != nil {
+		user = strconv.FormatUint(uint64(u.UID), 10) + ":" + strconv.FormatUint(uint64(u.GID), 10)
+	}
 	init := true
 	return client.ContainerCreateOptions{
 		Name: ContainerName(spec.ServerID),
@@ -262,7 +385,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 			Cmd:          spec.Argv,
 			Env:          runtime.WithHome(spec.Env, dataDir),
 			WorkingDir:   dataDir,
-			User:         d.user,
+			User:         user,
 			AttachStdin:  true,
 			AttachStdout: true,
 			AttachStderr: true,
@@ -280,6 +403,7 @@ func (d *Docker) createOptions(spec runtime.Spec) (client.ContainerCreateOptions
 				BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 			}},
 			PortBindings:   published,
+			NetworkMode:    container.NetworkMode(d.network),
 			LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": logMaxSize, "max-file": "1"}},
 			RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 			Privileged:     false,

@@ -30,6 +30,8 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 )
 
@@ -118,6 +120,59 @@ func TestDocker(t *testing.T) {
 		}
 	})
 
+	t.Run("server's own user", func(t *testing.T) {
+		// As servers.Options.Users makes it: the root is the server's
+		// user's, 0700, and the spec says so. The container runs as that
+		// user, not as Options.User; a file Kiln writes into the root
+		// while it runs (files.Root, as the files API does) is that
+		// user's, so the game rewrites it in place (a whitelist).
+		if os.Geteuid() != 0 {
+			t.Skip("a user of its own needs root")
+		}
+		t.Parallel()
+		spec := s.spec(t)
+		const own = 10002
+		spec.User = &runtime.User{UID: own, GID: own}
+		if err := os.Chown(spec.Root, own, own); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(spec.Root, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		srv := s.start(t, spec)
+		srv.con.wait(t, "ready")
+		if err := srv.inst.WriteLine("id"); err != nil {
+			t.Fatal(err)
+		}
+		srv.con.wait(t, "uid=10002 gid=10002")
+		root, err := files.Open(spec.Root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		res, err := quota.NewAccount(1<<20, quota.NewTempNames(make([]byte, 32))).Reserve(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := root.WriteFile("whitelist.json", strings.NewReader("[]\n"), res); err != nil {
+			t.Fatalf("WriteFile = %v", err)
+		}
+		res.Commit()
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(spec.Root, "whitelist.json"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Uid != own || st.Gid != own {
+			t.Errorf("whitelist.json written while the container runs belongs to %d:%d, want the server's user %d:%d", st.Uid, st.Gid, own, own)
+		}
+		if err := srv.inst.WriteLine("write /data/whitelist.json"); err != nil {
+			t.Fatal(err)
+		}
+		if got := srv.con.waitPrefix(t, "write /data/whitelist.json "); got != "write /data/whitelist.json ok" {
+			t.Errorf("the game rewriting whitelist.json in place: %q", got)
+		}
+	})
+
 	t.Run("container definition", func(t *testing.T) {
 		t.Parallel()
 		spec := s.spec(t)
@@ -160,6 +215,7 @@ func TestDocker(t *testing.T) {
 			{"LogConfig.Type", hc.LogConfig.Type, "json-file"},
 			{"RestartPolicy", string(hc.RestartPolicy.Name), "no"},
 			{"Mounts", len(c.Mounts), 1},
+			{"NetworkMode", string(hc.NetworkMode), s.opts.Network},
 		}
 		for _, ck := range checks {
 			if !reflect.DeepEqual(ck.got, ck.want) {
@@ -458,6 +514,10 @@ func newSuite(t *testing.T) *suite {
 	// (rounded up to whole seconds).
 	s.opts.StopTimeout = 36*time.Second + time.Millisecond
 	s.opts.Log = slog.New(slog.NewTextHandler(t.Output(), nil))
+	// A network of the test's own, removed when the test ends (after its
+	// containers: cleanups run last first).
+	s.opts.Network = "kt" + randomHex(4)
+	t.Cleanup(func() { removeNetwork(t, s.opts.Host, s.opts.Network) })
 	d, err := New(t.Context(), s.opts)
 	if errors.Is(err, ErrUnreachable) && os.Getenv("KILN_REQUIRE_DOCKER") != "1" {
 		t.Skipf("SKIP DOCKER SUITE: %v (set KILN_REQUIRE_DOCKER=1 to fail instead)", err)
@@ -469,6 +529,26 @@ func newSuite(t *testing.T) *suite {
 	s.d = d
 	s.image = buildImage(t, d.cli)
 	return s
+}
+
+// removeNetwork removes a network a test's runtime created, if any.
+func removeNetwork(t *testing.T, host, name string) {
+	t.Helper()
+	opt := client.FromEnv
+	if host != "" {
+		opt = client.WithHost(host)
+	}
+	cli, err := client.New(opt)
+	if err != nil {
+		t.Errorf("remove network %s: %v", name, err)
+		return
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	if _, err := cli.NetworkRemove(ctx, name, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) && !client.IsErrConnectionFailed(err) {
+		t.Errorf("remove network %s: %v", name, err)
+	}
 }
 
 // buildImage compiles testdata/echoer as a static binary and builds an
@@ -680,6 +760,31 @@ func (c *console) wait(t *testing.T, line string) {
 		case <-ch:
 		case <-deadline:
 			t.Fatalf("console line %.80q not received; console:\n%s", line, c.dump())
+		}
+	}
+}
+
+// waitPrefix returns the first line delivered that starts with prefix,
+// failing after waitLimit.
+func (c *console) waitPrefix(t *testing.T, prefix string) string {
+	t.Helper()
+	deadline := time.After(waitLimit)
+	for {
+		c.mu.Lock()
+		if i := slices.IndexFunc(c.lines, func(l string) bool { return strings.HasPrefix(l, prefix) }); i >= 0 {
+			l := c.lines[i]
+			c.mu.Unlock()
+			return l
+		}
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		ch := c.changed
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("no console line starting %.80q; console:\n%s", prefix, c.dump())
 		}
 	}
 }

@@ -6,6 +6,9 @@
 //	id             uid=<uid> gid=<gid>
 //	caps           capeff=<hex> (CapEff of /proc/self/status)
 //	write <path>   write <path> ok | write <path> err <reason>
+//	listen <port>  serves "hello" on that TCP port too: listen <port> ok | err <reason>
+//	dial <addr>    connects to host:port and reads a line: dial <addr> ok <line> | err <reason>
+//	               (err timeout … when nothing answered within 5 s)
 //	stderr <text>  err: <text>, on stderr
 //	long <n>       a line of n 'x'
 //	burn           spins one CPU until the container ends

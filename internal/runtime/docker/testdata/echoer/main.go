@@ -7,25 +7,15 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 )
 
 func main() {
 	if len(os.Args) > 1 {
-		ln, err := net.Listen("tcp", ":"+os.Args[1])
-		if err != nil {
+		if err := serve(os.Args[1]); err != nil {
 			fmt.Println("listen error:", err)
 			os.Exit(3)
 		}
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				fmt.Fprintln(c, "hello")
-				c.Close()
-			}
-		}()
 	}
 	fmt.Println("ready")
 	var hold [][]byte
@@ -44,6 +34,14 @@ func main() {
 			} else {
 				fmt.Printf("write %s ok\n", arg)
 			}
+		case "listen":
+			if err := serve(arg); err != nil {
+				fmt.Printf("listen %s err %v\n", arg, err)
+			} else {
+				fmt.Printf("listen %s ok\n", arg)
+			}
+		case "dial":
+			fmt.Printf("dial %s %s\n", arg, dial(arg))
 		case "stderr":
 			fmt.Fprintln(os.Stderr, "err: "+arg)
 		case "long":
@@ -72,6 +70,44 @@ func main() {
 			fmt.Println("echo: " + line)
 		}
 	}
+}
+
+// serve answers "hello" to every TCP connection to port.
+func serve(port string) error {
+	ln, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			fmt.Fprintln(c, "hello")
+			c.Close()
+		}
+	}()
+	return nil
+}
+
+// dial connects to addr and reads one line: "ok <line>", or "err <reason>"
+// ("err timeout …" when nothing answered within 5 s).
+func dial(addr string) string {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return "err timeout " + err.Error()
+		}
+		return "err " + err.Error()
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "err read " + err.Error()
+	}
+	return "ok " + strings.TrimSpace(line)
 }
 
 func capEff() string {
