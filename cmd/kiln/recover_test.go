@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -88,6 +89,39 @@ func TestKillNineRecovers(t *testing.T) {
 	t.Run("docker", func(t *testing.T) { killNineRecovers(t, "docker") })
 }
 
+// sayInContainer makes the game of container id print text while kiln
+// is down: a say command written to the container's stdin through the
+// engine (as kiln's console would), then its log read until the line is
+// there.
+func sayInContainer(t *testing.T, cli *client.Client, id, text string) {
+	t.Helper()
+	res, err := cli.ContainerAttach(t.Context(), id, client.ContainerAttachOptions{Stream: true, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = res.Conn.Write([]byte("say " + text + "\n"))
+	res.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rc, err := cli.ContainerLogs(t.Context(), id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: "50"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if strings.Contains(string(b), "[Server] "+text) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the container never printed %q:\n%s", text, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func killNineRecovers(t *testing.T, rt string) {
 	dir := t.TempDir()
 	ports := serverstest.PortRange(t, 10)
@@ -163,6 +197,8 @@ func killNineRecovers(t *testing.T, rt string) {
 	}
 	if rt == "process" {
 		printWhileDown(t, dir, id, "printed while kiln was down")
+	} else {
+		sayInContainer(t, cli, before, "printed while kiln was down")
 	}
 
 	p2 := startServe(t, args...)
@@ -183,6 +219,9 @@ func killNineRecovers(t *testing.T, rt string) {
 	case "docker":
 		if after := containerID(); after != before {
 			t.Errorf("container %s replaced by %s: want the running one re-adopted", before, after)
+		}
+		if !consoleHas(t, p2.addr, token, id, "[Server] printed while kiln was down") {
+			t.Error("the console lacks the line the container printed while kiln was down")
 		}
 	}
 	if !consoleHas(t, p2.addr, token, id, "[kiln] re-attached to the running server") {
