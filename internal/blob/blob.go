@@ -81,8 +81,13 @@ type Options struct {
 	AccessKeyID     string
 	SecretAccessKey string `json:"-"`
 	// Transport carries the S3 backend's requests; nil means minio-go's
-	// default (http.DefaultTransport's settings).
+	// settings with deadlines (deadline.go): Idle and Header.
 	Transport http.RoundTripper
+	// Idle bounds how long an S3 request may move no byte (0: 60 s);
+	// Header how long its answer's headers may take once it is sent (0:
+	// 60 s). With minio-go's 3 retries, a hung store fails a request in
+	// about four times that, never later.
+	Idle, Header time.Duration
 	// CleanBefore: the file backend removes its temporary files (writes
 	// in flight, so leftovers of a crash) modified before this time when it
 	// opens. cmd/kiln passes the time the process started; zero removes

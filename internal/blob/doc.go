@@ -18,6 +18,15 @@
 // the credentials and passes them in.
 //
 // Decisions:
+//   - Every S3 request has deadlines (deadline.go): 10 s to connect and
+//     for TLS, 60 s from the request sent to the answer's headers, and 60
+//     s at most without a byte moving either way (a deadline set before
+//     each read and write of the connection, so a large transfer that
+//     flows is never cut). minio-go's own transport had the first two but
+//     nothing once a body flowed: a store that stopped mid-answer held a
+//     snapshot "creating" for ever, with its slot. With minio-go's 3
+//     retries a hung store fails a request within about four minutes, told
+//     as "the object store did not answer in time".
 //   - Keys are 1–1024 bytes of [a-z0-9._/-], without a leading or trailing
 //     "/", "//", or a "." or ".." segment (ValidateKey): a valid key is a
 //     clean relative path on every backend, so the file backend maps it to

@@ -109,12 +109,23 @@ func openS3(_ context.Context, u *url.URL, opts Options) (*s3Store, error) {
 	} else {
 		creds = credentials.New(&credentials.Static{Value: credentials.Value{SignerType: credentials.SignatureAnonymous}})
 	}
+	transport := opts.Transport
+	if transport == nil {
+		idle, header := opts.Idle, opts.Header
+		if idle <= 0 {
+			idle = defaultIdle
+		}
+		if header <= 0 {
+			header = defaultHeader
+		}
+		transport = s3Transport(idle, header)
+	}
 	c, err := minio.New(ep.Host, &minio.Options{
 		Creds:        creds,
 		Secure:       ep.Scheme == "https",
 		Region:       region,
 		BucketLookup: minio.BucketLookupPath,
-		Transport:    opts.Transport,
+		Transport:    transport,
 		MaxRetries:   3,
 	})
 	if err != nil {
