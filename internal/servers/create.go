@@ -165,6 +165,18 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 		return Server{}, false, err
 	}
 	id := uuid.NewString()
+	// The root first: a server whose row exists has a root. A failure
+	// here leaves nothing; a failure of the insert below removes the
+	// root again (an empty directory no row names).
+	if err := os.Mkdir(s.node.Root(id), 0o750); err != nil {
+		return Server{}, false, fmt.Errorf("create server root: %w", err)
+	}
+	inserted := false
+	defer func() {
+		if !inserted {
+			_ = os.Remove(s.node.Root(id))
+		}
+	}()
 	now := store.Now()
 	var cfgID, key sql.NullString
 	if owner != nil {
@@ -216,9 +228,7 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 		}
 		break
 	}
-	if err := os.MkdirAll(s.node.Root(id), 0o750); err != nil {
-		return Server{}, false, fmt.Errorf("create server root: %w", err)
-	}
+	inserted = true
 	s.liveOf(id).setStatus(StatusInstalling)
 	// Read the record before the install starts: the answer shows the
 	// server as created (installing), however fast the install is.

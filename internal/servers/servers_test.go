@@ -902,3 +902,26 @@ func TestDeleteHooks(t *testing.T) {
 		t.Errorf("hooks ran %q, want %q", calls, want)
 	}
 }
+
+// TestCreateLeavesNoGhost: a create whose root cannot be made leaves no
+// server behind (before, the row was committed first: a server without a
+// root, and a retry made a second one).
+func TestCreateLeavesNoGhost(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{})
+	roots := filepath.Dir(env.Node.Root("x"))
+	if err := os.RemoveAll(roots); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(roots, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "s", Software: "kiln-test", MemoryMB: 512, DiskMB: 1024}); err == nil {
+		t.Fatal("Create succeeded without a place for its root")
+	}
+	var n int
+	if err := db.Read().QueryRowContext(t.Context(), `SELECT count(*) FROM servers WHERE team_id = $1`, teamID).Scan(&n); err != nil || n != 0 {
+		t.Errorf("servers after the failed create: %d, %v; want none", n, err)
+	}
+}
