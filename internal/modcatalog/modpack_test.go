@@ -241,6 +241,9 @@ func (e *packEnv) checkGood(t *testing.T, got ModpackInstall) {
 	if want := []string{"mods/sodium.jar"}; !slices.Equal(got.Skipped, want) {
 		t.Errorf("skipped = %q, want %q", got.Skipped, want)
 	}
+	if got.InstalledCount != 5 || got.SkippedCount != 1 {
+		t.Errorf("counts = %d installed, %d skipped; want 5 and 1", got.InstalledCount, got.SkippedCount)
+	}
 	if got.FilesTotal != 5 || got.FilesDone != 5 {
 		t.Errorf("files %d/%d, want 5/5", got.FilesDone, got.FilesTotal)
 	}
@@ -288,6 +291,34 @@ func TestModpackFromVersion(t *testing.T) {
 		t.Errorf("Install = %+v, want a running install", got)
 	}
 	e.checkGood(t, e.waitPack(t, got.ID))
+}
+
+// TestModpackListsCapped: a finished install keeps at most MaxListed of
+// the paths it put in place (the first ones, sorted) and counts them all:
+// what finished installs hold stays small whatever the packs (before,
+// every path of the last 100 installs was kept: 600 MiB for four packs of
+// 100,000 files).
+func TestModpackListsCapped(t *testing.T) {
+	e := newPackEnv(t, nil)
+	const n = MaxListed + 234
+	var entries []string
+	for i := range n {
+		entries = append(entries, fmt.Sprintf("overrides/config/f%05d.toml", i), "x")
+	}
+	e.writePack(t, "packs/big.mrpack", buildPack(t, index(), entries...))
+	got, err := e.mp.Install(t.Context(), e.teamID, e.serverID, ModpackRequest{File: "/packs/big.mrpack"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := e.waitPack(t, got.ID)
+	if done.Status != PackDone || done.InstalledCount != n || len(done.Installed) != MaxListed ||
+		done.Installed[0] != "config/f00000.toml" || done.Installed[MaxListed-1] != fmt.Sprintf("config/f%05d.toml", MaxListed-1) {
+		t.Errorf("install = %s, %d counted, %d listed (%q … %q); want done, %d counted, the first %d listed",
+			done.Status, done.InstalledCount, len(done.Installed), done.Installed[0], done.Installed[len(done.Installed)-1], n, MaxListed)
+	}
+	if cap(done.Installed) > MaxListed {
+		t.Errorf("the kept list holds an array of %d paths", cap(done.Installed))
+	}
 }
 
 // TestModpackFromFile: an .mrpack in the server's files installs.
