@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/node/nodetest"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
@@ -58,41 +60,6 @@ func readAs(t *testing.T, uid, gid uint32, path string) string {
 		t.Fatalf("run cat as %d: %v", uid, err)
 	}
 	return string(out)
-}
-
-// connectAs tries a TCP connection to addr as uid (bash's /dev/tcp) and
-// returns bash's error output, "" when it connected.
-func connectAs(t *testing.T, uid uint32, addr string) string {
-	t.Helper()
-	host, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command("bash", "-c", "exec 3<>/dev/tcp/"+host+"/"+port)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
-	cmd.Dir = "/"
-	out, err := cmd.CombinedOutput()
-	if err != nil && len(out) == 0 {
-		return err.Error()
-	}
-	return string(out)
-}
-
-// listenLocal accepts (and closes) connections on addr until the test ends.
-func listenLocal(t *testing.T, addr string) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return ln.Addr().String()
 }
 
 // TestServersRunAsTheirOwnUsers: kiln serve as root on the process
@@ -209,22 +176,22 @@ func TestServersRunAsTheirOwnUsers(t *testing.T) {
 	// The network wall: a's code reaches b's game port, not Kiln's API,
 	// not another port of the host (b's RCON, say), not the host's other
 	// addresses (Docker's bridge); kiln itself is not limited.
-	rcon := listenLocal(t, "127.0.0.1:0")
-	if e := connectAs(t, a.uid, "127.0.0.1:"+b.port); e != "" {
+	rcon := nodetest.ServeHello(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	if e := nodetest.ConnectAs(t, a.uid, netip.MustParseAddrPort("127.0.0.1:"+b.port)); e != "" {
 		t.Errorf("a to b's game port: %s", e)
 	}
-	for _, to := range []string{p.addr, rcon} {
-		if e := connectAs(t, a.uid, to); e == "" {
+	for _, to := range []netip.AddrPort{netip.MustParseAddrPort(p.addr), rcon} {
+		if e := nodetest.ConnectAs(t, a.uid, to); e == "" {
 			t.Errorf("a's user connected to %s", to)
 		}
-		if e := connectAs(t, 0, to); e != "" {
+		if e := nodetest.ConnectAs(t, 0, to); e != "" {
 			t.Errorf("root to %s: %s", to, e)
 		}
 	}
 	if br, err := net.InterfaceByName("docker0"); err == nil {
 		if addrs, _ := br.Addrs(); len(addrs) > 0 {
-			ip := addrs[0].(*net.IPNet).IP.String()
-			if to := listenLocal(t, net.JoinHostPort(ip, "0")); connectAs(t, a.uid, to) == "" {
+			ip, _ := netip.AddrFromSlice(addrs[0].(*net.IPNet).IP.To4())
+			if to := nodetest.ServeHello(t, netip.AddrPortFrom(ip, 0)); nodetest.ConnectAs(t, a.uid, to) == "" {
 				t.Errorf("a's user connected to the host's bridge address %s", to)
 			}
 		}

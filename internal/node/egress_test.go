@@ -2,14 +2,13 @@ package node
 
 import (
 	"context"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/kilnhq/kiln/internal/node/nodetest"
 )
 
 func TestParseAllowed(t *testing.T) {
@@ -34,42 +33,6 @@ func TestParseAllowed(t *testing.T) {
 	}
 }
 
-// connectAs tries a TCP connection to addr as uid (bash's /dev/tcp) and
-// returns bash's error output, "" when it connected.
-func connectAs(t *testing.T, uid uint32, addr netip.AddrPort) string {
-	t.Helper()
-	cmd := exec.Command("bash", "-c", "exec 3<>/dev/tcp/"+addr.Addr().String()+"/"+strconv.Itoa(int(addr.Port())))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
-	cmd.Dir = "/"
-	out, err := cmd.CombinedOutput()
-	if err == nil {
-		return ""
-	}
-	if strings.TrimSpace(string(out)) == "" {
-		return err.Error()
-	}
-	return string(out)
-}
-
-func listen(t *testing.T, addr string) netip.AddrPort {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).AddrPort()
-}
-
 // TestEgress loads the rules into the kernel for a range of test users
 // and connects as one of them, and as a user outside the range, to
 // loopback listeners only: a game port of the node passes, another port
@@ -81,10 +44,10 @@ func TestEgress(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP EGRESS SUITE: loading nftables rules needs root")
 	}
-	game := listen(t, "127.0.0.1:0")
-	api := listen(t, "127.0.0.1:0")
-	db := listen(t, "127.0.0.3:0")
-	other := listen(t, "127.0.0.4:0")
+	game := nodetest.ServeHello(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	api := nodetest.ServeHello(t, netip.MustParseAddrPort("127.0.0.1:0"))
+	db := nodetest.ServeHello(t, netip.MustParseAddrPort("127.0.0.3:0"))
+	other := nodetest.ServeHello(t, netip.MustParseAddrPort("127.0.0.4:0"))
 	e := Egress{
 		FirstUID: 310000, LastUID: 310009,
 		Ports: PortRange{First: int(game.Port()), Last: int(game.Port())},
@@ -102,19 +65,19 @@ func TestEgress(t *testing.T) {
 		}
 	})
 	const server, stranger = 310003, 320000
-	if e := connectAs(t, server, game); e != "" {
+	if e := nodetest.ConnectAs(t, server, game); e != "" {
 		t.Errorf("a server to a game port of the node: %s", e)
 	}
-	if e := connectAs(t, server, db); e != "" {
+	if e := nodetest.ConnectAs(t, server, db); e != "" {
 		t.Errorf("a server to an allowed address and port: %s", e)
 	}
 	for _, to := range []netip.AddrPort{api, other, netip.AddrPortFrom(db.Addr(), db.Port()+1)} {
-		if e := connectAs(t, server, to); e == "" {
+		if e := nodetest.ConnectAs(t, server, to); e == "" {
 			t.Errorf("a server connected to %s", to)
 		}
 	}
 	for _, to := range []netip.AddrPort{game, api, other} {
-		if e := connectAs(t, stranger, to); e != "" {
+		if e := nodetest.ConnectAs(t, stranger, to); e != "" {
 			t.Errorf("a user outside the range to %s: %s", to, e)
 		}
 	}

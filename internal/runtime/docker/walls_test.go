@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/node/nodetest"
 	"github.com/kilnhq/kiln/internal/runtime"
 )
 
@@ -45,7 +46,7 @@ func TestWalls(t *testing.T) {
 	// is not a game port.
 	var other netip.AddrPort
 	for other.Port() == 0 || int(other.Port()) >= games.First && int(other.Port()) <= games.Last {
-		other = serveHello(t, netip.AddrPortFrom(gw, 0))
+		other = nodetest.ServeHello(t, netip.AddrPortFrom(gw, 0))
 	}
 	// A name server of the host on its address on the bridge (one on
 	// another address of the host, when resolv.conf names it, is the
@@ -144,28 +145,6 @@ func TestWalls(t *testing.T) {
 			t.Errorf("from a, %s (%s): %q; want refused at once", what, addr, got)
 		}
 	}
-}
-
-// serveHello listens on addr (port 0: any) and answers "hello" to every
-// connection until the test ends.
-func serveHello(t *testing.T, addr netip.AddrPort) netip.AddrPort {
-	t.Helper()
-	ln, err := net.Listen("tcp", addr.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Write([]byte("hello\n"))
-			c.Close()
-		}
-	}()
-	return ln.Addr().(*net.TCPAddr).AddrPort()
 }
 
 // dialHost connects from the host and reads one line.

@@ -1,6 +1,3 @@
-// Command shim is the holder of the process runtime's tests: it runs
-// runtime.RunHolder as its `shim` command, as `kiln shim` does, so that
-// the tests start real holders without building kiln.
 package main
 
 import (
