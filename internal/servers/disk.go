@@ -114,7 +114,13 @@ func (s *Service) Reading(ctx context.Context, teamID, id string) (*Reader, erro
 	l := s.liveOf(id)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if sv.Status == StatusInstalling || l.status == StatusInstalling || l.reinstalling {
+	// The record says whether an install runs (it is written installing
+	// before an install begins, offline when it ends), and l.reinstalling
+	// covers a reinstall begun since it was read. The live status is not
+	// asked: it follows the record a moment later, so right after an
+	// install ended it still said installing and refused a reading the
+	// record allowed (CI saw it).
+	if sv.Status == StatusInstalling || l.reinstalling {
 		return nil, ErrInstalling
 	}
 	l.readers++
