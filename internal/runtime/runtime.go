@@ -80,6 +80,12 @@ func (e *Error) Unwrap() error { return e.Err }
 // Public is the sentence a team may read: Reason.
 func (e *Error) Public() string { return e.Reason }
 
+// ErrEngineAway means the engine a runtime drives (the Docker Engine)
+// did not answer, within the runtime's own wait: not a failure of the
+// server, which starts once the engine is back. Errors of Start and an
+// Exit's Err wrap it (errors.Is) when that is why they failed.
+var ErrEngineAway = errors.New("the container engine is away")
+
 // ErrNotAdoptable means a previous instance cannot be re-attached (and was
 // ended if it still ran); the caller should start a new one.
 var ErrNotAdoptable = errors.New("instance cannot be re-adopted")

@@ -312,8 +312,10 @@ func (s *Service) install(ctx context.Context, id string, startAfter bool) {
 	l := s.liveOf(id)
 	l.op.Lock()
 	defer l.op.Unlock()
-	sv, err := s.getAny(ctx, id)
+	sv, err := s.getRetried(ctx, id)
 	if err != nil {
+		// Deleted, or shutting down: it stays installing, and the next
+		// start's recovery installs it again.
 		return
 	}
 	p, ok := s.catalog.Get(sv.Software)
@@ -543,6 +545,11 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 // remove stops a server, forgets it and removes its files (Delete's work
 // once the server may go).
 func (s *Service) remove(ctx context.Context, teamID, id string) error {
+	// Once begun, a delete goes on to its end if its caller goes away (a
+	// client that hangs up, a run canceled): half of one would leave a
+	// server stopped, its sessions and downloads ended, yet still there.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
+	defer cancel()
 	defer func() {
 		// The server stays (a failure before its row went: what the
 		// hooks ended may go on) or no look-up finds it any more: either

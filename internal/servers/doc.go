@@ -45,6 +45,18 @@
 //     4th crash leaves the server crashed until a start by hand, which
 //     resets the budget. A crashed server stays crashed across restarts of
 //     kiln serve.
+//   - The runtime's engine away longer than the runtime waits for it
+//     (runtime.ErrEngineAway from a start or an instance's end) is not a
+//     crash: the server waits offline, its desired state running and its
+//     budget untouched, and is started once when the engine answers again
+//     (awaitEngine; a restarted kiln starts it as any offline server meant
+//     to run).
+//   - Background work reads a server's record again after a transient
+//     database error (getRetried) rather than taking it for deleted: an
+//     install or a crash is never silently dropped. A delete, once begun,
+//     runs to its end when its caller goes away (bounded, 5 min). Nothing
+//     new is added to the service's wait group once shutdown waits on it
+//     (track).
 //   - Recovery (Run, before Recovered is closed, and before kiln serve
 //     answers any request): what runs on without kiln is re-adopted: a
 //     process-runtime server under its holder, a live docker container

@@ -160,9 +160,11 @@ func TestDockerLifecycle(t *testing.T) {
 }
 
 // TestDockerEngineGone: the engine goes away after Kiln connected to it (a
-// socket that no longer exists). A start fails, and the team's console
-// says so in a sentence that names neither the socket nor the engine's
-// address; the detail is the log's.
+// socket that no longer exists). A start waits for it (EngineWait), then
+// the server waits offline, its desired state running, for the engine to
+// come back (not crashed: TestDockerEngineAwayLong brings it back), and
+// the team's console says so in sentences that name neither the socket
+// nor the engine's address; the detail is the log's.
 func TestDockerEngineGone(t *testing.T) {
 	host, gone := vanishingEngine(t)
 	var logged strings.Builder
@@ -186,14 +188,17 @@ func TestDockerEngineGone(t *testing.T) {
 	if err := env.Service.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
 		t.Fatal(err)
 	}
-	waitStatus(t, env.Service, teamID, sv.ID, servers.StatusCrashed)
+	want := "[kiln] the container engine is away; the server starts once it is back"
+	waitConsole(t, env.Service, teamID, sv.ID, want, 1)
+	if got, err := env.Service.Get(t.Context(), teamID, sv.ID); err != nil || got.Status != servers.StatusOffline || got.DesiredState != "running" {
+		t.Errorf("while the engine is gone: %+v, %v; want offline, desired running", got, err)
+	}
 	lines, err := env.Service.Console(t.Context(), teamID, sv.ID, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[kiln] failed to start: the container engine is unavailable"
-	if !slices.Contains(lines, want) {
-		t.Errorf("console = %q, want the line %q", lines, want)
+	if !slices.Contains(lines, "[kiln] waiting for the container engine") || slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "failed to start") }) {
+		t.Errorf("console = %q, want the start waiting, then the line %q, and no failed start", lines, want)
 	}
 	for _, l := range lines {
 		if strings.Contains(l, sock) || strings.Contains(l, "unix://") || strings.Contains(strings.ToLower(l), "docker") {

@@ -128,6 +128,87 @@ func engineRestart(t *testing.T, sig syscall.Signal) {
 	}
 }
 
+// TestDockerEngineAwayLong stops the Docker Engine under a running server
+// for longer than Kiln waits for it (EngineWait, 2 s here; 5 min by
+// default): the server is not left crashed. It waits offline, its desired
+// state running, saying so once on its console, and runs again when the
+// engine is back — without a Kiln restart, and (a second absence) across
+// one: the Kiln started after the engine came back starts it.
+func TestDockerEngineAwayLong(t *testing.T) {
+	eng := privateEngine(t)
+	user := ""
+	if os.Getuid() == 0 {
+		user = "10001:10001"
+	}
+	network := testNetwork(t, eng.host)
+	connect := func() *docker.Docker {
+		t.Helper()
+		d, err := docker.New(t.Context(), docker.Options{Host: eng.host, User: user, Network: network, EngineWait: 2 * time.Second,
+			Log: slog.New(slog.NewTextHandler(t.Output(), nil))})
+		if err != nil {
+			t.Fatalf("docker.New(%s) = %v", eng.host, err)
+		}
+		t.Cleanup(func() { d.Close() })
+		return d
+	}
+	d := connect()
+	if err := d.EnsureKilnImage(t.Context(), docker.KilnTestImage, serverstest.KilnBinary(t)); err != nil {
+		t.Fatalf("EnsureKilnImage = %v", err)
+	}
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	dir := t.TempDir()
+	opts := func(d *docker.Docker) serverstest.Options {
+		return serverstest.Options{Runtime: d, KilnBin: docker.KilnImageBinary, DataDir: dir,
+			Servers: servers.Options{RestartBackoff: 50 * time.Millisecond}}
+	}
+	env := serverstest.New(t, db, opts(d))
+	svc := env.Service
+	sv := newTestServer(t, svc, teamID)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = d.Remove(ctx, sv.ID)
+	})
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	const waiting = "[kiln] the container engine is away; the server starts once it is back"
+	away := func(svc *servers.Service, times int) {
+		t.Helper()
+		waitConsole(t, svc, teamID, sv.ID, waiting, times)
+		cur, err := svc.Get(t.Context(), teamID, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur.Status != servers.StatusOffline || cur.DesiredState != "running" {
+			t.Errorf("while the engine is away: status %s, desired %s; want offline, running", cur.Status, cur.DesiredState)
+		}
+	}
+
+	// Away longer than the wait, Kiln running: back with the engine.
+	eng.stop(t, syscall.SIGTERM)
+	away(svc, 1)
+	eng.start(t)
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	if _, err := slp.Ping(t.Context(), sv.Address); err != nil {
+		t.Errorf("ping %s once the engine is back: %v", sv.Address, err)
+	}
+
+	// Away again, and Kiln restarted once the engine is back (kiln serve
+	// does not start without its engine).
+	eng.stop(t, syscall.SIGTERM)
+	away(svc, 2)
+	env.Stop()
+	eng.start(t)
+	env2 := serverstest.New(t, db, opts(connect()))
+	got := waitStatus(t, env2.Service, teamID, sv.ID, servers.StatusRunning)
+	if _, err := slp.Ping(t.Context(), got.Address); err != nil {
+		t.Errorf("ping %s after the Kiln restart: %v", got.Address, err)
+	}
+}
+
 // engine is a dockerd of a test's own.
 type engine struct {
 	host   string // unix://…

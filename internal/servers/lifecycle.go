@@ -44,6 +44,7 @@ type live struct {
 	readers       int                // snapshots reading the root whole (Reading)
 	changes       uint64             // how many times status changed in this process (Reader.Changed)
 	reinstalling  bool               // a reinstall from its check to its install's end (Reinstall)
+	engineAway    int                // starts failed in a row because the runtime's engine is away (awaitEngine)
 }
 
 // endReinstall ends what Reinstall marked: Reading may begin again.
@@ -233,7 +234,9 @@ func (s *Service) setDesired(ctx context.Context, id, desired string) error {
 // panic in it (work a request started: an install, a power action) is
 // logged with its stack, never the end of the process.
 func (s *Service) goBackground(fn func(ctx context.Context)) {
-	s.wg.Add(1)
+	if !s.track() {
+		return // shutting down: nothing new begins; recovery does the rest at the next start
+	}
 	go func() {
 		defer s.wg.Done()
 		if err := panics.Catch(func() error { fn(s.ctx); return nil }); err != nil {
@@ -307,9 +310,11 @@ func (s *Service) start(ctx context.Context, id string) {
 			return // already running
 		}
 	}
-	sv, err := s.getAny(ctx, id)
+	sv, err := s.getRetried(ctx, id)
 	if err != nil {
-		s.log.Error("start: read server", "server_id", id, "err", err)
+		if !errors.Is(err, ErrNotFound) {
+			s.log.Error("start: read server", "server_id", id, "err", err)
+		}
 		return
 	}
 	if sv.DesiredState != "running" {
@@ -376,6 +381,7 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 		}
 	}
 	l.inst = inst
+	l.engineAway = 0
 	l.startedAt = time.Now()
 	if st, ok := inst.(interface{ StartedAt() time.Time }); ok {
 		// A re-adopted instance's uptime counts from its start, not ours.
@@ -391,10 +397,23 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 	// Every supervised instance is known until it has ended, so that
 	// shutdown stops each one, also one that is no longer the server's
 	// current instance (it would otherwise be waited for forever).
+	if !s.track() {
+		// Started as the service stops (its supervisors are waited for
+		// already): stopped now if it would not outlive kiln, else left to
+		// the next start, which re-adopts it (its runtime_ref is stored).
+		if s.stopsAtExit(inst) {
+			l.mu.Lock()
+			l.stopRequested, l.stopAsked = true, inst
+			l.mu.Unlock()
+			sctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
+			defer cancel()
+			s.stopInstance(sctx, sv.ID, l, inst, false)
+		}
+		return
+	}
 	s.mu.Lock()
 	s.supervised[inst] = sv.ID
 	s.mu.Unlock()
-	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer func() {
@@ -407,11 +426,53 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 }
 
 func (s *Service) failStart(ctx context.Context, l *live, id string, err error) {
+	if errors.Is(err, runtime.ErrEngineAway) && s.ctx.Err() == nil {
+		s.awaitEngine(ctx, l, id, err)
+		return
+	}
 	s.log.Warn("server failed to start", "server_id", id, "err", err)
 	l.console.add("[kiln] failed to start: " + told(err))
 	if err := s.setStatus(ctx, id, StatusCrashed); err != nil {
 		s.log.Error("record crash", "server_id", id, "err", err)
 	}
+}
+
+// awaitEngine handles a server that cannot start, or lost its instance,
+// because the runtime's engine is away (runtime.ErrEngineAway) longer than
+// the runtime waits for it: not a crash of the server. It stays offline,
+// its desired state running, and the crash budget untouched; once the
+// engine answers again (the runtime's AwaitEngine, as long as kiln runs)
+// it is started once, if its desired state is still running. A kiln
+// restarted meanwhile starts it as any offline server whose desired
+// state is running. The console tells it once per absence.
+func (s *Service) awaitEngine(ctx context.Context, l *live, id string, cause error) {
+	l.mu.Lock()
+	n := l.engineAway
+	l.engineAway++
+	l.mu.Unlock()
+	s.log.Warn("the runtime's engine is away; starting the server once it is back", "server_id", id, "err", cause)
+	if n == 0 {
+		l.console.add("[kiln] the container engine is away; the server starts once it is back")
+	}
+	if err := s.setStatus(ctx, id, StatusOffline); err != nil {
+		s.log.Error("record waiting for the engine", "server_id", id, "err", err)
+	}
+	s.goBackground(func(ctx context.Context) {
+		if rt, ok := s.node.Runtime().(interface{ AwaitEngine(context.Context) error }); ok {
+			if rt.AwaitEngine(ctx) != nil {
+				return // shutting down
+			}
+		} else {
+			t := time.NewTimer(min(s.opts.RestartBackoff<<min(n, 10), engineRetryMax))
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+		s.start(ctx, id)
+	})
 }
 
 // supervise waits for the instance to answer a status ping (→ running) and
@@ -491,12 +552,22 @@ func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
 		}
 		return
 	}
-	cur, err := s.getAny(ctx, sv.ID)
+	// A record that cannot be read now is read again until it can (or
+	// kiln stops: the next start's recovery sees no instance and starts
+	// the server if its desired state is running); only a server deleted
+	// meanwhile is let go.
+	cur, err := s.getRetried(s.ctx, sv.ID)
 	if err != nil {
-		return // deleted meanwhile
+		return
 	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	if cur.DesiredState != "running" {
 		s.setStatus(ctx, sv.ID, StatusOffline)
+		return
+	}
+	if errors.Is(exit.Err, runtime.ErrEngineAway) {
+		s.awaitEngine(ctx, l, sv.ID, exit.Err)
 		return
 	}
 	l.console.add("[kiln] server exited unexpectedly (" + desc + ")")

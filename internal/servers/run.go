@@ -298,13 +298,18 @@ func (s *Service) shutdown() {
 		}
 		l.stopAsked = inst
 		l.mu.Unlock()
-		s.wg.Add(1)
+		if !s.track() {
+			break // cannot happen: only this sets closed
+		}
 		go func() {
 			defer s.wg.Done()
 			s.stopInstance(ctx, id, l, inst, false)
 		}()
 	}
 	s.cancel()
+	s.wgMu.Lock()
+	s.closed = true
+	s.wgMu.Unlock()
 	s.wg.Wait()
 	s.stmtMu.Lock()
 	for _, st := range []**sql.Stmt{&s.listSt, &s.versionSt, &s.getSt} {

@@ -166,7 +166,23 @@ type Service struct {
 
 	ctx    context.Context // of Run; background work stops with it
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // background work and supervisors; added to only through track
+	wgMu   sync.Mutex     // orders track's Add before shutdown's Wait
+	closed bool           // shutdown waits on wg: nothing more is tracked
+}
+
+// track adds one to wg for a goroutine about to start, unless shutdown
+// already waits on it (then false: the goroutine must not start). An Add
+// that may happen while the counter is zero must come before Wait
+// (sync.WaitGroup), and requests start background work at any time.
+func (s *Service) track() bool {
+	s.wgMu.Lock()
+	defer s.wgMu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
 }
 
 // listQuery has its limit written into the text: a bound LIMIT makes
@@ -353,6 +369,30 @@ func (s *Service) getAny(ctx context.Context, id string) (Server, error) {
 		return Server{}, fmt.Errorf("get server %s: %w", id, err)
 	}
 	return sv, nil
+}
+
+// getRetried reads a server's record for background work that must not
+// be lost to a transient database error (an install, a start, the record
+// of an exit): ErrNotFound at once, any other error tried again, 100 ms
+// doubling to 5 s apart, until ctx ends (then that error). What the work
+// leaves undone at shutdown the next start's recovery does.
+func (s *Service) getRetried(ctx context.Context, id string) (Server, error) {
+	wait := 100 * time.Millisecond
+	for {
+		sv, err := s.getAny(ctx, id)
+		if err == nil || errors.Is(err, ErrNotFound) {
+			return sv, err
+		}
+		s.log.Warn("read a server's record; trying again", "server_id", id, "err", err, "in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Server{}, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // CountByStatus counts every team's servers by status (for /metrics).

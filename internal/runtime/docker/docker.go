@@ -289,7 +289,28 @@ func (d *Docker) awaitEngine(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("the container engine did not answer within %s: %w", d.wait, err)
+			return fmt.Errorf("%w: it did not answer within %s: %w", runtime.ErrEngineAway, d.wait, err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// AwaitEngine returns once the engine answers, or with ctx's error: it
+// waits as long as ctx lets it, unlike the runtime's own waits
+// (Options.EngineWait). servers waits so for the engine before it starts
+// again a server whose start failed with runtime.ErrEngineAway.
+func (d *Docker) AwaitEngine(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		if err := d.answers(ctx); err == nil {
+			return nil
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
 		case <-t.C:
 		}
 		backoff = min(2*backoff, 5*time.Second)
@@ -519,7 +540,7 @@ func engineErr(err error, doing string) error {
 	case errors.Is(err, context.Canceled):
 		return err
 	case client.IsErrConnectionFailed(err):
-		return &runtime.Error{Reason: "the container engine is unavailable", Err: err}
+		return &runtime.Error{Reason: "the container engine is unavailable", Err: fmt.Errorf("%w: %w", runtime.ErrEngineAway, err)}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &runtime.Error{Reason: "the container engine did not answer in time", Err: err}
 	}
