@@ -503,7 +503,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tempNames := quota.NewTempNames(box.Derive(servers.TempNamesPurpose))
 	// Restores a crash cut short are finished or undone before any server
 	// starts and before the disk ledger's first walk.
-	snapshot.RecoverRoots(ctx, filepath.Join(cfg.DataDir, "servers"), tempNames, log)
+	finishedRestores := snapshot.RecoverRoots(ctx, filepath.Join(cfg.DataDir, "servers"), tempNames, log)
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users, StopTimeout: stopGrace,
@@ -513,6 +513,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// executor takes one before a replace or delete.
 	snaps := snapshot.New(db, blobs, serverSvc, cat, snapshot.Options{Owner: self.ID, Node: cfg.NodeName,
 		Compression: cfg.snapshotCompress, Dedup: cfg.snapshotDedup, WriterWait: cfg.RestoreWriterWait}, log)
+	snaps.RootsRecovered(finishedRestores)
 	// The first of a delete's hooks, as it may refuse the delete (a
 	// snapshot of the server being taken) before any other ended
 	// anything; else the server's restore stops before its root goes.

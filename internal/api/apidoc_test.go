@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
+	yaml "go.yaml.in/yaml/v4"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/api.md from openapi.yaml")

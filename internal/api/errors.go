@@ -184,6 +184,10 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeUnavailable}
 	case errors.Is(err, snapshot.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "snapshot not found", Code: codeSnapshotNotFound}
+	case errors.Is(err, snapshot.ErrRestoreNotFound):
+		return http.StatusNotFound, errorBody{Error: "restore not found", Code: codeNotFound}
+	case errors.Is(err, snapshot.ErrStopping):
+		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeUnavailable}
 	case errors.Is(err, snapshot.ErrExportsBusy):
 		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeUnavailable}
 	case errors.Is(err, snapshot.ErrNotReady), errors.Is(err, snapshot.ErrBusy):

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
@@ -71,6 +72,7 @@ var isolationCases = map[string]isolationCase{
 	"deleteSnapshot":            {method: "DELETE", path: "/snapshots/{snapshotId}", want: "SNAPSHOT_NOT_FOUND"},
 	"restoreSnapshot":           {method: "POST", path: "/snapshots/{snapshotId}/restore", body: map[string]any{}, want: "SNAPSHOT_NOT_FOUND"},
 	"downloadSnapshot":          {method: "GET", path: "/snapshots/{snapshotId}/download", query: "format=tar", want: "SNAPSHOT_NOT_FOUND"},
+	"getRestore":                {method: "GET", path: "/restores/{restoreId}", want: "NOT_FOUND"},
 }
 
 // publicPath says whether a route's path names an object that belongs to
@@ -136,6 +138,8 @@ func TestEveryRouteHidesOtherTeams(t *testing.T) {
 			{method: "POST", path: "/snapshots/{mySnap}/restore", body: map[string]any{"server_id": "{id}"}},
 			{method: "POST", path: "/deployments/apply", body: map[string]any{"configuration_id": "{configurationId}"}},
 			{method: "GET", path: "/deployments/runs", query: "configuration_id={configurationId}"},
+			{method: "GET", path: "/restores", query: "server_id={id}"},
+			{method: "GET", path: "/restores", query: "snapshot_id={snapshotId}"},
 		} {
 			t.Run(c.method+" "+c.path+" "+c.query, func(t *testing.T) {
 				other.sameAsNobodys(t, c, owner, map[string]string{"{mySnap}": mySnap})
@@ -176,9 +180,23 @@ func (h *harness) ownerObjects() map[string]string {
 	cfg := h.createConfiguration("network", specLobby)
 	run := h.apply(cfg, "")["run"].(map[string]any)["id"].(string)
 	snap := h.readySnapshot(id, "nightly")
+	st, body = h.postJSON("/snapshots/"+snap+"/restore", map[string]any{})
+	if st != 202 {
+		t.Fatalf("restore: %d %s", st, body)
+	}
+	rst := mustJSON(body)["restore"].(map[string]any)["restore_id"].(string)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		st, out := h.sendJSON("GET", "/restores/"+rst, nil)
+		if status := out["restore"].(map[string]any)["status"]; st == 200 && (status == "done" || status == "failed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("restore %s did not end within 60 s", rst)
+		}
+	}
 	return map[string]string{
 		"{id}": id, "{downloadId}": dl, "{installId}": install, "{configurationId}": cfg,
-		"{versionNumber}": "1", "{runId}": run, "{snapshotId}": snap,
+		"{versionNumber}": "1", "{runId}": run, "{snapshotId}": snap, "{restoreId}": rst,
 	}
 }
 
@@ -211,6 +229,8 @@ func (h *harness) ownerState(o map[string]string) string {
 		"/deployments/runs/" + o["{runId}"],
 		"/snapshots/" + o["{snapshotId}"],
 		"/snapshots",
+		"/restores/" + o["{restoreId}"],
+		"/restores",
 	} {
 		st, _, body := h.do("GET", Prefix+p, h.token, nil)
 		fmt.Fprintf(&b, "%s %d %s\n", p, st, body)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"go.yaml.in/yaml/v3"
+	yaml "go.yaml.in/yaml/v4"
 )
 
 //go:embed openapi.yaml

@@ -77,6 +77,8 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: "/snapshots/{snapshotId}", op: "getSnapshot", h: s.getSnapshot},
 		{method: http.MethodDelete, path: "/snapshots/{snapshotId}", op: "deleteSnapshot", h: s.deleteSnapshot},
 		{method: http.MethodPost, path: "/snapshots/{snapshotId}/restore", op: "restoreSnapshot", h: s.restoreSnapshot},
+		{method: http.MethodGet, path: "/restores", op: "listRestores", h: s.listRestores},
+		{method: http.MethodGet, path: "/restores/{restoreId}", op: "getRestore", h: s.getRestore},
 		{method: http.MethodGet, path: "/snapshots/{snapshotId}/download", op: "downloadSnapshot", limit: limitSnapshotDownload, h: s.downloadSnapshot},
 	}
 }

@@ -164,10 +164,78 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	if err := s.deps.Snapshots.RestorePath(r.Context(), principal(r).TeamID, id, target, only); err != nil {
+	rec, err := s.deps.Snapshots.RestorePath(r.Context(), principal(r).TeamID, id, target, only)
+	if err != nil {
 		return notInSnapshot(err, only)
 	}
-	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true})
+	writeJSON(w, http.StatusAccepted, map[string]any{"ok": true, "restore": toRestoreJSON(rec)})
+	return nil
+}
+
+// restoreJSON is a restore's record.
+type restoreJSON struct {
+	RestoreID   string  `json:"restore_id"`
+	SnapshotID  string  `json:"snapshot_id"`
+	ServerID    string  `json:"server_id"`
+	Path        *string `json:"path"`
+	Status      string  `json:"status"`
+	Error       *string `json:"error"`
+	BytesDone   int64   `json:"bytes_done"`
+	BytesTotal  int64   `json:"bytes_total"`
+	CreatedAt   int64   `json:"created_at"`
+	StartedAt   *int64  `json:"started_at"`
+	CompletedAt *int64  `json:"completed_at"`
+}
+
+func toRestoreJSON(r snapshot.RestoreRecord) restoreJSON {
+	var p *string
+	if r.Path != nil {
+		abs := "/" + *r.Path
+		p = &abs
+	}
+	return restoreJSON{RestoreID: r.ID, SnapshotID: r.SnapshotID, ServerID: r.ServerID, Path: p, Status: r.Status,
+		Error: r.Error, BytesDone: r.BytesDone, BytesTotal: r.BytesTotal, CreatedAt: r.CreatedAt, StartedAt: r.StartedAt,
+		CompletedAt: r.CompletedAt}
+}
+
+func (s *Server) getRestore(w http.ResponseWriter, r *http.Request) error {
+	id := r.PathValue("restoreId")
+	if !ids.HasPrefix(id, "rst") {
+		return snapshot.ErrRestoreNotFound
+	}
+	rec, err := s.deps.Snapshots.GetRestore(r.Context(), principal(r).TeamID, id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"restore": toRestoreJSON(rec)})
+	return nil
+}
+
+func (s *Server) listRestores(w http.ResponseWriter, r *http.Request) error {
+	var c validate.Collector
+	var serverID, snapshotID string
+	q := r.URL.Query()
+	if v := q.Get("server_id"); v != "" {
+		serverID = uuidField(&c, "server_id", v)
+	}
+	if v := q.Get("snapshot_id"); v != "" {
+		if !ids.HasPrefix(v, "snap") {
+			c.Add("snapshot_id", "must be a snapshot id (snap_…)")
+		}
+		snapshotID = v
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	list, err := s.deps.Snapshots.ListRestores(r.Context(), principal(r).TeamID, serverID, snapshotID)
+	if err != nil {
+		return err
+	}
+	out := make([]restoreJSON, len(list))
+	for i, rec := range list {
+		out[i] = toRestoreJSON(rec)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"restores": out, "count": len(out)})
 	return nil
 }
 

@@ -149,13 +149,48 @@ func TestSnapshotsAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		st, _, body = h.do("POST", Prefix+"/snapshots/"+snapID+"/restore", h.token, nil)
-		if st != 202 || strings.TrimSpace(string(body)) != `{"ok":true}` {
-			t.Fatalf("restore = %d %s", st, body)
+		var accepted struct {
+			OK      bool           `json:"ok"`
+			Restore map[string]any `json:"restore"`
+		}
+		_ = json.Unmarshal(body, &accepted)
+		rst, _ := accepted.Restore["restore_id"].(string)
+		if st != 202 || !accepted.OK || !strings.HasPrefix(rst, "rst_") || accepted.Restore["status"] != "pending" ||
+			accepted.Restore["snapshot_id"] != snapID || accepted.Restore["server_id"] != id || accepted.Restore["path"] != nil ||
+			accepted.Restore["error"] != nil || accepted.Restore["completed_at"] != nil {
+			t.Fatalf("restore = %d %s, want 202 with its pending record", st, body)
 		}
 		// The restore runs in the background and swaps the tree one
-		// rename at a time (data.dat before new.dat goes): its end is the
-		// console's line, not the first file seen restored.
+		// rename at a time (data.dat before new.dat goes): its end is its
+		// record's status (and the console's line), not the first file
+		// seen restored.
+		var done map[string]any
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			st, out := h.sendJSON("GET", "/restores/"+rst, nil)
+			if st != 200 {
+				t.Fatalf("GET /restores/%s = %d %v", rst, st, out)
+			}
+			done, _ = out["restore"].(map[string]any)
+			if done["status"] == "done" || done["status"] == "failed" || time.Now().After(deadline) {
+				break
+			}
+		}
+		if done["status"] != "done" || done["error"] != nil || done["bytes_total"].(float64) < 50000*6 || done["completed_at"] == nil || done["started_at"] == nil {
+			t.Errorf("the restore's record at its end = %v, want done", done)
+		}
 		waitConsole(t, h, id, "[kiln] snapshot "+snapID+" restored")
+		st, _, body = h.do("GET", Prefix+"/restores/"+rst, other, nil)
+		wantError(t, st, body, 404, "NOT_FOUND", "restore not found")
+		st, _, body = h.do("GET", Prefix+"/restores/rst_nope", h.token, nil)
+		wantError(t, st, body, 404, "NOT_FOUND", "restore not found")
+		if st, out := h.sendJSON("GET", "/restores?server_id="+id+"&snapshot_id="+snapID, nil); st != 200 || out["count"].(float64) != 1 {
+			t.Errorf("restores of the server and snapshot = %d %v", st, out)
+		}
+		if st, out := h.sendJSON("GET", "/restores", nil, other); st != 200 || out["count"].(float64) != 0 {
+			t.Errorf("another team's restores = %d %v", st, out)
+		}
+		st, _, body = h.do("GET", Prefix+"/restores?server_id=nope", h.token, nil)
+		wantError(t, st, body, 400, "VALIDATION_ERROR", "server_id")
 		if b, _ := os.ReadFile(filepath.Join(root, "world", "data.dat")); len(b) != 50000*6 {
 			t.Errorf("world/data.dat not restored: %d bytes", len(b))
 		}

@@ -154,6 +154,16 @@
 //     on (servers.ErrNotFound). Its outcome is logged; RecoverRoots, at kiln serve's
 //     start before any server starts, finishes or undoes a restore a crash
 //     cut short.
+//   - Restore records (restores.go; the restores table): a restore has a
+//     row from its acceptance (pending, written before Restore returns)
+//     to its end (restoring when the server is stopped, then done or
+//     failed with a sentence), its progress (bytes_done of bytes_total)
+//     kept in memory and flushed to the row every second, so a client
+//     polls GET /restores/{id}. A row whose process stopped ends at the
+//     next collector pass (the rule of failAbandoned): done when this
+//     node's start finished the interrupted swap (RecoverRoots,
+//     RootsRecovered), failed otherwise. A server keeps its last
+//     MaxRestoresKept rows; they are read only through the team.
 //   - The collector also deletes blobs the ledger does not know (chunks
 //     with no row, manifests with no record) once older than Grace (1 h):
 //     what a database restored from an older backup, or a crash between a

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kilnhq/kiln/internal/servers"
 )
@@ -80,7 +81,7 @@ func (s *Service) beginTake(ctx context.Context, snap Snapshot) (done func(), er
 		}
 		s.mu.Unlock()
 		select {
-		case <-run.done:
+		case <-run.ended:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -91,7 +92,12 @@ func (s *Service) beginTake(ctx context.Context, snap Snapshot) (done func(), er
 // for done.
 type restoreRun struct {
 	cancel context.CancelCauseFunc
-	done   chan struct{}
+	ended  chan struct{}
+	record string // its restore record's id ("" for none: RestoreNow)
+	// The bytes written and the snapshot's total, set by the restore's
+	// Progress callback (which must not block), read by withProgress and
+	// flushed to the record now and then (flushProgress).
+	done, total atomic.Int64
 }
 
 // beginRestore registers a restore into server id: ErrBusy while another
@@ -112,7 +118,7 @@ func (s *Service) beginRestore(parent context.Context, id string) (context.Conte
 		return nil, nil, &TakingError{SnapshotID: slices.Sorted(maps.Keys(taking))[0]}
 	}
 	ctx, cancel := context.WithCancelCause(parent)
-	run := &restoreRun{cancel: cancel, done: make(chan struct{})}
+	run := &restoreRun{cancel: cancel, ended: make(chan struct{})}
 	s.restoring[id] = run
 	return ctx, run, nil
 }
@@ -123,7 +129,7 @@ func (s *Service) endRestore(id string, run *restoreRun) {
 	delete(s.restoring, id)
 	s.mu.Unlock()
 	run.cancel(nil)
-	close(run.done)
+	close(run.ended)
 }
 
 // ServerDeleting is what the servers service runs before it deletes
@@ -163,7 +169,7 @@ func (s *Service) ServerDeleting(ctx context.Context, id string) error {
 	}
 	run.cancel(ErrServerDeleted)
 	select {
-	case <-run.done:
+	case <-run.ended:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -179,4 +185,22 @@ func (s *Service) DeleteEnded(id string) {
 	s.mu.Lock()
 	delete(s.deleted, id)
 	s.mu.Unlock()
+}
+
+// ErrStopping: the service is stopping (Close waits for its work), and
+// takes no new work.
+var ErrStopping = errors.New("the service is stopping; try again once Kiln is back")
+
+// goTracked runs fn on a goroutine Close waits for, unless Close waits
+// already (then false, and fn is not run: what it would do is left to
+// the next start). Requests start background work at any time, and a
+// sync.WaitGroup's Add from zero must come before its Wait.
+func (s *Service) goTracked(fn func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Go(fn)
+	return true
 }

@@ -281,6 +281,9 @@ func (s *Service) collect(ctx context.Context, grace time.Duration) error {
 	if err := s.failAbandoned(ctx); err != nil {
 		return err
 	}
+	if err := s.endAbandonedRestores(ctx); err != nil {
+		return err
+	}
 	if err := s.dropDeadReaders(ctx); err != nil {
 		return err
 	}

@@ -208,7 +208,7 @@ func (s *Service) cleanDeleted(uuid string) {
 	if s.ctx.Err() != nil {
 		return // stopping: the collector cleans at the next start
 	}
-	s.wg.Go(func() {
+	s.goTracked(func() {
 		freed, shared, err := s.dropStorage(s.ctx, uuid)
 		if err != nil {
 			s.log.Warn("clean a deleted snapshot's storage after its last reader (the collector finishes it)", "snapshot_uuid", uuid, "err", err)

@@ -74,7 +74,7 @@ func TestDeleteWhileDownloading(t *testing.T) {
 		if _, err := e.svc.Export(ctx, e.team, snap.ID, ""); !errors.Is(err, ErrNotFound) {
 			t.Errorf("a new Export after the delete = %v, want ErrNotFound", err)
 		}
-		if err := e.svc.Restore(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, ErrNotFound) {
+		if _, err := e.svc.Restore(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, ErrNotFound) {
 			t.Errorf("Restore after the delete = %v, want ErrNotFound", err)
 		}
 		if err := e.svc.collect(ctx, time.Nanosecond); err != nil {
@@ -115,7 +115,7 @@ func TestDeleteWhileRestoring(t *testing.T) {
 			restored := make(chan error, 1)
 			if now {
 				go func() { restored <- e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID) }()
-			} else if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
+			} else if _, err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -168,7 +168,7 @@ func (e *svcEnv) waitRestored(id string) {
 			e.t.Fatal("the restore still runs after 60 s")
 		}
 		select {
-		case <-run.done:
+		case <-run.ended:
 		case <-time.After(time.Second):
 		}
 	}

@@ -21,14 +21,16 @@ import (
 // removed (restore.Recover); look-alikes are left and logged once per
 // root. A root it cannot recover is logged and left for the next start;
 // its server's files stay as the journal left them (old or new tree per
-// path).
-func RecoverRoots(ctx context.Context, dir string, names quota.TempNames, log *slog.Logger) {
+// path). It returns the servers whose restore it finished (past its
+// commit point), for their restore records (Service.RootsRecovered).
+func RecoverRoots(ctx context.Context, dir string, names quota.TempNames, log *slog.Logger) (finished map[string]bool) {
+	finished = map[string]bool{}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !os.IsNotExist(err) {
 			log.Warn("snapshot recovery: read the server roots", "dir", dir, "err", err)
 		}
-		return
+		return finished
 	}
 	for _, e := range entries {
 		if _, err := uuid.Parse(e.Name()); err != nil || !e.IsDir() {
@@ -53,9 +55,11 @@ func RecoverRoots(ctx context.Context, dir string, names quota.TempNames, log *s
 		case err != nil:
 			log.Error("snapshot recovery: an interrupted restore could not be finished", "server_id", e.Name(), "err", err)
 		case rec.Finished > 0:
+			finished[e.Name()] = true
 			log.Info("snapshot recovery: finished a restore a crash interrupted", "server_id", e.Name())
 		case rec.Discarded > 0:
 			log.Info("snapshot recovery: undid a restore a crash interrupted before its commit point", "server_id", e.Name())
 		}
 	}
+	return finished
 }

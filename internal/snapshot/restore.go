@@ -19,13 +19,15 @@ import (
 // Restore makes the server targetID (the snapshot's source when "") of
 // the team equal to the snapshot, in the background: a running server is
 // stopped first and started again after; a failure leaves its files as
-// they were. The outcome is written to the server's console. From the
-// call on, the server is held (servers.Hold): its files written by
-// nothing else, its start refused, until the files are restored. Errors:
-// ErrNotFound, ErrNotReady, ErrBusy, *TakingError (a snapshot of the
-// server is being taken: guards.go), servers.ErrNotFound,
-// servers.ErrInstalling, servers.ErrRestoring.
-func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) error {
+// they were. It returns the restore's record (pending), which follows it
+// (restoring, then done or failed: GetRestore); the outcome is written
+// to the server's console too. From the call on, the server is held
+// (servers.Hold): its files written by nothing else, its start refused,
+// until the files are restored. Errors: ErrNotFound, ErrNotReady,
+// ErrBusy, *TakingError (a snapshot of the server is being taken:
+// guards.go), servers.ErrNotFound, servers.ErrInstalling,
+// servers.ErrRestoring.
+func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) (RestoreRecord, error) {
 	return s.RestorePath(ctx, teamID, id, targetID, "")
 }
 
@@ -36,10 +38,10 @@ func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) erro
 // again as for a whole restore (a running game would save over it).
 // Errors: Restore's, and files.ErrNotFound when the snapshot holds
 // nothing at only (checked before the server is touched).
-func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only string) error {
+func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only string) (RestoreRecord, error) {
 	snap, read, err := s.openReady(ctx, teamID, id)
 	if err != nil {
-		return err
+		return RestoreRecord{}, err
 	}
 	started := false
 	defer func() {
@@ -53,7 +55,7 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 		// path (one read more than the restore's two; a manifest is ~0.4
 		// MB a GiB of world).
 		if _, err := engine.OpenExport(ctx, s.store, manifest.Key(snap.UUID), only); err != nil {
-			return fmt.Errorf("restore snapshot %s: %w", id, err)
+			return RestoreRecord{}, fmt.Errorf("restore snapshot %s: %w", id, err)
 		}
 	}
 	if targetID == "" {
@@ -61,34 +63,50 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 	}
 	sv, err := s.servers.Get(ctx, teamID, targetID)
 	if err != nil {
-		return err
+		return RestoreRecord{}, err
 	}
 	if sv.Status == servers.StatusInstalling {
-		return servers.ErrInstalling
+		return RestoreRecord{}, servers.ErrInstalling
 	}
 	if _, err := s.servers.Access(ctx, teamID, targetID, false); err != nil {
-		return err // another node's server: servers.OtherNodeError
+		return RestoreRecord{}, err // another node's server: servers.OtherNodeError
 	}
 	rctx, run, err := s.beginRestore(s.ctx, sv.ID)
 	if err != nil {
-		return err
+		return RestoreRecord{}, err
 	}
 	// Held from now (not from when the goroutine runs): a start or a
 	// write sent right after the 202 is refused, not raced.
 	held, err := s.servers.Hold(ctx, teamID, sv.ID)
 	if err != nil {
 		s.endRestore(sv.ID, run)
-		return err
+		return RestoreRecord{}, err
 	}
-	started = true
-	s.wg.Go(func() {
+	// Recorded before it is acknowledged: a client polls the record from
+	// the answer on.
+	rec, err := s.recordRestore(ctx, teamID, snap.ID, sv.ID, only)
+	if err != nil {
+		held.Release()
+		s.endRestore(sv.ID, run)
+		return RestoreRecord{}, err
+	}
+	run.record = rec.ID
+	started = s.goTracked(func() {
 		defer read.end()
 		defer s.endRestore(sv.ID, run)
-		if err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only) }); err != nil {
-			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "err", err)
+		err := panics.Catch(func() error { return s.restore(rctx, snap, sv, held, only, run) })
+		if err != nil {
+			s.log.Warn("restore failed", "snapshot_id", snap.ID, "server_id", sv.ID, "restore_id", rec.ID, "err", err)
 		}
+		s.restoreEnded(rec.ID, run, err)
 	})
-	return nil
+	if !started {
+		held.Release()
+		s.endRestore(sv.ID, run)
+		s.restoreEnded(rec.ID, run, ErrStopping)
+		return RestoreRecord{}, ErrStopping
+	}
+	return rec, nil
 }
 
 // RestoreNow is Restore waiting for the end (the deployments executor).
@@ -111,14 +129,20 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 	if err != nil {
 		return err
 	}
-	return s.restore(rctx, snap, sv, held, "")
+	return s.restore(rctx, snap, sv, held, "", run)
 }
 
 // restore runs a restore registered by beginRestore (ctx is its own),
 // with the server held (servers.Hold: no write but the restore's, no
 // start): it releases the hold before it starts the server again.
-func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held, only string) (err error) {
+func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server, held *servers.Held, only string, run *restoreRun) (err error) {
 	defer held.Release()
+	if run.record != "" {
+		s.restoreStarted(run.record)
+		stop := make(chan struct{})
+		defer close(stop)
+		go s.flushProgress(run.record, run, time.Second, stop)
+	}
 	what := "snapshot " + snap.ID
 	if only != "" && only != "." {
 		what = "/" + only + " of " + what
@@ -165,7 +189,8 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 		return err
 	}
 	rerr := files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
-		_, err := restore.Run(ctx, r, res, s.store, manifest.Key(snap.UUID), restore.Options{Ignore: m.Match, Only: only})
+		_, err := restore.Run(ctx, r, res, s.store, manifest.Key(snap.UUID), restore.Options{Ignore: m.Match, Only: only,
+			Progress: func(done, total int64) { run.done.Store(done); run.total.Store(total) }})
 		return err
 	})
 	if a.Disk != nil {

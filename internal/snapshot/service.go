@@ -230,6 +230,11 @@ type Service struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	wake      chan struct{}
+
+	// finishedRestores: the servers whose interrupted restore this
+	// node's start finished (RootsRecovered), for their records.
+	finishedRestores map[string]bool
+	closed           bool // Close waits on wg: goTracked starts nothing more
 }
 
 // New returns a Service; Run starts its collector, Close stops it.
@@ -945,6 +950,9 @@ func (s *Service) Run(ctx context.Context) error {
 // files as they were, after it is finished by Recover at the next start.
 func (s *Service) Close() {
 	s.cancel()
+	s.mu.Lock()
+	s.closed = true // goTracked starts nothing more
+	s.mu.Unlock()
 	s.wg.Wait()
 }
 

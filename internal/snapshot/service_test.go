@@ -384,7 +384,7 @@ func TestRestoreRunningServer(t *testing.T) {
 	}
 
 	e.write(sv.ID, map[string]string{"world/custom.dat": "v2", "world/new.dat": "new", "cache/tmp": "changed-cache"})
-	if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
+	if _, err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	// Held from the call on (the stop alone takes longer than these
@@ -395,7 +395,7 @@ func TestRestoreRunningServer(t *testing.T) {
 	if err := e.srv.Power(ctx, e.team, sv.ID, "start"); !errors.Is(err, servers.ErrRestoring) {
 		t.Errorf("a start during the restore = %v, want servers.ErrRestoring", err)
 	}
-	if err := e.svc.Restore(ctx, e.team, snap.ID, ""); !errors.Is(err, ErrBusy) {
+	if _, err := e.svc.Restore(ctx, e.team, snap.ID, ""); !errors.Is(err, ErrBusy) {
 		t.Errorf("a second restore during the restore = %v, want ErrBusy", err)
 	}
 	// Stopped, restored, running again. The restore runs in the
@@ -435,7 +435,7 @@ func TestRestoreRunningServer(t *testing.T) {
 		t.Errorf("plugins/a.jar = %q", b)
 	}
 	// Another team cannot restore it, nor into its server.
-	if err := e.svc.Restore(ctx, "team_b", snap.ID, ""); !errors.Is(err, ErrNotFound) {
+	if _, err := e.svc.Restore(ctx, "team_b", snap.ID, ""); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Restore by another team = %v, want ErrNotFound", err)
 	}
 }
@@ -832,7 +832,7 @@ func TestRestoreIntoDeletedServer(t *testing.T) {
 	if _, err := e.srv.Get(ctx, e.team, sv.ID); !errors.Is(err, servers.ErrNotFound) {
 		t.Errorf("the server after the delete: %v, want servers.ErrNotFound (not started again)", err)
 	}
-	if err := e.svc.Restore(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, servers.ErrNotFound) {
+	if _, err := e.svc.Restore(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, servers.ErrNotFound) {
 		t.Errorf("Restore into the deleted server = %v, want servers.ErrNotFound", err)
 	}
 	if err := e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID); !errors.Is(err, servers.ErrNotFound) {

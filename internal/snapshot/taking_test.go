@@ -183,7 +183,7 @@ func TestRestoreWhileTaken(t *testing.T) {
 	e.write(sv.ID, map[string]string{"world/level.dat": "new", "world/big.dat": randomText(400 << 10)})
 	second := e.createHeld(gate, sv.ID, "second")
 	for _, restore := range []func() error{
-		func() error { return e.svc.Restore(ctx, e.team, first.ID, sv.ID) },
+		func() error { _, err := e.svc.Restore(ctx, e.team, first.ID, sv.ID); return err },
 		func() error { return e.svc.RestoreNow(ctx, e.team, first.ID, sv.ID) },
 	} {
 		err := restore()
@@ -224,7 +224,7 @@ func TestTakeWaitsForRestore(t *testing.T) {
 	e.write(sv.ID, map[string]string{"world/level.dat": "new", "world/a.dat": "new a", "world/b.dat": "new b"})
 
 	close(gate.armed)
-	if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
+	if _, err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -443,7 +443,7 @@ func TestStartJustBeforeRestore(t *testing.T) {
 		if err := e.srv.Power(ctx, e.team, sv.ID, "start"); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
+		if _, err := e.svc.Restore(ctx, e.team, snap.ID, ""); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		e.waitRestored(sv.ID)

@@ -19,7 +19,7 @@ import (
 	"syscall"
 
 	"github.com/google/uuid"
-	"go.yaml.in/yaml/v3"
+	yaml "go.yaml.in/yaml/v4"
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install/upstream"

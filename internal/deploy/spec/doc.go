@@ -17,13 +17,14 @@
 // column.
 //
 // Decisions where §1 is silent:
-//   - YAML: go.yaml.in/yaml/v4 (v4.0.0-rc.6, the YAML organisation's
+//   - YAML: go.yaml.in/yaml/v4 (v4.0.0, the YAML organisation's
 //     maintained fork of go-yaml): it is the only one of the candidates in
 //     research/libraries.md whose syntax errors carry a line and a column
 //     (v3 says "line 3" only), and its yaml.Node keeps the line of every key.
-//     It is a release candidate; the package uses only Unmarshal into a
-//     Node and LoadError's position. The catalog still reads its profiles
-//     with v3.
+//     The package uses only Unmarshal into a Node and LoadError's
+//     position. It is Kiln's one YAML module (the catalog, the config file,
+//     the proxies' config writers and the OpenAPI document use it too;
+//     v3 remains only as an indirect requirement of minio-go).
 //   - Anchors, aliases and merge keys are refused: a spec is small and
 //     explicit, and an alias can make a naive walk of the tree exponential.
 //   - memory is required (there is no sensible size for every software),

@@ -35,8 +35,9 @@
 //     FastCDC is 3x faster and the only one above the 1 GB/s target: a
 //     gear hash is one shift, add and table lookup per byte where Rabin
 //     slides a 64-byte window (two lookups and an xor), and FastCDC does
-//     not hash the first 256 KiB of a chunk at all. restic/chunker stays
-//     in go.mod for the benchmark only.
+//     not hash the first 256 KiB of a chunk at all. restic/chunker's
+//     side of the benchmark was removed once the choice was made (commit
+//     e334ecf has it): go.mod carries no module only a comparison used.
 //   - Region files (.mca, .mcr: world/region, entities, poi) are cut
 //     every 1 MiB from their start instead (sectorCut), without a
 //     fingerprint. Content-defined cuts exist for bytes that shift when
