@@ -7,7 +7,8 @@
 // internal/snapshot/ignore matches the gitignore-syntax exclusions.
 // Files: service.go (records, taking, deleting), restore.go, export.go
 // (downloads), reads.go (readers a delete waits for), guards.go (what
-// may run at once on one server), ledger.go (chunks and the collector),
+// may run at once on one server), slots.go (the snapshots taken at once,
+// shared between teams), ledger.go (chunks and the collector),
 // recover.go.
 //
 // What it must never do: let a manifest reference a missing chunk —
@@ -24,7 +25,16 @@
 //     the background (creating, with bytes_done/bytes_total updated about
 //     four times a second) and becomes ready in one statement with its
 //     figures, or failed with one sentence. At most Options.Parallel (2)
-//     are taken at once per process; the others wait pending.
+//     are taken at once per process; the others wait pending, the slots
+//     shared between teams (slots.go): each team's snapshots wait in the
+//     order asked for, the teams waiting are served in turn, and while
+//     another team waits, no team holds more than half the slots
+//     (rounded up; a team alone uses them all). One line for every team,
+//     as before, let a team's queue (a retention script, a deployment
+//     replacing many servers, each snapshotted first) hold every other
+//     team's snapshot (and its deployment's steps) for the whole queue.
+//     No snapshot is stopped for another team's: a slot changes hands
+//     when a snapshot ends.
 //   - A failure's sentence (the record's error field, the restore's line
 //     in the server's console) is what the team reads: a failure of the
 //     store is told by its *blob.Error sentence ("the object store is

@@ -104,7 +104,8 @@ type Options struct {
 	// beating, or of an earlier instance of this node (the data dir's lock
 	// says it is gone), are failed.
 	Owner, Node string
-	// Parallel bounds the snapshots taken at once by this process (2).
+	// Parallel bounds the snapshots taken at once by this process (2),
+	// shared between teams in turn (slots.go).
 	Parallel int
 	// CollectEvery is the background collector's period (1 h); Grace is
 	// how old a blob with no record must be before it goes (1 h).
@@ -218,7 +219,7 @@ type Service struct {
 	log     *slog.Logger
 	opts    Options
 
-	slots   chan struct{} // one per snapshot taken at once
+	slots   *slots        // the snapshots taken at once, shared between teams (slots.go)
 	exports chan struct{} // one per download being written (Export)
 
 	mu        sync.Mutex
@@ -240,7 +241,7 @@ func New(db *store.DB, st blob.Store, srv Servers, cat Catalog, opts Options, lo
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{db: db, store: st, servers: srv, cat: cat, log: log, opts: opts,
-		slots: make(chan struct{}, opts.Parallel), exports: make(chan struct{}, opts.MaxExports), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
+		slots: newSlots(opts.Parallel), exports: make(chan struct{}, opts.MaxExports), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
 		taking:  map[string]map[string]struct{}{},
 		deleted: map[string]bool{},
 		ctx:     ctx, cancel: cancel, wake: make(chan struct{}, 1)}
@@ -448,16 +449,15 @@ func parseListCursor(cursor string) (at int64, id string, ok bool) {
 	return at, id, true
 }
 
-// goTake takes snap in the background, at most Parallel at once.
+// goTake takes snap in the background, at most Parallel at once, the
+// slots shared between teams in turn (slots.go).
 func (s *Service) goTake(ctx context.Context, cancel context.CancelFunc, snap Snapshot) {
 	s.wg.Go(func() {
 		defer s.forget(snap.ID, cancel)
-		select {
-		case s.slots <- struct{}{}:
-		case <-ctx.Done():
+		if err := s.slots.acquire(ctx, snap.TeamID); err != nil {
 			return
 		}
-		defer func() { <-s.slots }()
+		defer s.slots.release(snap.TeamID)
 		err := panics.Catch(func() error { return s.take(ctx, snap) })
 		if err == nil {
 			return
