@@ -963,16 +963,10 @@ func (s *Service) failAbandoned(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("find abandoned snapshots: %w", err)
 	}
-	var lost []Snapshot
-	for rows.Next() {
-		snap, err := scan(rows)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		lost = append(lost, snap)
+	lost, err := scanAll(rows, func(rows *sql.Rows) (Snapshot, error) { return scan(rows) })
+	if err != nil {
+		return fmt.Errorf("find abandoned snapshots: %w", err)
 	}
-	rows.Close()
 	for _, snap := range lost {
 		s.mu.Lock()
 		_, mine := s.running[snap.ID]
