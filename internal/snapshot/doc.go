@@ -60,8 +60,15 @@
 //   - Consistency: a running game server (not a proxy) gets save-off and
 //     save-all flush through its console before the walk, and save-on
 //     after, also on failure. The flush is awaited (its "Saved the game"
-//     line) for up to 60 s; a server that does not confirm is snapshotted
-//     anyway with saving off (logged). A server whose status changes
+//     line, on a stream of its console; a stream dropped meanwhile is
+//     followed again) for up to 60 s; a server that does not confirm is
+//     snapshotted anyway with saving off, said in its console and
+//     logged. A server whose console cannot be followed (it has
+//     servers.MaxStreams streams open) fails the snapshot before
+//     anything is sent or read (ErrSavesNotPaused, the sentence naming
+//     the cause): walking it with saving on could hold a world half
+//     written, and before, such a snapshot became ready without a word.
+//     A server whose status changes
 //     under the walk (started, running, stopping, stopped, crashed:
 //     servers.Reader.Changed) may have written its world without
 //     save-off — a start while a stopped server is walked, a stop, which

@@ -1149,3 +1149,90 @@ func TestDedupAcrossTeams(t *testing.T) {
 		t.Errorf("chunkSpace of a 40-byte id = %q, want h and 32 hex digits", s)
 	}
 }
+
+// running starts server id and waits until it runs.
+func (e *svcEnv) running(id string) {
+	e.t.Helper()
+	if err := e.srv.Power(e.t.Context(), e.team, id, "start"); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitServer(id, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+}
+
+// console returns server id's last 200 console lines, joined.
+func (e *svcEnv) console(id string) string {
+	e.t.Helper()
+	lines, err := e.srv.Console(e.t.Context(), e.team, id, 200)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestSavesNotPausedFails: a running game server whose console cannot be
+// followed (it has servers.MaxStreams streams open) cannot have its
+// saves paused and its flush awaited: the snapshot fails with a sentence
+// saying so, before anything is sent to the server or read. Before, it
+// was walked with saving on, silently, and became ready. With a stream
+// closed, the next snapshot pauses the saves and is ready.
+func TestSavesNotPausedFails(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	sv := e.server("streams", map[string]string{"world/region/r.0.0.mca": randomText(64 << 10)})
+	e.running(sv.ID)
+	var stops []func()
+	for range servers.MaxStreams {
+		_, stop, err := e.srv.Stream(ctx, e.team, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops = append(stops, stop)
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "no stream", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := e.finalOf(snap.ID)
+	want := "The server's saves could not be paused for the snapshot, so nothing was read: " +
+		"the server's console already has the most streams it allows (close one of them and take the snapshot again)."
+	if got.Status != StatusFailed || deref(got.Error) != want {
+		t.Errorf("snapshot with the console's streams all taken: %s, %q; want failed, %q", got.Status, deref(got.Error), want)
+	}
+	if c := e.console(sv.ID); strings.Contains(c, "Automatic saving is now disabled") {
+		t.Errorf("save-off was sent for the failed snapshot:\n%s", c)
+	}
+	if n := e.blobs(manifestPrefix); n != 0 {
+		t.Errorf("%d manifests stored by the failed snapshot, want none", n)
+	}
+
+	stops[0]()
+	snap = e.take(sv.ID, "a stream free", "")
+	if c := e.console(sv.ID); !strings.Contains(c, "Automatic saving is now disabled") || !strings.Contains(c, "Saved the game") {
+		t.Errorf("snapshot %s (%s) did not pause the saves:\n%s", snap.ID, snap.Status, c)
+	}
+}
+
+// TestFlushUnconfirmedSaid: a running game server that does not confirm
+// save-all flush (its save fails: level.dat_new is a directory) within
+// SaveTimeout is snapshotted with saving off, and its console says so.
+// Before, only the log did.
+func TestFlushUnconfirmedSaid(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	e.svc.opts.SaveTimeout = 300 * time.Millisecond // before any snapshot starts
+	sv := e.server("unsaved", map[string]string{"world/region/r.0.0.mca": randomText(64 << 10)})
+	e.running(sv.ID)
+	e.write(sv.ID, map[string]string{"world/level.dat_new/x": "in the way"})
+	snap := e.take(sv.ID, "unconfirmed", "")
+	c := e.console(sv.ID)
+	for _, want := range []string{"Automatic saving is now disabled", "Failed to save the game",
+		"[kiln] snapshot " + snap.ID + ": the server did not confirm save-all flush within 300ms; its files are read with saving off"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("console lacks %q:\n%s", want, c)
+		}
+	}
+}
