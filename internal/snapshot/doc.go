@@ -135,8 +135,9 @@
 //     restore asked for while a snapshot is taken is refused
 //     (*TakingError: the user chose the moment, and the server is left
 //     as it is); a snapshot whose turn comes during a restore waits for
-//     it and holds the restored files (the request stands, and what it
-//     asks for is the server as it will be). A reinstall is refused while
+//     it (said in the server's console) and holds the restored files
+//     (the request stands, and what it asks for is the server as it
+//     will be). A reinstall is refused while
 //     a snapshot walks the server (servers.Reading): the installer
 //     replaces files one by one, and the snapshot would hold some of each
 //     install. From the call until the files are

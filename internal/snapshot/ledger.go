@@ -74,6 +74,7 @@ const pinWait = 20 * time.Millisecond
 // live; it waits while the chunk is being deleted. Once it returns nil the
 // chunk's blob is not deleted by anyone until the reference goes.
 func (s *Service) pin(ctx context.Context, uuid, key string) error {
+	waited := false
 	for {
 		deleting := false
 		err := s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -107,6 +108,10 @@ func (s *Service) pin(ctx context.Context, uuid, key string) error {
 		}
 		if err == nil && !deleting {
 			return nil
+		}
+		if deleting && !waited {
+			s.log.Debug("pin waits for a chunk being deleted", "chunk", key)
+			waited = true
 		}
 		select {
 		case <-ctx.Done():

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -593,6 +594,8 @@ func TestAbandonedSnapshotCollected(t *testing.T) {
 // to a chunk being deleted.
 func TestPinWaitsForReap(t *testing.T) {
 	e := newSvcEnv(t, storetest.SQLite(t))
+	waits := make(chan string, 1)
+	e.svc.log = slog.New(logWatch{"pin waits for a chunk being deleted", waits}) // before any snapshot
 	ctx := t.Context()
 	key := "chunks/cd/" + strings.Repeat("cd", 32)
 	if _, err := e.db.Write().ExecContext(ctx, `INSERT INTO chunks (key, state, stored_size, updated_at) VALUES ($1, 'deleting', 3, 1)`, key); err != nil {
@@ -603,7 +606,13 @@ func TestPinWaitsForReap(t *testing.T) {
 	select {
 	case err := <-done:
 		t.Fatalf("pin returned %v while the chunk was being deleted", err)
-	case <-time.After(200 * time.Millisecond):
+	case <-waits: // it found the row deleting and waits
+	case <-time.After(60 * time.Second):
+		t.Fatal("pin neither returned nor waited within 60 s")
+	}
+	if n := e.count(`SELECT count(*) FROM chunks WHERE key = $1 AND state = 'deleting'`, key) +
+		e.count(`SELECT count(*) FROM snapshot_chunks WHERE chunk = $1`, key); n != 1 {
+		t.Fatalf("while the pin waits: deleting rows + references = %d, want the deleting row alone", n)
 	}
 	if _, err := e.db.Write().ExecContext(context.Background(), `DELETE FROM chunks WHERE key = $1`, key); err != nil {
 		t.Fatal(err)
@@ -999,7 +1008,9 @@ func TestRestoreWaitsForWriters(t *testing.T) {
 	r := writer()
 	done := make(chan error, 1)
 	go func() { done <- e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID) }()
-	time.Sleep(300 * time.Millisecond)
+	// The restore says it waits for the write: from then on it cannot end
+	// before the write does (or WriterWait, a minute, passes).
+	e.awaitConsole(sv.ID, "[kiln] the restore waits for 1 write(s) in progress to end", done)
 	select {
 	case err := <-done:
 		t.Fatalf("RestoreNow ended (%v) with a write in flight", err)
@@ -1235,4 +1246,40 @@ func TestFlushUnconfirmedSaid(t *testing.T) {
 			t.Errorf("console lacks %q:\n%s", want, c)
 		}
 	}
+}
+
+// awaitConsole waits until server id's console holds line, failing the
+// test if done (the call expected to wait) sends first or after 60 s.
+func (e *svcEnv) awaitConsole(id, line string, done <-chan error) {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(e.console(id), line); {
+		select {
+		case err := <-done:
+			e.t.Fatalf("ended (%v) before the console said %q:\n%s", err, line, e.console(id))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the console never said %q:\n%s", line, e.console(id))
+		}
+	}
+}
+
+// logWatch is a slog handler that sends the message msg to ch (once,
+// if ch has room) and drops every record.
+type logWatch struct {
+	msg string
+	ch  chan string
+}
+
+func (w logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w logWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w logWatch) WithGroup(string) slog.Handler            { return w }
+func (w logWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == w.msg {
+		select {
+		case w.ch <- r.Message:
+		default:
+		}
+	}
+	return nil
 }
