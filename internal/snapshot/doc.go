@@ -7,7 +7,8 @@
 // internal/snapshot/ignore matches the gitignore-syntax exclusions.
 // Files: service.go (records, taking, deleting), restore.go, export.go
 // (downloads), reads.go (readers a delete waits for), guards.go (what
-// may run at once on one server), ledger.go (chunks and the collector),
+// may run at once on one server), slots.go (the snapshots taken at once,
+// shared between teams), ledger.go (chunks and the collector),
 // recover.go.
 //
 // What it must never do: let a manifest reference a missing chunk —
@@ -24,7 +25,16 @@
 //     the background (creating, with bytes_done/bytes_total updated about
 //     four times a second) and becomes ready in one statement with its
 //     figures, or failed with one sentence. At most Options.Parallel (2)
-//     are taken at once per process; the others wait pending.
+//     are taken at once per process; the others wait pending, the slots
+//     shared between teams (slots.go): each team's snapshots wait in the
+//     order asked for, the teams waiting are served in turn, and while
+//     another team waits, no team holds more than half the slots
+//     (rounded up; a team alone uses them all). One line for every team,
+//     as before, let a team's queue (a retention script, a deployment
+//     replacing many servers, each snapshotted first) hold every other
+//     team's snapshot (and its deployment's steps) for the whole queue.
+//     No snapshot is stopped for another team's: a slot changes hands
+//     when a snapshot ends.
 //   - A failure's sentence (the record's error field, the restore's line
 //     in the server's console) is what the team reads: a failure of the
 //     store is told by its *blob.Error sentence ("the object store is
@@ -50,8 +60,15 @@
 //   - Consistency: a running game server (not a proxy) gets save-off and
 //     save-all flush through its console before the walk, and save-on
 //     after, also on failure. The flush is awaited (its "Saved the game"
-//     line) for up to 60 s; a server that does not confirm is snapshotted
-//     anyway with saving off (logged). A server whose status changes
+//     line, on a stream of its console; a stream dropped meanwhile is
+//     followed again) for up to 60 s; a server that does not confirm is
+//     snapshotted anyway with saving off, said in its console and
+//     logged. A server whose console cannot be followed (it has
+//     servers.MaxStreams streams open) fails the snapshot before
+//     anything is sent or read (ErrSavesNotPaused, the sentence naming
+//     the cause): walking it with saving on could hold a world half
+//     written, and before, such a snapshot became ready without a word.
+//     A server whose status changes
 //     under the walk (started, running, stopping, stopped, crashed:
 //     servers.Reader.Changed) may have written its world without
 //     save-off — a start while a stopped server is walked, a stop, which
@@ -118,8 +135,9 @@
 //     restore asked for while a snapshot is taken is refused
 //     (*TakingError: the user chose the moment, and the server is left
 //     as it is); a snapshot whose turn comes during a restore waits for
-//     it and holds the restored files (the request stands, and what it
-//     asks for is the server as it will be). A reinstall is refused while
+//     it (said in the server's console) and holds the restored files
+//     (the request stands, and what it asks for is the server as it
+//     will be). A reinstall is refused while
 //     a snapshot walks the server (servers.Reading): the installer
 //     replaces files one by one, and the snapshot would hold some of each
 //     install. From the call until the files are

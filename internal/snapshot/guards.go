@@ -54,6 +54,7 @@ func (e *TakingError) Error() string {
 // Errors: ErrSourceDeleted (the server is being deleted), ctx's.
 func (s *Service) beginTake(ctx context.Context, snap Snapshot) (done func(), err error) {
 	id := snap.SourceServerID
+	waited := false
 	for {
 		s.mu.Lock()
 		if s.deleted[id] {
@@ -80,6 +81,11 @@ func (s *Service) beginTake(ctx context.Context, snap Snapshot) (done func(), er
 			}, nil
 		}
 		s.mu.Unlock()
+		if !waited {
+			// Said once: the snapshot is creating and reads nothing yet.
+			s.servers.Note(id, fmt.Sprintf("snapshot %s waits for the restore into this server to end", snap.ID))
+			waited = true
+		}
 		select {
 		case <-run.ended:
 		case <-ctx.Done():

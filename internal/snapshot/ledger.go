@@ -74,6 +74,7 @@ const pinWait = 20 * time.Millisecond
 // live; it waits while the chunk is being deleted. Once it returns nil the
 // chunk's blob is not deleted by anyone until the reference goes.
 func (s *Service) pin(ctx context.Context, uuid, key string) error {
+	waited := false
 	for {
 		deleting := false
 		err := s.db.Tx(ctx, func(tx *sql.Tx) error {
@@ -107,6 +108,10 @@ func (s *Service) pin(ctx context.Context, uuid, key string) error {
 		}
 		if err == nil && !deleting {
 			return nil
+		}
+		if deleting && !waited {
+			s.log.Debug("pin waits for a chunk being deleted", "chunk", key)
+			waited = true
 		}
 		select {
 		case <-ctx.Done():
@@ -300,16 +305,10 @@ func (s *Service) collect(ctx context.Context, grace time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("list unreferenced chunks: %w", err)
 	}
-	var idle []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
-			return err
-		}
-		idle = append(idle, k)
+	idle, err := scanAll(rows, func(rows *sql.Rows) (k string, err error) { return k, rows.Scan(&k) })
+	if err != nil {
+		return fmt.Errorf("list unreferenced chunks: %w", err)
 	}
-	rows.Close()
 	if _, _, err := s.reapAll(ctx, idle); err != nil {
 		return err
 	}
@@ -423,4 +422,26 @@ func (s *Service) knownChunks(ctx context.Context, keys []string) (map[string]bo
 		known[k] = true
 	}
 	return known, rows.Err()
+}
+
+// scanAll reads every row of rows with scan, and closes rows. The
+// iteration's own error (rows.Err: the connection lost, the context
+// ended, the database failing a row mid-way) is returned like a scan's:
+// a loop that stops at rows.Next() == false without asking would take
+// the rows read so far for all of them — the collector would leave
+// abandoned snapshots or idle chunks for its next pass, and say nothing.
+func scanAll[T any](rows *sql.Rows, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

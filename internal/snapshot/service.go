@@ -48,6 +48,10 @@ var (
 	// ErrSourceDeleted: the server a snapshot was to be taken of was
 	// being deleted when the snapshot started; nothing was stored.
 	ErrSourceDeleted = errors.New("the server was being deleted when the snapshot was to be taken")
+	// ErrSavesNotPaused: the saves of the running game server could not
+	// be paused and flushed for the walk (its console could not be
+	// followed); nothing was read.
+	ErrSavesNotPaused = errors.New("the server's saves could not be paused for the snapshot, so nothing was read")
 	// ErrServerUnsettled: the server was started or stopped, or a batch of
 	// files moved into it, under every walk of its files (walkAttempts);
 	// nothing consistent was read.
@@ -104,7 +108,8 @@ type Options struct {
 	// beating, or of an earlier instance of this node (the data dir's lock
 	// says it is gone), are failed.
 	Owner, Node string
-	// Parallel bounds the snapshots taken at once by this process (2).
+	// Parallel bounds the snapshots taken at once by this process (2),
+	// shared between teams in turn (slots.go).
 	Parallel int
 	// CollectEvery is the background collector's period (1 h); Grace is
 	// how old a blob with no record must be before it goes (1 h).
@@ -218,7 +223,7 @@ type Service struct {
 	log     *slog.Logger
 	opts    Options
 
-	slots   chan struct{} // one per snapshot taken at once
+	slots   *slots        // the snapshots taken at once, shared between teams (slots.go)
 	exports chan struct{} // one per download being written (Export)
 
 	mu        sync.Mutex
@@ -245,7 +250,7 @@ func New(db *store.DB, st blob.Store, srv Servers, cat Catalog, opts Options, lo
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Service{db: db, store: st, servers: srv, cat: cat, log: log, opts: opts,
-		slots: make(chan struct{}, opts.Parallel), exports: make(chan struct{}, opts.MaxExports), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
+		slots: newSlots(opts.Parallel), exports: make(chan struct{}, opts.MaxExports), running: map[string]context.CancelFunc{}, restoring: map[string]*restoreRun{},
 		taking:  map[string]map[string]struct{}{},
 		deleted: map[string]bool{},
 		ctx:     ctx, cancel: cancel, wake: make(chan struct{}, 1)}
@@ -453,16 +458,15 @@ func parseListCursor(cursor string) (at int64, id string, ok bool) {
 	return at, id, true
 }
 
-// goTake takes snap in the background, at most Parallel at once.
+// goTake takes snap in the background, at most Parallel at once, the
+// slots shared between teams in turn (slots.go).
 func (s *Service) goTake(ctx context.Context, cancel context.CancelFunc, snap Snapshot) {
 	s.wg.Go(func() {
 		defer s.forget(snap.ID, cancel)
-		select {
-		case s.slots <- struct{}{}:
-		case <-ctx.Done():
+		if err := s.slots.acquire(ctx, snap.TeamID); err != nil {
 			return
 		}
-		defer func() { <-s.slots }()
+		defer s.slots.release(snap.TeamID)
 		err := panics.Catch(func() error { return s.take(ctx, snap) })
 		if err == nil {
 			return
@@ -640,7 +644,10 @@ func (s *Service) take(ctx context.Context, snap Snapshot) error {
 // when the snapshot becomes ready.
 func (s *Service) walk(ctx context.Context, snap Snapshot, m *ignore.Matcher, root *files.Root, parent string, reading *servers.Reader) (engine.Result, error) {
 	for attempt := 1; ; attempt++ {
-		resume := s.pauseSaves(ctx, snap)
+		resume, err := s.pauseSaves(ctx, snap)
+		if err != nil {
+			return engine.Result{}, err
+		}
 		var lastProgress time.Time
 		r, err := engine.Create(ctx, root, s.store, engine.CreateOptions{
 			ID:          snap.UUID,
@@ -745,48 +752,85 @@ func (s *Service) extraRefs(ctx context.Context, uuid string, chunks []string) (
 
 // pauseSaves makes a running game server flush its world and stop
 // writing it (save-off, save-all flush) and returns what turns saving on
-// again (save-on), always called. A server that does not answer the
-// flush in time is snapshotted anyway (logged): saving is off, so the
-// world is at most as torn as the game's own crash recovery handles.
-func (s *Service) pauseSaves(ctx context.Context, snap Snapshot) func() {
+// again (save-on), always called. Its console is followed to await the
+// flush's "Saved the game"; a console that cannot be followed (it has
+// servers.MaxStreams streams open) fails the snapshot before anything is
+// sent or read (ErrSavesNotPaused): walked with saving on, the world
+// could be read half written, and a snapshot must not hold that without
+// a word. A stream dropped under the wait (the server's output outran
+// it) is followed again; a confirmation missed meanwhile costs the wait.
+// A server that does not confirm within SaveTimeout is snapshotted
+// anyway with saving off, said in its console and logged: the world is
+// at most as torn as the game's own crash recovery handles. A server
+// that stopped meanwhile has nothing to pause (a stop saves the world,
+// which the walk sees as a change: servers.Reader.Changed).
+func (s *Service) pauseSaves(ctx context.Context, snap Snapshot) (resume func(), err error) {
+	nothing := func() {}
 	sv, err := s.servers.Get(ctx, snap.TeamID, snap.SourceServerID)
-	if err != nil || sv.Status != servers.StatusRunning {
-		return func() {}
+	if err != nil {
+		return nil, fmt.Errorf("read the server: %w", err)
+	}
+	if sv.Status != servers.StatusRunning {
+		return nothing, nil
 	}
 	if p, ok := s.cat.Get(sv.Software); !ok || p.Category != catalog.Server {
-		return func() {}
+		return nothing, nil
 	}
 	events, stop, err := s.servers.Stream(ctx, snap.TeamID, sv.ID)
 	if err != nil {
-		return func() {}
+		if errors.Is(err, servers.ErrTooManyStreams) {
+			return nil, fmt.Errorf("%w: %w (close one of them and take the snapshot again)", ErrSavesNotPaused, err)
+		}
+		return nil, fmt.Errorf("%w: follow its console: %w", ErrSavesNotPaused, err)
 	}
-	defer stop()
+	defer func() { stop() }()
 	if err := s.servers.Command(ctx, snap.TeamID, sv.ID, "save-off"); err != nil {
-		return func() {}
+		if errors.Is(err, servers.ErrOffline) {
+			return nothing, nil // stopped meanwhile
+		}
+		return nil, fmt.Errorf("%w: save-off: %w", ErrSavesNotPaused, err)
 	}
-	resume := func() {
+	resume = func() {
 		if err := s.servers.Command(context.WithoutCancel(ctx), snap.TeamID, sv.ID, "save-on"); err != nil && !errors.Is(err, servers.ErrOffline) {
 			s.log.Warn("turn saving on again after a snapshot", "server_id", sv.ID, "err", err)
 		}
 	}
 	if err := s.servers.Command(ctx, snap.TeamID, sv.ID, "save-all flush"); err != nil {
-		return resume
+		if errors.Is(err, servers.ErrOffline) {
+			return resume, nil // stopped meanwhile: the stop saved the world
+		}
+		resume()
+		return nil, fmt.Errorf("%w: save-all flush: %w", ErrSavesNotPaused, err)
 	}
-	timeout := time.After(s.opts.SaveTimeout)
+	timeout := time.NewTimer(s.opts.SaveTimeout)
+	defer timeout.Stop()
+	dropped := false
 	for {
 		select {
 		case ev, ok := <-events:
 			if !ok {
-				return resume
+				// Dropped: follow it again. If that is refused, events
+				// is nil and the wait runs out.
+				dropped = true
+				stop()
+				if events, stop, err = s.servers.Stream(ctx, snap.TeamID, sv.ID); err != nil {
+					events, stop = nil, func() {}
+				}
+				continue
 			}
 			if ev.Kind == "line" && strings.Contains(ev.Data, "Saved the game") {
-				return resume
+				return resume, nil
 			}
-		case <-timeout:
-			s.log.Warn("the server did not confirm save-all flush; taking the snapshot anyway", "server_id", sv.ID)
-			return resume
+		case <-timeout.C:
+			why := "the server did not confirm save-all flush"
+			if dropped {
+				why += " (its console stream was dropped meanwhile)"
+			}
+			s.log.Warn(why+"; taking the snapshot anyway, saving off", "snapshot_id", snap.ID, "server_id", sv.ID, "timeout", s.opts.SaveTimeout)
+			s.servers.Note(sv.ID, fmt.Sprintf("snapshot %s: %s within %s; its files are read with saving off", snap.ID, why, s.opts.SaveTimeout))
+			return resume, nil
 		case <-ctx.Done():
-			return resume
+			return resume, nil
 		}
 	}
 }
@@ -971,16 +1015,10 @@ func (s *Service) failAbandoned(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("find abandoned snapshots: %w", err)
 	}
-	var lost []Snapshot
-	for rows.Next() {
-		snap, err := scan(rows)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		lost = append(lost, snap)
+	lost, err := scanAll(rows, func(rows *sql.Rows) (Snapshot, error) { return scan(rows) })
+	if err != nil {
+		return fmt.Errorf("find abandoned snapshots: %w", err)
 	}
-	rows.Close()
 	for _, snap := range lost {
 		s.mu.Lock()
 		_, mine := s.running[snap.ID]

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -593,6 +594,8 @@ func TestAbandonedSnapshotCollected(t *testing.T) {
 // to a chunk being deleted.
 func TestPinWaitsForReap(t *testing.T) {
 	e := newSvcEnv(t, storetest.SQLite(t))
+	waits := make(chan string, 1)
+	e.svc.log = slog.New(logWatch{"pin waits for a chunk being deleted", waits}) // before any snapshot
 	ctx := t.Context()
 	key := "chunks/cd/" + strings.Repeat("cd", 32)
 	if _, err := e.db.Write().ExecContext(ctx, `INSERT INTO chunks (key, state, stored_size, updated_at) VALUES ($1, 'deleting', 3, 1)`, key); err != nil {
@@ -603,7 +606,13 @@ func TestPinWaitsForReap(t *testing.T) {
 	select {
 	case err := <-done:
 		t.Fatalf("pin returned %v while the chunk was being deleted", err)
-	case <-time.After(200 * time.Millisecond):
+	case <-waits: // it found the row deleting and waits
+	case <-time.After(60 * time.Second):
+		t.Fatal("pin neither returned nor waited within 60 s")
+	}
+	if n := e.count(`SELECT count(*) FROM chunks WHERE key = $1 AND state = 'deleting'`, key) +
+		e.count(`SELECT count(*) FROM snapshot_chunks WHERE chunk = $1`, key); n != 1 {
+		t.Fatalf("while the pin waits: deleting rows + references = %d, want the deleting row alone", n)
 	}
 	if _, err := e.db.Write().ExecContext(context.Background(), `DELETE FROM chunks WHERE key = $1`, key); err != nil {
 		t.Fatal(err)
@@ -999,7 +1008,9 @@ func TestRestoreWaitsForWriters(t *testing.T) {
 	r := writer()
 	done := make(chan error, 1)
 	go func() { done <- e.svc.RestoreNow(ctx, e.team, snap.ID, sv.ID) }()
-	time.Sleep(300 * time.Millisecond)
+	// The restore says it waits for the write: from then on it cannot end
+	// before the write does (or WriterWait, a minute, passes).
+	e.awaitConsole(sv.ID, "[kiln] the restore waits for 1 write(s) in progress to end", done)
 	select {
 	case err := <-done:
 		t.Fatalf("RestoreNow ended (%v) with a write in flight", err)
@@ -1148,4 +1159,127 @@ func TestDedupAcrossTeams(t *testing.T) {
 	if s := o.chunkSpace(strings.Repeat("t", 40)); len(s) != 33 || s[0] != 'h' || manifest.ValidSpace(s) != nil {
 		t.Errorf("chunkSpace of a 40-byte id = %q, want h and 32 hex digits", s)
 	}
+}
+
+// running starts server id and waits until it runs.
+func (e *svcEnv) running(id string) {
+	e.t.Helper()
+	if err := e.srv.Power(e.t.Context(), e.team, id, "start"); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitServer(id, func(s servers.Server) bool { return s.Status == servers.StatusRunning })
+}
+
+// console returns server id's last 200 console lines, joined.
+func (e *svcEnv) console(id string) string {
+	e.t.Helper()
+	lines, err := e.srv.Console(e.t.Context(), e.team, id, 200)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestSavesNotPausedFails: a running game server whose console cannot be
+// followed (it has servers.MaxStreams streams open) cannot have its
+// saves paused and its flush awaited: the snapshot fails with a sentence
+// saying so, before anything is sent to the server or read. Before, it
+// was walked with saving on, silently, and became ready. With a stream
+// closed, the next snapshot pauses the saves and is ready.
+func TestSavesNotPausedFails(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	ctx := t.Context()
+	sv := e.server("streams", map[string]string{"world/region/r.0.0.mca": randomText(64 << 10)})
+	e.running(sv.ID)
+	var stops []func()
+	for range servers.MaxStreams {
+		_, stop, err := e.srv.Stream(ctx, e.team, sv.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stops = append(stops, stop)
+	}
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	snap, err := e.svc.Create(ctx, e.team, sv.ID, "no stream", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := e.finalOf(snap.ID)
+	want := "The server's saves could not be paused for the snapshot, so nothing was read: " +
+		"the server's console already has the most streams it allows (close one of them and take the snapshot again)."
+	if got.Status != StatusFailed || deref(got.Error) != want {
+		t.Errorf("snapshot with the console's streams all taken: %s, %q; want failed, %q", got.Status, deref(got.Error), want)
+	}
+	if c := e.console(sv.ID); strings.Contains(c, "Automatic saving is now disabled") {
+		t.Errorf("save-off was sent for the failed snapshot:\n%s", c)
+	}
+	if n := e.blobs(manifestPrefix); n != 0 {
+		t.Errorf("%d manifests stored by the failed snapshot, want none", n)
+	}
+
+	stops[0]()
+	snap = e.take(sv.ID, "a stream free", "")
+	if c := e.console(sv.ID); !strings.Contains(c, "Automatic saving is now disabled") || !strings.Contains(c, "Saved the game") {
+		t.Errorf("snapshot %s (%s) did not pause the saves:\n%s", snap.ID, snap.Status, c)
+	}
+}
+
+// TestFlushUnconfirmedSaid: a running game server that does not confirm
+// save-all flush (its save fails: level.dat_new is a directory) within
+// SaveTimeout is snapshotted with saving off, and its console says so.
+// Before, only the log did.
+func TestFlushUnconfirmedSaid(t *testing.T) {
+	e := newSvcEnv(t, storetest.SQLite(t))
+	e.svc.opts.SaveTimeout = 300 * time.Millisecond // before any snapshot starts
+	sv := e.server("unsaved", map[string]string{"world/region/r.0.0.mca": randomText(64 << 10)})
+	e.running(sv.ID)
+	e.write(sv.ID, map[string]string{"world/level.dat_new/x": "in the way"})
+	snap := e.take(sv.ID, "unconfirmed", "")
+	c := e.console(sv.ID)
+	for _, want := range []string{"Automatic saving is now disabled", "Failed to save the game",
+		"[kiln] snapshot " + snap.ID + ": the server did not confirm save-all flush within 300ms; its files are read with saving off"} {
+		if !strings.Contains(c, want) {
+			t.Errorf("console lacks %q:\n%s", want, c)
+		}
+	}
+}
+
+// awaitConsole waits until server id's console holds line, failing the
+// test if done (the call expected to wait) sends first or after 60 s.
+func (e *svcEnv) awaitConsole(id, line string, done <-chan error) {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(e.console(id), line); {
+		select {
+		case err := <-done:
+			e.t.Fatalf("ended (%v) before the console said %q:\n%s", err, line, e.console(id))
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("the console never said %q:\n%s", line, e.console(id))
+		}
+	}
+}
+
+// logWatch is a slog handler that sends the message msg to ch (once,
+// if ch has room) and drops every record.
+type logWatch struct {
+	msg string
+	ch  chan string
+}
+
+func (w logWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w logWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w logWatch) WithGroup(string) slog.Handler            { return w }
+func (w logWatch) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == w.msg {
+		select {
+		case w.ch <- r.Message:
+		default:
+		}
+	}
+	return nil
 }

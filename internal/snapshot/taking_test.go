@@ -236,9 +236,11 @@ func TestTakeWaitsForRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond) // time for the snapshot to start: it must wait
-	if got, _ := e.svc.Get(ctx, e.team, during.ID); got.Status == StatusReady || got.Status == StatusFailed {
-		t.Fatalf("the snapshot ended (%s, %q) while the restore was held", got.Status, deref(got.Error))
+	// Its turn came: it says it waits for the restore (held at its first
+	// chunk read), so it reads nothing before the restore ends.
+	e.awaitConsole(sv.ID, "[kiln] snapshot "+during.ID+" waits for the restore into this server to end", nil)
+	if got, _ := e.svc.Get(ctx, e.team, during.ID); got.Status != StatusCreating {
+		t.Fatalf("the snapshot is %s (%q) while it waits for the restore, want creating", got.Status, deref(got.Error))
 	}
 	close(gate.release)
 	e.waitRestored(sv.ID)

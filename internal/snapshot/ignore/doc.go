@@ -2,8 +2,9 @@
 // request's "ignore" text in gitignore syntax: one pattern a line,
 // applied relative to the server root, as if it were the only .gitignore
 // of a repository and sat at its root. It is pure: it never reads a
-// file (no nested .gitignore, no info/exclude, no core.excludesFile),
-// never touches the tree, and keeps no state between calls.
+// file (no nested .gitignore, no info/exclude, no core.excludesFile) and
+// never touches the tree; what it keeps between calls (the DFA's cache)
+// never changes an answer.
 //
 // The answer for every path is git's, `git check-ignore --no-index` on
 // such a repository: the last matching pattern decides, "!" re-includes,
@@ -29,18 +30,34 @@
 //     (34,080,938 → 34,209,317 bytes, measured 2026-11-23).
 //     github.com/git-pkgs/gitignore is not served by the module proxy,
 //     and research/libraries.md §11 found it diverging in the same 12
-//     cases. Ours is about 650 lines, written from git's dir.c and
+//     cases. Ours is about 950 lines, written from git's dir.c and
 //     wildmatch.c.
 //   - All patterns are compiled into one bit-parallel NFA (nfa.go):
 //     each pattern a run of states, a set of states a bitset, a step
-//     over a byte a few word operations per 64 states. Match is one pass
-//     over the path, whatever the patterns: no backtracking (git's
-//     dowild backtracks and relies on an "abort" shortcut), no pass per
+//     over a byte a few word operations per 64 states. A path is one
+//     pass, whatever the patterns: no backtracking (git's dowild
+//     backtracks and relies on an "abort" shortcut), no pass per
 //     pattern, and no pass per parent directory, since the parents are
 //     prefixes of the path (each is decided at the "/" after it, by the
-//     highest accepting state: the last matching pattern). It costs
-//     O(len(path) × (len(text) + patterns) / 64) at worst; a typical
-//     Match allocates nothing. BenchmarkMatch has hostile texts too.
+//     highest accepting state: the last matching pattern). A step costs
+//     O((len(text) + patterns) / 64): up to a thousand word operations
+//     a byte for a text of 64 KiB.
+//   - So Match runs that NFA as a lazy DFA (dfa.go, RE2's approach):
+//     each set of NFA states met becomes a state with a transition a
+//     class of bytes, built the first time a path needs it and kept in
+//     the Matcher (one lock around each Match), so a byte whose
+//     transition is known costs one lookup, whatever the text. A walk
+//     asks about every entry by its whole path: the states of its
+//     parents are known by then, and a tree's paths go through few
+//     states. The cache is bounded (2 MiB a Matcher): full, it is
+//     emptied if it answered 10 bytes per state it built, else the path
+//     goes on on the NFA alone and the cache is kept. The worst case is
+//     the NFA's, O(len(path) × (len(text) + patterns) / 64), when the
+//     paths keep bringing sets never seen, more than the cache holds
+//     (long runs of "*" or "**/" a path advances through a state a
+//     byte); the first path of a Matcher costs about what the NFA costs.
+//     BenchmarkMatch, BenchmarkMatchCold and BenchmarkWalk have hostile
+//     texts; TestMatchWorkBounded counts the NFA's steps of a walk.
 //   - Parse refuses what a request should never carry, though git would
 //     read it: more than 64 KiB, more than 10,000 patterns, a NUL byte,
 //     invalid UTF-8. The *ParseError says which line.

@@ -25,10 +25,12 @@ func (e *ParseError) Error() string {
 	return fmt.Sprintf("ignore line %d: %s", e.Line, e.Msg)
 }
 
-// Matcher decides which paths an ignore text excludes. It is immutable
-// and safe for concurrent use. A nil *Matcher excludes nothing.
+// Matcher decides which paths an ignore text excludes. Its answers never
+// change, and it is safe for concurrent use: it keeps a cache of the
+// states its paths went through (dfa.go), behind a lock. A nil *Matcher
+// excludes nothing.
 type Matcher struct {
-	prog  *program // nil when empty
+	dfa   *dfa // nil when empty
 	empty bool
 }
 
@@ -72,7 +74,7 @@ func Parse(text string) (*Matcher, error) {
 		patterns = append(patterns, p)
 	}
 	if !m.empty {
-		m.prog = newProgram(patterns)
+		m.dfa = newDFA(newProgram(patterns), cacheBudget)
 	}
 	return m, nil
 }
@@ -100,7 +102,7 @@ func (m *Matcher) Match(rel string, isDir bool) bool {
 	if m.Empty() {
 		return false
 	}
-	return m.prog.match(rel, isDir)
+	return m.dfa.match(rel, isDir)
 }
 
 // trimTrailingSpaces drops the spaces ending line unless the first of

@@ -25,6 +25,7 @@ type program struct {
 	dirOnly   []uint64    // accepting states of patterns for directories only
 	negative  []uint64    // accepting states of "!" patterns
 	names     bool        // startName is not empty
+	classes   int         // columns of adv: classes of bytes col tells apart
 }
 
 func newProgram(patterns []pattern) *program {
@@ -82,6 +83,7 @@ func newProgram(patterns []pattern) *program {
 	// apart; its first byte stands for all of them.
 	var reps []byte
 	pr.col, reps = byteClasses(patterns)
+	pr.classes = len(reps)
 	pr.adv = make([]uint64, len(reps)*pr.words)
 	column := func(k int) []uint64 { return pr.adv[k*pr.words : (k+1)*pr.words] }
 	base = 0
@@ -174,7 +176,9 @@ func advances(in inst, c byte) bool {
 
 // match reports whether the entry at rel is excluded: whether, for rel
 // or one of its parents, the last pattern matching it is not a negation.
-// Each parent is decided when the pass reaches the "/" after it.
+// Each parent is decided when the pass reaches the "/" after it. Match
+// asks the lazy DFA (dfa.go), which runs this pass where its cache no
+// longer pays; the tests compare the two.
 func (pr *program) match(rel string, isDir bool) bool {
 	var buf [16]uint64
 	var cur, next []uint64
@@ -184,8 +188,20 @@ func (pr *program) match(rel string, isDir bool) bool {
 		b := make([]uint64, 2*pr.words)
 		cur, next = b[:pr.words], b[pr.words:]
 	}
+	pr.start(cur)
+	return pr.run(cur, next, rel, isDir)
+}
+
+// start sets cur to the states before the first byte of a path.
+func (pr *program) start(cur []uint64) {
 	copy(cur, pr.startPath)
 	or(cur, pr.startName)
+}
+
+// run goes on from cur, the states before rel[0], to the end of rel and
+// reports whether the entry is excluded; next is scratch of the same
+// size. It overwrites both.
+func (pr *program) run(cur, next []uint64, rel string, isDir bool) bool {
 	for i := 0; i < len(rel); i++ {
 		c := rel[i]
 		if c == '/' && pr.excludes(cur, true) {
@@ -223,6 +239,27 @@ func (pr *program) excludes(cur []uint64, isDir bool) bool {
 		}
 	}
 	return false
+}
+
+// exclusions is excludes(cur, true) and excludes(cur, false) in one
+// pass.
+func (pr *program) exclusions(cur []uint64) (dir, file bool) {
+	dirDone := false
+	for w := len(cur) - 1; w >= 0; w-- {
+		x := cur[w] & pr.accept[w]
+		if x == 0 {
+			continue
+		}
+		if !dirDone {
+			last := uint64(1) << (63 - bits.LeadingZeros64(x))
+			dir, dirDone = pr.negative[w]&last == 0, true
+		}
+		if x &^= pr.dirOnly[w]; x != 0 {
+			last := uint64(1) << (63 - bits.LeadingZeros64(x))
+			return dir, pr.negative[w]&last == 0
+		}
+	}
+	return dir, false
 }
 
 // step sets next to the states cur reaches consuming c, and reports
