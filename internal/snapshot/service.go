@@ -461,7 +461,7 @@ func parseListCursor(cursor string) (at int64, id string, ok bool) {
 // goTake takes snap in the background, at most Parallel at once, the
 // slots shared between teams in turn (slots.go).
 func (s *Service) goTake(ctx context.Context, cancel context.CancelFunc, snap Snapshot) {
-	s.wg.Go(func() {
+	started := s.goTracked(func() {
 		defer s.forget(snap.ID, cancel)
 		if err := s.slots.acquire(ctx, snap.TeamID); err != nil {
 			return
@@ -479,6 +479,10 @@ func (s *Service) goTake(ctx context.Context, cancel context.CancelFunc, snap Sn
 		s.log.Warn("snapshot failed", "snapshot_id", snap.ID, "err", err)
 		s.fail(snap, err)
 	})
+	if !started {
+		// Stopping: the next start fails it (its owner is gone).
+		s.forget(snap.ID, cancel)
+	}
 }
 
 // fail records why snap failed and unpins its chunks.
