@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 )
 
 // handler answers with the given Content-Type and reports whether its
@@ -44,13 +47,35 @@ func TestStreamsEndOnlyEventStreams(t *testing.T) {
 	}
 }
 
+// TestStreamsEndCancelsLiveStream: an event stream open when shutdown
+// begins has its request context cancelled, so its handler returns. In a
+// synctest bubble the handler, were its context never cancelled, would be
+// durably blocked once every goroutine is idle: the test fails then,
+// instead of hanging.
 func TestStreamsEndCancelsLiveStream(t *testing.T) {
-	s := newStreams()
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		s.end() // shutdown begins while the stream is open
-		<-r.Context().Done()
+	synctest.Test(t, func(t *testing.T) {
+		s := newStreams()
+		var cause error
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+			s.end() // shutdown begins while the stream is open
+			<-r.Context().Done()
+			cause = r.Context().Err()
+		})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.wrap(h).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
+		}()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Fatal("the open event stream still runs after end: its request context was not cancelled")
+		}
+		if !errors.Is(cause, context.Canceled) {
+			t.Errorf("the stream's context ended with %v, want context.Canceled", cause)
+		}
 	})
-	s.wrap(h).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 }

@@ -594,11 +594,12 @@ func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
 	}
 	wait := s.opts.RestartBackoff << n
 	l.console.add(fmt.Sprintf("[kiln] restarting in %s (automatic restart %d of %d)", wait, n+1, restartLimit))
+	after := s.opts.After(wait)
 	s.goBackground(func(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-after:
 		}
 		s.start(ctx, sv.ID)
 	})

@@ -2,6 +2,7 @@ package servers_test
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -121,14 +122,26 @@ func TestCreatePortsUnderConcurrency(t *testing.T) {
 }
 
 // TestDiskLimitWithinNode: a disk_mb the node's disk cannot hold is a
-// validation error.
+// validation error that names what the disk holds.
 func TestDiskLimitWithinNode(t *testing.T) {
 	db := storetest.SQLite(t)
 	teamID := team(t, db)
-	svc := serverstest.New(t, db, serverstest.Options{}).Service
-	_, err := svc.Create(t.Context(), teamID, servers.NewServer{Name: "big", Software: "kiln-test", MemoryMB: 256, DiskMB: servers.MaxDiskMB})
+	env := serverstest.New(t, db, serverstest.Options{})
+	c, err := env.Node.Capacity(t.Context())
+	if err != nil || c.DiskBytes <= 0 {
+		t.Fatalf("the node's capacity = %+v, %v: want its disk's size", c, err)
+	}
+	holds := c.DiskBytes >> 20
+	if holds >= servers.MaxDiskMB {
+		t.Skipf("SKIP DISK LIMIT: this host's disk holds %d MB, at least MaxDiskMB (%d): no disk_mb the API takes is too large for it", holds, servers.MaxDiskMB)
+	}
+	_, err = env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "big", Software: "kiln-test", MemoryMB: 256, DiskMB: int(holds) + 1})
 	ve, ok := errors.AsType[*validate.Error](err)
-	if !ok || ve.Issues[0].Path != "disk_mb" {
-		t.Skipf("SKIP: this host's disk holds %d MB or more (MaxDiskMB), nothing to refuse: %v", servers.MaxDiskMB, err)
+	want := fmt.Sprintf("must be at most %d: that is all the node's disk holds", holds)
+	if !ok || len(ve.Issues) != 1 || ve.Issues[0].Path != "disk_mb" || ve.Issues[0].Message != want {
+		t.Fatalf("Create with disk_mb %d on a %d MB disk = %v, want one disk_mb issue %q", holds+1, holds, err, want)
+	}
+	if _, err := env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "fits", Software: "kiln-test", MemoryMB: 256, DiskMB: servers.MinDiskMB}); err != nil {
+		t.Errorf("Create with disk_mb %d = %v, want it made", servers.MinDiskMB, err)
 	}
 }

@@ -69,6 +69,10 @@ type Options struct {
 	// RestartBackoff is the first wait before restarting a crashed server;
 	// it doubles with each restart in the window.
 	RestartBackoff time.Duration
+	// After is the clock of the restart policy's waits (time.After when
+	// nil): the one place a crash schedules work for later, so a caller
+	// can count what was scheduled.
+	After func(time.Duration) <-chan time.Time
 	// Secrets seals the values of secret variables (RCON_PASSWORD) in the
 	// servers table, so the database never holds them in the clear; nil
 	// refuses to store one (a clear error at create/PATCH).
@@ -131,6 +135,9 @@ func (o *Options) defaults() {
 	}
 	if o.RestartBackoff == 0 {
 		o.RestartBackoff = 2 * time.Second
+	}
+	if o.After == nil {
+		o.After = time.After
 	}
 }
 
