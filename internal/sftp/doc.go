@@ -49,7 +49,9 @@
 //     files API's (409).
 //   - Limits: 10 failed logins from one address (an IPv6 client's /64) in
 //     5 minutes lock it out for 15 (every login refused meanwhile, with a
-//     banner); 8 sessions per credential, 4 channels per connection, 256
+//     banner); 8 sessions per credential, 64 per team and 512 on the node
+//     (registry.add: one team's logins cannot take every session the node
+//     holds buffers for), 4 channels per connection, 256
 //     open handles per session; 15 minutes without an SFTP packet end a
 //     session; a connection must log in within 30 s. The lockout table is
 //     bounded (100,000 addresses; beyond, idle entries go first).

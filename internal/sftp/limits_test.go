@@ -3,6 +3,7 @@ package sftp
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"testing"
 	"testing/synctest"
@@ -129,4 +130,45 @@ func TestLimitsConnBoundsInFlight(t *testing.T) {
 			t.Fatalf("after Close, read %x, want an error", b)
 		}
 	})
+}
+
+// TestSessionLimits: logged-in sessions are bounded per credential, per
+// team (one team's logins on many servers cannot take the node's) and
+// per node; a session that ends frees its place in all three.
+func TestSessionLimits(t *testing.T) {
+	g := newRegistry()
+	lim := sessionLimits{perCred: 2, perTeam: 3, total: 4}
+	mk := func(cred, team string) *session {
+		return &session{cred: credRow{id: cred, teamID: team, serverID: "srv-" + cred}, close: func(string) {}}
+	}
+	var a []*session
+	for _, c := range []string{"a1", "a1", "a2"} {
+		se := mk(c, "team_a")
+		if err := g.add(se, lim); err != nil {
+			t.Fatalf("session %d of team a = %v", len(a)+1, err)
+		}
+		a = append(a, se)
+	}
+	if err := g.add(mk("a1", "team_a"), lim); !errors.Is(err, errTooManySessions) {
+		t.Errorf("a third session of one login = %v, want errTooManySessions", err)
+	}
+	if err := g.add(mk("a3", "team_a"), lim); !errors.Is(err, errTeamSessions) {
+		t.Errorf("a fourth session of one team = %v, want errTeamSessions", err)
+	}
+	if err := g.add(mk("b1", "team_b"), lim); err != nil {
+		t.Errorf("another team's session = %v, want it let in", err)
+	}
+	if err := g.add(mk("c1", "team_c"), lim); !errors.Is(err, errNodeSessions) {
+		t.Errorf("a fifth session on the node = %v, want errNodeSessions", err)
+	}
+	g.remove(a[0])
+	if err := g.add(mk("c1", "team_c"), lim); err != nil {
+		t.Errorf("a session once one ended = %v, want it let in", err)
+	}
+	if err := g.add(mk("a3", "team_a"), lim); !errors.Is(err, errNodeSessions) {
+		t.Errorf("team a again on a full node = %v, want errNodeSessions", err)
+	}
+	if n := g.byTeam["team_a"]; n != 2 {
+		t.Errorf("team a's count after one of its sessions ended = %d, want 2", n)
+	}
 }

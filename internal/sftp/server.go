@@ -31,6 +31,8 @@ type Config struct {
 	MaxUnauthenticated        int
 	MaxUnauthenticatedPerAddr int
 	MaxSessions               int           // per credential [8]
+	MaxTeamSessions           int           // per team, all its servers and logins [64]
+	MaxNodeSessions           int           // on this node, all teams [512]
 	MaxHandles                int           // open files and directories per session [256]
 	MaxChannels               int           // SSH channels per connection [4]
 	MaxFailures               int           // failed logins from one address… [10]
@@ -59,6 +61,8 @@ func (c *Config) defaults() {
 	set(&c.FailureWindow, 5*time.Minute)
 	set(&c.LockoutFor, 15*time.Minute)
 	setInt(&c.MaxSessions, 8)
+	setInt(&c.MaxTeamSessions, 64)
+	setInt(&c.MaxNodeSessions, 512)
 	setInt(&c.MaxHandles, 256)
 	setInt(&c.MaxChannels, 4)
 	setInt(&c.MaxFailures, 10)
@@ -191,7 +195,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 				break
 			}
 			if errors.Is(err, net.ErrClosed) {
-				serveErr = fmt.Errorf("sftp: accept: %w", err)
+				serveErr = fmt.Errorf("accept: %w", err)
 				break
 			}
 			if !backoff.wait(ctx, s.log, err) {
@@ -383,10 +387,15 @@ func (s *Server) handle(ctx context.Context, c net.Conn, slot *connlimit.Slot) {
 		s.cut.Add(1)
 		sconn.Close()
 	}
-	if err := s.svc.sessions.add(se, s.cfg.MaxSessions); err != nil {
+	if err := s.svc.sessions.add(se, sessionLimits{perCred: s.cfg.MaxSessions, perTeam: s.cfg.MaxTeamSessions, total: s.cfg.MaxNodeSessions}); err != nil {
 		msg := "the server is being deleted"
-		if errors.Is(err, errTooManySessions) {
+		switch {
+		case errors.Is(err, errTooManySessions):
 			msg = fmt.Sprintf("too many SFTP sessions for this login (at most %d)", s.cfg.MaxSessions)
+		case errors.Is(err, errTeamSessions):
+			msg = fmt.Sprintf("too many SFTP sessions for this team (at most %d at once)", s.cfg.MaxTeamSessions)
+		case errors.Is(err, errNodeSessions):
+			msg = "too many SFTP sessions on this node; try again later"
 		}
 		log.WarnContext(ctx, "sftp session refused", "reason", msg)
 		for nc := range chans {

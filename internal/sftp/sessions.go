@@ -30,6 +30,7 @@ func (se *session) touch(now time.Time) { se.lastActive.Store(now.UnixNano()) }
 type registry struct {
 	mu     sync.Mutex
 	byCred map[string]map[*session]struct{}
+	byTeam map[string]int
 	total  int
 	// closed holds the servers being deleted: no session opens on them
 	// (closeServer; forget once the delete failed or the row is gone).
@@ -37,33 +38,48 @@ type registry struct {
 }
 
 func newRegistry() *registry {
-	return &registry{byCred: map[string]map[*session]struct{}{}, closed: map[string]bool{}}
+	return &registry{byCred: map[string]map[*session]struct{}{}, byTeam: map[string]int{}, closed: map[string]bool{}}
 }
 
 // errServerClosed refuses a session on a server being deleted;
-// errTooManySessions one over a credential's limit.
+// errTooManySessions one over a credential's limit, errTeamSessions over
+// its team's, errNodeSessions over the node's.
 var (
 	errServerClosed    = errors.New("sftp: the server is being deleted")
 	errTooManySessions = errors.New("sftp: too many sessions for this login")
+	errTeamSessions    = errors.New("sftp: too many sessions for this team")
+	errNodeSessions    = errors.New("sftp: too many sessions on this node")
 )
 
+// sessionLimits bound the sessions open at once: per credential, per team
+// (so one team's logins cannot take the node's), per node (each session
+// holds buffers: Config.MaxInFlight requests of up to MaxTxPacket).
+type sessionLimits struct{ perCred, perTeam, total int }
+
 // add registers se unless its server is being deleted (errServerClosed)
-// or its credential already has max sessions (errTooManySessions).
-func (g *registry) add(se *session, max int) error {
+// or a limit is reached (errTooManySessions, errTeamSessions,
+// errNodeSessions).
+func (g *registry) add(se *session, lim sessionLimits) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed[se.cred.serverID] {
 		return errServerClosed
 	}
 	set := g.byCred[se.cred.id]
-	if len(set) >= max {
+	switch {
+	case len(set) >= lim.perCred:
 		return errTooManySessions
+	case g.byTeam[se.cred.teamID] >= lim.perTeam:
+		return errTeamSessions
+	case g.total >= lim.total:
+		return errNodeSessions
 	}
 	if set == nil {
 		set = map[*session]struct{}{}
 		g.byCred[se.cred.id] = set
 	}
 	set[se] = struct{}{}
+	g.byTeam[se.cred.teamID]++
 	g.total++
 	return nil
 }
@@ -107,6 +123,9 @@ func (g *registry) remove(se *session) {
 	}
 	delete(set, se)
 	g.total--
+	if g.byTeam[se.cred.teamID]--; g.byTeam[se.cred.teamID] <= 0 {
+		delete(g.byTeam, se.cred.teamID)
+	}
 	if len(set) == 0 {
 		delete(g.byCred, se.cred.id)
 	}
