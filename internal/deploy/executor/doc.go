@@ -14,6 +14,18 @@
 // stops it at once), or touch a server a configuration does not own.
 //
 // Decisions (where the spec is silent, or this layer is not built yet):
+//   - Runs of different configurations execute at once, up to
+//     Options.Runs (4) per process, each in a goroutine Run owns and waits
+//     for; a run that ends frees its slot and wakes the claim loop. The
+//     queue keeps one run per configuration (runs_one_started) and hands a
+//     free slot to the team with the fewest runs executing under this
+//     process (runs.Queue.Claim), so one team's backlog of slow runs
+//     cannot hold every slot while another team's run waits; within a
+//     team, the oldest claimable run comes first. Before, one run executed
+//     at a time per process, whatever the team. The bound is per process,
+//     not per team: each replica has its own slots. There is no operator
+//     flag for it yet (the executor has none); kiln serve takes the
+//     default.
 //   - A resumed run (a lease taken over after its owner died) plans again
 //     from the applied state: keys its checkpoint lists as done are not
 //     executed again, the others are, and each step converges (create

@@ -143,20 +143,25 @@ func (q *Queue) Prune(ctx context.Context) (int64, error) {
 	return res.RowsAffected()
 }
 
-// claimSQL finds the next claimable run, oldest first: a queued run that
-// is the first open run of its configuration (no started run, no queued
-// one before it), or a started run whose lease expired at $1.
+// claimSQL finds the next claimable run: a queued run that is the first
+// open run of its configuration (no started run, no queued one before
+// it), or a started run whose lease expired at $1. Of those, a run of the
+// team with the fewest started runs leased to the claiming owner ($2)
+// comes first, then the oldest: a team that queued many runs does not
+// hold every one of a process's slots while another team's run waits.
 const claimSQL = `SELECT r.id, r.team_id, r.status, r.lease_owner FROM runs r
 	WHERE (r.status = 'queued' AND NOT EXISTS (SELECT 1 FROM runs o
 		WHERE o.configuration_id = r.configuration_id
 		AND (o.status IN ` + startedSQL + ` OR (o.status = 'queued' AND o.seq < r.seq))))
 	OR (r.status IN ` + startedSQL + ` AND r.lease_until <= $1)
-	ORDER BY r.seq LIMIT 1`
+	ORDER BY (SELECT count(*) FROM runs h
+		WHERE h.team_id = r.team_id AND h.lease_owner = $2 AND h.status IN ` + startedSQL + `), r.seq LIMIT 1`
 
 // Claim gives owner (an instance id) the next run to execute, leased
 // until now + leaseFor, or ok false when nothing is claimable. A queued
 // run is claimable when no run of its configuration is started or queued
-// before it; it becomes planning, with started_at and a run.started
+// before it; of the claimable runs, one of the team with the fewest runs
+// started under owner is taken first, then the oldest; it becomes planning, with started_at and a run.started
 // event. A started run whose lease expired is taken over as it is, with
 // a run.resumed event naming the previous owner; the executor resumes
 // it from its checkpoint.
@@ -176,7 +181,7 @@ func (q *Queue) Claim(ctx context.Context, owner string, leaseFor time.Duration)
 		var id, teamID string
 		var status Status
 		var prev sql.NullString
-		err := tx.QueryRowContext(ctx, claimSQL+lock, now).Scan(&id, &teamID, &status, &prev)
+		err := tx.QueryRowContext(ctx, claimSQL+lock, now, owner).Scan(&id, &teamID, &status, &prev)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}
