@@ -368,47 +368,52 @@ func (s *Service) Push(ctx context.Context, teamID, id, actor, message string) (
 	if err := c.Err(); err != nil {
 		return Version{}, false, err
 	}
-	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if s.db.Dialect() == store.Postgres {
-			// Pushes of one configuration wait for each other (SQLite has
-			// one writer anyway); the unique (configuration, number)
-			// index stays the last guard.
-			if _, err := tx.ExecContext(ctx, `SELECT id FROM configurations WHERE id = $1 FOR UPDATE`, id); err != nil {
-				return fmt.Errorf("lock configuration: %w", err)
-			}
-		}
-		cfg, err := s.get(ctx, tx, teamID, id)
-		if err != nil {
-			return err
-		}
-		number, base := 1, ""
-		if cfg.Latest != nil {
-			if cfg.Latest.SpecHash == cfg.SpecHash {
-				v, err = s.version(ctx, tx, teamID, id, cfg.Latest.Number)
-				return err
-			}
-			number, base = cfg.Latest.Number+1, cfg.Latest.ID
-		}
-		v = Version{
-			ID: ids.New("ver"), ConfigurationID: id, Number: number, YAML: cfg.YAML, SpecHash: cfg.SpecHash,
-			ResourceCount: cfg.ResourceCount, PushedBy: actor, PushedAt: s.now(), PushMessage: message, BaseVersionID: base,
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO configuration_versions
-			(id, configuration_id, version_number, yaml, spec_hash, resource_count, pushed_by, pushed_at, push_message, base_version_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			v.ID, id, number, v.YAML, v.SpecHash, v.ResourceCount, actor, v.PushedAt, message, nullable(base)); err != nil {
-			return fmt.Errorf("insert version: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE configurations SET latest_version_id = $1 WHERE id = $2`, v.ID, id); err != nil {
-			return fmt.Errorf("point at the new version: %w", err)
-		}
-		created = true
-		return nil
+	err = s.db.Tx(ctx, func(tx *sql.Tx) (err error) {
+		v, created, err = s.push(ctx, tx, teamID, id, actor, message)
+		return err
 	})
 	if err != nil {
 		return Version{}, false, err
 	}
 	return v, created, nil
+}
+
+// push is Push in the caller's transaction tx (message already checked).
+func (s *Service) push(ctx context.Context, tx *sql.Tx, teamID, id, actor, message string) (v Version, created bool, err error) {
+	if s.db.Dialect() == store.Postgres {
+		// Pushes of one configuration wait for each other (SQLite has one
+		// writer anyway); the unique (configuration, number) index stays
+		// the last guard.
+		if _, err := tx.ExecContext(ctx, `SELECT id FROM configurations WHERE id = $1 FOR UPDATE`, id); err != nil {
+			return Version{}, false, fmt.Errorf("lock configuration: %w", err)
+		}
+	}
+	cfg, err := s.get(ctx, tx, teamID, id)
+	if err != nil {
+		return Version{}, false, err
+	}
+	number, base := 1, ""
+	if cfg.Latest != nil {
+		if cfg.Latest.SpecHash == cfg.SpecHash {
+			v, err = s.version(ctx, tx, teamID, id, cfg.Latest.Number)
+			return v, false, err
+		}
+		number, base = cfg.Latest.Number+1, cfg.Latest.ID
+	}
+	v = Version{
+		ID: ids.New("ver"), ConfigurationID: id, Number: number, YAML: cfg.YAML, SpecHash: cfg.SpecHash,
+		ResourceCount: cfg.ResourceCount, PushedBy: actor, PushedAt: s.now(), PushMessage: message, BaseVersionID: base,
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO configuration_versions
+		(id, configuration_id, version_number, yaml, spec_hash, resource_count, pushed_by, pushed_at, push_message, base_version_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		v.ID, id, number, v.YAML, v.SpecHash, v.ResourceCount, actor, v.PushedAt, message, nullable(base)); err != nil {
+		return Version{}, false, fmt.Errorf("insert version: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE configurations SET latest_version_id = $1 WHERE id = $2`, v.ID, id); err != nil {
+		return Version{}, false, fmt.Errorf("point at the new version: %w", err)
+	}
+	return v, true, nil
 }
 
 func nullable(s string) any {
