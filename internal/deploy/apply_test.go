@@ -2,9 +2,11 @@ package deploy
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
@@ -52,4 +54,37 @@ func TestApply(t *testing.T) {
 			t.Errorf("runs = %d, %v; want 2", len(list), err)
 		}
 	})
+}
+
+// TestPushChecksPorts: a configuration whose proxy asks for a port the
+// node no longer offers (kiln serve restarted with another --port-range)
+// is refused at push and at apply, at the port's path, with nothing
+// pushed or queued; the zero range checks nothing.
+func TestPushChecksPorts(t *testing.T) {
+	db := storetest.SQLite(t)
+	s := newService(t, db)
+	q := runs.New(db, runs.Options{})
+	ctx := t.Context()
+	yaml := "version: 1\nservers:\n  lobby: {software: paper, memory: 1G}\nproxies:\n  edge: {software: velocity, memory: 1G, port: 25600, servers: [lobby]}\n"
+	cfg, err := s.Create(ctx, "team_a", "network", "", yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrowed := New(db, s.cat, node.PortRange{First: 30000, Last: 30099})
+	want := []string{"proxies.edge.port: must be within the node's port range 30000-30099"}
+	if _, _, err := narrowed.Push(ctx, "team_a", cfg.ID, "user:a", ""); !slices.Equal(issuesOf(err), want) {
+		t.Errorf("Push = %v, want the issues %v", err, want)
+	}
+	if _, err := narrowed.Apply(ctx, q, "team_a", cfg.ID, "user:a", "", ""); !slices.Equal(issuesOf(err), want) {
+		t.Errorf("Apply = %v, want the issues %v", err, want)
+	}
+	if got, _ := s.Get(ctx, "team_a", cfg.ID); got.Latest != nil {
+		t.Errorf("latest version after the refusals = %+v, want none", got.Latest)
+	}
+	if list, _ := q.List(ctx, "team_a", "", "", 0); len(list) != 0 {
+		t.Errorf("%d runs after the refusals, want 0", len(list))
+	}
+	if _, created, err := New(db, s.cat, node.PortRange{}).Push(ctx, "team_a", cfg.ID, "user:a", ""); err != nil || !created {
+		t.Errorf("Push without a range = %v, created %v; want pushed", err, created)
+	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/deploy/spec"
 	"github.com/kilnhq/kiln/internal/ids"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -68,14 +69,17 @@ type Version struct {
 
 // Service keeps configurations and versions in the database.
 type Service struct {
-	db  *store.DB
-	cat spec.Catalog
-	now func() int64
+	db    *store.DB
+	cat   spec.Catalog
+	ports node.PortRange
+	now   func() int64
 }
 
-// New returns a Service on db, checking specs against cat.
-func New(db *store.DB, cat spec.Catalog) *Service {
-	return &Service{db: db, cat: cat, now: store.Now}
+// New returns a Service on db, checking specs against cat and proxies'
+// requested ports against ports, the node's game ports (kiln serve's
+// --port-range; the zero range checks none).
+func New(db *store.DB, cat spec.Catalog, ports node.PortRange) *Service {
+	return &Service{db: db, cat: cat, ports: ports, now: store.Now}
 }
 
 // checkText validates a free-text field: at most max characters, no
@@ -115,6 +119,9 @@ func (s *Service) parse(c *validate.Collector, yaml string) *spec.Spec {
 		return nil
 	case err != nil:
 		c.Add("yaml", "%v", err)
+		return nil
+	}
+	if !s.checkPorts(c, specPorts(sp)) {
 		return nil
 	}
 	return sp
@@ -360,8 +367,10 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 
 // Push freezes the configuration's current YAML as its next version, by
 // actor (auth.Principal.Actor), unless the latest version already has
-// this spec_hash: then it returns that version and created false. Errors:
-// ErrNotFound, *validate.Error (message).
+// this spec_hash: then it returns that version and created false. A
+// proxy's port outside the node's range (changed since the YAML was set)
+// is refused either way. Errors: ErrNotFound, *validate.Error
+// (push_message, proxies.<name>.port).
 func (s *Service) Push(ctx context.Context, teamID, id, actor, message string) (v Version, created bool, err error) {
 	var c validate.Collector
 	checkText(&c, "push_message", message, MaxPushMessage, false, true)
@@ -391,6 +400,13 @@ func (s *Service) push(ctx context.Context, tx *sql.Tx, teamID, id, actor, messa
 	cfg, err := s.get(ctx, tx, teamID, id)
 	if err != nil {
 		return Version{}, false, err
+	}
+	// The node's ports may have changed since the YAML was checked (a
+	// restart with another --port-range): a version that could only fail
+	// at apply is refused here.
+	var c validate.Collector
+	if !s.checkPorts(&c, yamlPorts(cfg.YAML)) {
+		return Version{}, false, c.Err()
 	}
 	number, base := 1, ""
 	if cfg.Latest != nil {

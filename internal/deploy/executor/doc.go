@@ -80,7 +80,9 @@
 //     that runs is restarted; a running proxy is restarted to read its new
 //     configuration. Every file goes through the server's disk ledger.
 //     A proxy's requested public port is the one it gets (it must be in
-//     the node's port range; taken is class capacity); changed, the proxy
+//     the node's port range, which deploy checks when the YAML is set and
+//     at every push, so such a version is never run; taken is class
+//     capacity); changed, the proxy
 //     moves to it and restarts. Without one it gets the lowest free port
 //     like a server.
 //   - Retries: a step failing for a transient reason (a database or I/O

@@ -15,6 +15,7 @@ import (
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/plan"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 	"github.com/kilnhq/kiln/internal/validate"
@@ -61,7 +62,7 @@ func newEnv(t *testing.T, db *store.DB) *env {
 		t.Fatal(err)
 	}
 	c := &clock{t: time.UnixMilli(1_800_000_000_000)}
-	return &env{db: db, q: runs.New(db, runs.Options{Now: c.Now}), clock: c, cfgs: deploy.New(db, cat)}
+	return &env{db: db, q: runs.New(db, runs.Options{Now: c.Now}), clock: c, cfgs: deploy.New(db, cat, node.PortRange{})}
 }
 
 // config is a pushed configuration: its id and its latest version's.

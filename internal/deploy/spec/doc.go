@@ -31,7 +31,8 @@
 //     running, forwarding to modern for Velocity (its recommended mode) and
 //     legacy for BungeeCord and Waterfall (which do not know modern: asking
 //     for it there is an error), try to the first of servers; port is optional
-//     (0: any free port). servers is required on a proxy, engine on a
+//     (0: any free port; 1–65535 here, the node's range is checked by
+//     internal/deploy, which knows it). servers is required on a proxy, engine on a
 //     dbservice; attach may be empty.
 //   - Sizes are a whole number and M, G or T, binary whatever the spelling
 //     (M, Mi, MB, MiB, either case: "2GB" is 2 GiB, as "binary units" says);
