@@ -60,6 +60,9 @@
 //     A dbservice about to be deleted is detached from every server before
 //     any step runs, so the servers restarted before its delete step no
 //     longer get its credentials; its delete drops the database and user.
+//     A changed max_connections updates the dbservice alone (its
+//     attached servers' desired state names it, not its limit: they are
+//     not restarted), and Ensure sets the user's limit anew.
 //     Changing a dbservice's engine (a replace) is refused at planning
 //     with class validation: it would drop the database and Kiln cannot
 //     snapshot one. No host of the engine fails the step with class

@@ -76,7 +76,7 @@ type Snapshots interface {
 
 // Databases is what the executor needs of internal/dbservice.
 type Databases interface {
-	Ensure(ctx context.Context, teamID string, o dbservice.Owner, engine string, attach []string) (dbservice.Database, error)
+	Ensure(ctx context.Context, teamID string, o dbservice.Owner, engine string, attach []string, maxConnections int) (dbservice.Database, error)
 	Detach(ctx context.Context, teamID string, o dbservice.Owner) error
 	Drop(ctx context.Context, teamID string, o dbservice.Owner) error
 }
