@@ -545,7 +545,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer packs.Close() // before catalogs.Close (deferred earlier, runs later)
 
-	deploySvc := deploy.New(db, cat)
+	deploySvc := deploy.New(db, cat, ports)
 	// Deployment runs: queued by the API, executed here under this
 	// process's instance id (another replica takes a run over when this
 	// one dies mid-run and its lease expires).

@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -204,4 +206,36 @@ func TestConfigurationsAPI(t *testing.T) {
 	}
 	st, _, data = h.do("GET", Prefix+"/deployments/configurations/"+id, h.token, nil)
 	wantError(t, st, data, 404, "CONFIGURATION_NOT_FOUND", "not found")
+}
+
+// TestProxyPortOutsideRange: a proxy's requested port outside the node's
+// game ports is refused where the YAML is checked (create, PATCH), at its
+// path, as the error model shows; one inside is accepted and pushed.
+// Before, both passed and only the run failed, at apply.
+func TestProxyPortOutsideRange(t *testing.T) {
+	h := newHarness(t, sqliteDB(t))
+	withPort := func(port int) string {
+		return fmt.Sprintf("version: 1\nservers:\n  lobby: {software: paper, memory: 1G}\nproxies:\n  edge:\n    software: velocity\n    memory: 1G\n    port: %d\n    servers: [lobby]\n", port)
+	}
+	wantPortRefused := func(st int, out map[string]any) {
+		t.Helper()
+		msg := fmt.Sprintf("must be within the node's port range %d-%d", h.ports.First, h.ports.Last)
+		want := map[string]any{
+			"error": "proxies.edge.port: " + msg, "code": "VALIDATION_ERROR",
+			"issues": []any{map[string]any{"path": "proxies.edge.port", "message": msg}},
+		}
+		if st != 400 || !reflect.DeepEqual(out, want) {
+			t.Errorf("answer = %d %v, want 400 %v", st, out, want)
+		}
+	}
+	for _, port := range []int{h.ports.First - 1, h.ports.Last + 1} {
+		st, out := h.sendJSON("POST", "/deployments/configurations", map[string]any{"name": "network", "yaml": withPort(port)})
+		wantPortRefused(st, out)
+	}
+	id := h.createConfiguration("network", withPort(h.ports.Last))
+	st, out := h.sendJSON("PATCH", "/deployments/configurations/"+id, map[string]any{"yaml": withPort(h.ports.Last + 1)})
+	wantPortRefused(st, out)
+	if st, out := h.sendJSON("POST", "/deployments/configurations/"+id+"/push", nil); st != 200 || out["created"] != true {
+		t.Fatalf("push of a port in the range: %d %v", st, out)
+	}
 }

@@ -85,12 +85,13 @@
 //     Retry-After nobody could compute.
 //   - Runs (runs.go): with Deps.Runs nil (kiln serve before its executor
 //     runs) apply, the run list, detail and cancel answer 503 UNAVAILABLE,
-//     so nothing queues runs that nothing executes. Apply answers a live
-//     idempotency key's run (runs.Queue.Replay) before anything else, so a
-//     replay pushes nothing; else it pushes the current YAML (Push returns
-//     the latest version unchanged when the spec_hash is the same) and
-//     enqueues, whose key insert is what makes concurrent applies with one
-//     key one run. summary and checkpoint are objects in the seed, never
+//     so nothing queues runs that nothing executes. Apply is
+//     deploy.Service.Apply: a live idempotency key's run is answered
+//     before anything else, so a replay pushes nothing; else the push of
+//     the current YAML (the latest version unchanged when the spec_hash is
+//     the same) and the run are one transaction, whose key insert is what
+//     makes concurrent applies with one key one run; a failure leaves
+//     neither (500 INTERNAL, nothing pushed). summary and checkpoint are objects in the seed, never
 //     null: zeros until the run finishes, no key done and plan_hash null
 //     before it is planned. The per-kind counts read the pushed version's
 //     top-level mappings, not spec.Parse against today's catalog. Deleting

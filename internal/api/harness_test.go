@@ -30,6 +30,7 @@ import (
 	"github.com/kilnhq/kiln/internal/metrics"
 	"github.com/kilnhq/kiln/internal/modcatalog"
 	"github.com/kilnhq/kiln/internal/netguard"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/secretbox"
@@ -138,6 +139,8 @@ type harness struct {
 	dataDir string
 	// blobDir is the snapshots' file blob store.
 	blobDir string
+	// ports are the node's game ports.
+	ports node.PortRange
 }
 
 type harnessOpt func(*Config, *Deps)
@@ -211,7 +214,7 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	t.Cleanup(packs.Close)
 	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
-		Pulls: pulls, Archives: archive.NewService(env.Service), Deploy: deploy.New(db, env.Catalog),
+		Pulls: pulls, Archives: archive.NewService(env.Service), Deploy: deploy.New(db, env.Catalog, env.Node.Ports()),
 		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Modpacks: packs, Metrics: metrics.New(), Ready: db.Ping}
 	for _, o := range opts {
 		o(&cfg, &deps)
@@ -222,7 +225,8 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	h := &harness{t: t, srv: srv, url: ts.URL, db: db, auth: a, token: string(tok), logs: logs, dataDir: env.DataDir, blobDir: blobDir}
+	h := &harness{t: t, srv: srv, url: ts.URL, db: db, auth: a, token: string(tok), logs: logs, dataDir: env.DataDir, blobDir: blobDir,
+		ports: env.Node.Ports()}
 	h.client = &http.Client{Transport: &validatingTransport{t: t, srv: srv, base: http.DefaultTransport}}
 	return h
 }

@@ -208,28 +208,20 @@ func (s *Server) applyConfiguration(w http.ResponseWriter, r *http.Request) erro
 	}
 	ctx, p := r.Context(), principal(r)
 
-	// A repeated key answers its run before anything is pushed: a replay
-	// creates nothing. Enqueue still recognises a replay racing this one.
-	if run, found, err := s.deps.Runs.Replay(ctx, p.TeamID, req.ConfigurationID, key); err != nil {
-		return err
-	} else if found {
-		return s.answerApply(w, r, run, "", true)
-	}
-	v, pushed, err := s.deps.Deploy.Push(ctx, p.TeamID, req.ConfigurationID, p.Actor(), applyPushMessage)
+	// The push and the run are one transaction (deploy.Service.Apply); a
+	// repeated key answers its run and creates nothing.
+	a, err := s.deps.Deploy.Apply(ctx, s.deps.Runs, p.TeamID, req.ConfigurationID, p.Actor(), applyPushMessage, key)
 	if err != nil {
 		return err
 	}
-	run, created, err := s.deps.Runs.Enqueue(ctx, p.TeamID, req.ConfigurationID, v.ID, p.Actor(), key)
-	if err != nil {
-		return err
-	}
-	if created && s.deps.RunQueued != nil {
+	if !a.Replayed && s.deps.RunQueued != nil {
 		s.deps.RunQueued() // this process's executor looks for it now, not at its next poll
 	}
-	if !pushed {
-		v.ID = "" // no version of this call's
+	pushedID := ""
+	if a.Pushed {
+		pushedID = a.Version.ID
 	}
-	return s.answerApply(w, r, run, v.ID, !created)
+	return s.answerApply(w, r, a.Run, pushedID, a.Replayed)
 }
 
 // answerApply writes apply's answer for run: the seed's apply shape with

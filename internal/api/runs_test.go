@@ -400,6 +400,66 @@ func TestRunDetailOfAnExecutedRun(t *testing.T) {
 	})
 }
 
+// failRunInserts makes the database refuse every insert into runs (a
+// trigger: the real database failing, no code of Kiln's changed) until
+// the returned function drops it.
+func failRunInserts(t *testing.T, db *store.DB) (restore func()) {
+	t.Helper()
+	create := []string{`CREATE TRIGGER fail_runs BEFORE INSERT ON runs BEGIN SELECT RAISE(ABORT, 'injected failure'); END`}
+	drop := []string{`DROP TRIGGER fail_runs`}
+	if db.Dialect() == store.Postgres {
+		create = []string{
+			`CREATE FUNCTION fail_runs() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RAISE EXCEPTION ''injected failure''; END'`,
+			`CREATE TRIGGER fail_runs BEFORE INSERT ON runs FOR EACH ROW EXECUTE FUNCTION fail_runs()`,
+		}
+		drop = []string{`DROP TRIGGER fail_runs ON runs`, `DROP FUNCTION fail_runs()`}
+	}
+	for _, q := range create {
+		if _, err := db.Write().ExecContext(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	return func() {
+		for _, q := range drop {
+			if _, err := db.Write().ExecContext(t.Context(), q); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+	}
+}
+
+// TestApplyFailingLeavesNothing: an apply whose run cannot be queued
+// (the database refuses the insert, after the push in the same call)
+// answers 500 and leaves no version behind: the configuration is still
+// unpushed and no run exists; the next apply pushes version 1 and queues
+// its run. Before, the push was its own transaction and stayed: a
+// version nobody applied, and the next apply found nothing to push.
+func TestApplyFailingLeavesNothing(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		h, _ := newRunsHarness(t, db)
+		cfg := h.createConfiguration("network", specNetwork)
+		restore := failRunInserts(t, db)
+		st, _, body := h.do("POST", Prefix+"/deployments/apply", h.token,
+			strings.NewReader(`{"configuration_id":"`+cfg+`","idempotency_key":"k1"}`), "Content-Type", "application/json")
+		wantError(t, st, body, 500, "INTERNAL", "internal error")
+		if st, out := h.sendJSON("GET", "/deployments/configurations/"+cfg, nil); st != 200 ||
+			out["configuration"].(map[string]any)["latest_pushed_version_id"] != nil {
+			t.Fatalf("configuration after the failed apply: %d %v; want no version pushed", st, out)
+		}
+		if st, out := h.sendJSON("GET", "/deployments/configurations/"+cfg+"/versions", nil); st != 200 || out["count"] != 0.0 {
+			t.Fatalf("versions after the failed apply: %d %v; want none", st, out)
+		}
+		if st, out := h.sendJSON("GET", "/deployments/runs", nil); st != 200 || out["count"] != 0.0 {
+			t.Fatalf("runs after the failed apply: %d %v; want none", st, out)
+		}
+		restore()
+		out := h.apply(cfg, "k1") // the key was not kept either
+		if push := out["push"].(map[string]any); push["created"] != true || push["version_number"] != 1.0 || out["replayed"] != false {
+			t.Fatalf("apply after the failure = %v; want version 1 pushed by it, not a replay", out)
+		}
+	})
+}
+
 // TestConcurrentAppliesWithOneKey: twenty applies at once with one key
 // make one run (and one version); each answers it.
 func TestConcurrentAppliesWithOneKey(t *testing.T) {

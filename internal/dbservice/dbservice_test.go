@@ -152,7 +152,7 @@ func TestHosts(t *testing.T) {
 			t.Fatalf("Hosts = %+v, %v", list, err)
 		}
 
-		if _, err := s.Ensure(ctx, "team_a", Owner{"cfg_team_a", "dbservice/stats"}, Postgres, nil); err != nil {
+		if _, err := s.Ensure(ctx, "team_a", Owner{"cfg_team_a", "dbservice/stats"}, Postgres, nil, 0); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = s.Drop(context.Background(), "team_a", Owner{"cfg_team_a", "dbservice/stats"}) })
@@ -186,7 +186,7 @@ func TestDatabases(t *testing.T) {
 				s, _ := newService(t, db)
 				stats := Owner{"cfg_team_a", "dbservice/stats"}
 				perms := Owner{"cfg_team_a", "dbservice/perms"}
-				if _, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"}); !errors.Is(err, ErrNoHost) {
+				if _, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"}, 0); !errors.Is(err, ErrNoHost) {
 					t.Fatalf("Ensure with no host = %v, want ErrNoHost", err)
 				}
 				if _, err := s.AddHost(ctx, "h1", engineName, dsn, ""); err != nil {
@@ -196,18 +196,18 @@ func TestDatabases(t *testing.T) {
 					_ = s.Drop(context.Background(), "team_a", stats)
 					_ = s.Drop(context.Background(), "team_a", perms)
 				})
-				d, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"survival", "lobby"})
+				d, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"survival", "lobby"}, 0)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !strings.HasPrefix(d.Name, "kiln_stats_") || d.User != d.Name || fmt.Sprint(d.Attach) != "[lobby survival]" {
 					t.Errorf("database = %+v", d)
 				}
-				again, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"})
+				again, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"}, 0)
 				if err != nil || again.ID != d.ID || again.Name != d.Name || fmt.Sprint(again.Attach) != "[lobby]" {
 					t.Fatalf("Ensure again = %+v, %v; want the same database, attached to lobby only", again, err)
 				}
-				if _, err := s.Ensure(ctx, "team_a", perms, engineName, []string{"lobby"}); err != nil {
+				if _, err := s.Ensure(ctx, "team_a", perms, engineName, []string{"lobby"}, 0); err != nil {
 					t.Fatal(err)
 				}
 
@@ -302,7 +302,7 @@ func TestHostUnreachable(t *testing.T) {
 			t.Fatal(err)
 		}
 		o := Owner{"cfg_team_a", "dbservice/stats"}
-		d, err := s.Ensure(ctx, "team_a", o, Postgres, nil)
+		d, err := s.Ensure(ctx, "team_a", o, Postgres, nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +316,7 @@ func TestHostUnreachable(t *testing.T) {
 		if _, err := db.Write().ExecContext(ctx, `UPDATE db_hosts SET dsn_sealed = $1 WHERE id = $2`, sealed, h.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.Ensure(ctx, "team_a", o, Postgres, nil); !isHostError(err) {
+		if _, err := s.Ensure(ctx, "team_a", o, Postgres, nil, 0); !isHostError(err) {
 			t.Errorf("Ensure on an unreachable host = %v, want *HostError", err)
 		}
 		if err := s.Drop(ctx, "team_a", o); !isHostError(err) {
@@ -363,7 +363,7 @@ func TestHostErrorsTold(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := Owner{"cfg_team_a", "dbservice/stats"}
-	_, err = s.Ensure(ctx, "team_a", o, Postgres, nil)
+	_, err = s.Ensure(ctx, "team_a", o, Postgres, nil, 0)
 	checkTold(t, "Ensure as a role that cannot create roles", err, "database host refused to create the database", "permission denied", u.Host, weak)
 
 	closed := closedPort(t)
@@ -371,7 +371,7 @@ func TestHostErrorsTold(t *testing.T) {
 	if _, err := db.Write().ExecContext(ctx, `UPDATE db_hosts SET dsn_sealed = $1 WHERE id = $2`, sealed, h.ID); err != nil {
 		t.Fatal(err)
 	}
-	_, err = s.Ensure(ctx, "team_a", o, Postgres, nil)
+	_, err = s.Ensure(ctx, "team_a", o, Postgres, nil, 0)
 	checkTold(t, "Ensure on a host nothing answers for", err, "database host unavailable", closed, closed, weak, maint)
 	err = s.Drop(ctx, "team_a", o)
 	checkTold(t, "Drop on a host nothing answers for", err, "database host unavailable", closed, closed, weak, maint)
@@ -427,7 +427,7 @@ func TestDatabaseUserLimits(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = s.Drop(context.Background(), "team_a", stats) })
-			d, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"})
+			d, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"}, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -491,6 +491,91 @@ func TestDatabaseUserLimits(t *testing.T) {
 			}
 			if refused == nil || len(conns) > MaxConnections {
 				t.Errorf("%d connections at once, none refused; want at most %d", len(conns), MaxConnections)
+			}
+		})
+	}
+}
+
+// connLimit is the connection limit the host holds for user.
+func connLimit(t *testing.T, admin *sql.DB, engineName, user string) int {
+	t.Helper()
+	q := `SELECT rolconnlimit FROM pg_roles WHERE rolname = $1`
+	if engineName == MariaDB {
+		q = `SELECT max_user_connections FROM mysql.user WHERE user = ?`
+	}
+	var limit int
+	if err := admin.QueryRowContext(t.Context(), q, user).Scan(&limit); err != nil {
+		t.Fatalf("read the connection limit of %s: %v", user, err)
+	}
+	return limit
+}
+
+// TestDatabaseMaxConnections: a dbservice's own connection limit is the
+// user's when it is made (a connection past it is refused), and a later
+// Ensure with another limit changes it on the user that exists (ALTER
+// ROLE, ALTER USER); 0 is the default, MaxConnections. Before, every user
+// got MaxConnections whatever was asked.
+func TestDatabaseMaxConnections(t *testing.T) {
+	for _, engineName := range []string{Postgres, MariaDB} {
+		t.Run(engineName, func(t *testing.T) {
+			dsn := hostURL(t, engineName)
+			db := storetest.SQLite(t)
+			ctx := t.Context()
+			s, _ := newService(t, db)
+			stats := Owner{"cfg_team_a", "dbservice/stats"}
+			if _, err := s.AddHost(ctx, "h1", engineName, dsn, ""); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Drop(context.Background(), "team_a", stats) })
+			const limit = 3
+			d, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"}, limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin, err := engines[engineName].open(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer admin.Close()
+			if got := connLimit(t, admin, engineName, d.User); got != limit {
+				t.Fatalf("connection limit after Ensure(%d) = %d", limit, got)
+			}
+			env, err := s.InjectedEnv(ctx, "cfg_team_a", "server/lobby")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pool, err := login(ctx, engineName, env, "DB_STATS_")
+			if err != nil {
+				t.Fatalf("log in: %v", err)
+			}
+			defer pool.Close()
+			pool.SetMaxOpenConns(limit + 1)
+			var conns []*sql.Conn
+			var refused error
+			for range limit + 1 {
+				c, err := pool.Conn(ctx)
+				if err == nil {
+					err = c.PingContext(ctx)
+				}
+				if err != nil {
+					refused = err
+					break
+				}
+				conns = append(conns, c)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			if refused == nil || len(conns) != limit {
+				t.Errorf("%d connections at once (refused: %v); want %d, the next refused", len(conns), refused, limit)
+			}
+			for _, c := range []struct{ ask, want int }{{8, 8}, {0, MaxConnections}} {
+				if _, err := s.Ensure(ctx, "team_a", stats, engineName, []string{"lobby"}, c.ask); err != nil {
+					t.Fatal(err)
+				}
+				if got := connLimit(t, admin, engineName, d.User); got != c.want {
+					t.Errorf("connection limit after Ensure(%d) = %d, want %d", c.ask, got, c.want)
+				}
 			}
 		})
 	}

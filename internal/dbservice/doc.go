@@ -46,9 +46,12 @@
 //     "_" and "%" are wildcards there); DROP DATABASE and DROP USER. Both
 //     are idempotent: a step run again sets the same password on the user
 //     that exists.
-//   - The user: at most MaxConnections (20) connections at once
+//   - The user: at most MaxConnections (20) connections at once, or the
+//     dbservice's max_connections (1–100, checked by internal/deploy/spec)
 //     (CONNECTION LIMIT, MAX_USER_CONNECTIONS), so one tenant cannot take
-//     a shared host's every connection; its password sent as a
+//     a shared host's every connection; every Ensure sets it again on a
+//     user that exists (ALTER ROLE, ALTER USER), so a changed limit
+//     applies to the connections made from then on (open ones stay); its password sent as a
 //     SCRAM-SHA-256 verifier (PostgreSQL, computed here with
 //     crypto/pbkdf2: pgx has no exported function for it) or a
 //     mysql_native_password hash (MariaDB, IDENTIFIED BY PASSWORD), so a

@@ -35,9 +35,9 @@ const dialTimeout = 5 * time.Second
 type engine interface {
 	// open connects to the host as its admin (the DSN).
 	open(dsn string) (*sql.DB, error)
-	// ensure makes the database and the user (password set anew when the
-	// user exists): idempotent.
-	ensure(ctx context.Context, db *sql.DB, name, user, password string) error
+	// ensure makes the database and the user (password and connection
+	// limit set anew when the user exists): idempotent.
+	ensure(ctx context.Context, db *sql.DB, name, user, password string, limit int) error
 	// drop removes both; missing ones are not an error.
 	drop(ctx context.Context, db *sql.DB, name, user string) error
 	// url is the URL of DB_URL, jdbc that of DB_JDBC_URL.
@@ -97,10 +97,11 @@ func (postgres) open(dsn string) (*sql.DB, error) {
 
 // MaxConnections is how many connections one dbservice's user may hold
 // at once on its host (PostgreSQL CONNECTION LIMIT, MariaDB
-// MAX_USER_CONNECTIONS): one tenant cannot take every connection of a
-// shared host (ERROR 1040 for the others). A Minecraft server's pool
-// (HikariCP, LuckPerms' default 10) fits with room for a second server
-// attached to the same database.
+// MAX_USER_CONNECTIONS) unless its spec says otherwise (max_connections,
+// at most spec.MaxMaxConnections): one tenant cannot take every
+// connection of a shared host (ERROR 1040 for the others). A Minecraft
+// server's pool (HikariCP, LuckPerms' default 10) fits with room for a
+// second server attached to the same database.
 const MaxConnections = 20
 
 // grantName is name as a MariaDB grant's database pattern matching it
@@ -153,7 +154,7 @@ func pgIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + 
 // sqlString quotes a string literal (DDL takes no parameters).
 func sqlString(s string) string { return `'` + strings.ReplaceAll(s, `'`, `''`) + `'` }
 
-func (postgres) ensure(ctx context.Context, db *sql.DB, name, user, password string) error {
+func (postgres) ensure(ctx context.Context, db *sql.DB, name, user, password string, limit int) error {
 	var exists, super bool
 	if err := db.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1),
 		(SELECT rolsuper FROM pg_roles WHERE rolname = current_user)`, user).Scan(&exists, &super); err != nil {
@@ -167,7 +168,7 @@ func (postgres) ensure(ctx context.Context, db *sql.DB, name, user, password str
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, verb+` ROLE `+pgIdent(user)+` WITH LOGIN CONNECTION LIMIT `+strconv.Itoa(MaxConnections)+` PASSWORD `+sqlString(verifier)); err != nil {
+	if _, err := db.ExecContext(ctx, verb+` ROLE `+pgIdent(user)+` WITH LOGIN CONNECTION LIMIT `+strconv.Itoa(limit)+` PASSWORD `+sqlString(verifier)); err != nil {
 		return fmt.Errorf("%s role %s: %w", strings.ToLower(verb), user, err)
 	}
 	if !super {
@@ -232,10 +233,10 @@ func (mariadb) open(dsn string) (*sql.DB, error) {
 // myIdent quotes a MariaDB identifier.
 func myIdent(s string) string { return "`" + strings.ReplaceAll(s, "`", "``") + "`" }
 
-func (mariadb) ensure(ctx context.Context, db *sql.DB, name, user, password string) error {
+func (mariadb) ensure(ctx context.Context, db *sql.DB, name, user, password string, maxConns int) error {
 	account := sqlString(user) + `@'%'`
 	hash := sqlString(nativeHash(password))
-	limit := ` WITH MAX_USER_CONNECTIONS ` + strconv.Itoa(MaxConnections)
+	limit := ` WITH MAX_USER_CONNECTIONS ` + strconv.Itoa(maxConns)
 	for _, q := range []string{
 		`CREATE DATABASE IF NOT EXISTS ` + myIdent(name) + ` CHARACTER SET utf8mb4`,
 		`CREATE USER IF NOT EXISTS ` + account + ` IDENTIFIED BY PASSWORD ` + hash + limit,

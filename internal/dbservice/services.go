@@ -38,13 +38,21 @@ type Database struct {
 
 // Ensure makes the database of o on a host of engine — or finds the one
 // made before, by an earlier attempt or a process that crashed — and
-// records attach (the servers that get its credentials). Idempotent: the
-// row is written first, then the database and user are created on the
-// host as it names them. Errors: ErrNoHost, *HostError.
-func (s *Service) Ensure(ctx context.Context, teamID string, o Owner, engineName string, attach []string) (Database, error) {
+// records attach (the servers that get its credentials). Its user may
+// hold maxConnections connections at once (0: MaxConnections), set anew
+// on a user that exists (ALTER ROLE, ALTER USER). Idempotent: the row is
+// written first, then the database and user are created on the host as
+// it names them. Errors: ErrNoHost, *HostError.
+func (s *Service) Ensure(ctx context.Context, teamID string, o Owner, engineName string, attach []string, maxConnections int) (Database, error) {
 	e, ok := engines[engineName]
 	if !ok {
 		return Database{}, fmt.Errorf("engine %q is not supported", engineName)
+	}
+	if maxConnections < 0 {
+		return Database{}, fmt.Errorf("%s: connection limit %d", o.ResourceKey, maxConnections)
+	}
+	if maxConnections == 0 {
+		maxConnections = MaxConnections
 	}
 	attach = slices.Sorted(slices.Values(attach))
 	d, err := s.find(ctx, s.db.Write(), teamID, o)
@@ -71,7 +79,7 @@ func (s *Service) Ensure(ctx context.Context, teamID string, o Owner, engineName
 	if err != nil {
 		return Database{}, err
 	}
-	if err := onHost(ctx, e, h, "create the database", func(db *sql.DB) error { return e.ensure(ctx, db, d.Name, d.User, password) }); err != nil {
+	if err := onHost(ctx, e, h, "create the database", func(db *sql.DB) error { return e.ensure(ctx, db, d.Name, d.User, password, maxConnections) }); err != nil {
 		return Database{}, err
 	}
 	return d, nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/deploy/spec"
 	"github.com/kilnhq/kiln/internal/ids"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -68,14 +69,17 @@ type Version struct {
 
 // Service keeps configurations and versions in the database.
 type Service struct {
-	db  *store.DB
-	cat spec.Catalog
-	now func() int64
+	db    *store.DB
+	cat   spec.Catalog
+	ports node.PortRange
+	now   func() int64
 }
 
-// New returns a Service on db, checking specs against cat.
-func New(db *store.DB, cat spec.Catalog) *Service {
-	return &Service{db: db, cat: cat, now: store.Now}
+// New returns a Service on db, checking specs against cat and proxies'
+// requested ports against ports, the node's game ports (kiln serve's
+// --port-range; the zero range checks none).
+func New(db *store.DB, cat spec.Catalog, ports node.PortRange) *Service {
+	return &Service{db: db, cat: cat, ports: ports, now: store.Now}
 }
 
 // checkText validates a free-text field: at most max characters, no
@@ -115,6 +119,9 @@ func (s *Service) parse(c *validate.Collector, yaml string) *spec.Spec {
 		return nil
 	case err != nil:
 		c.Add("yaml", "%v", err)
+		return nil
+	}
+	if !s.checkPorts(c, specPorts(sp)) {
 		return nil
 	}
 	return sp
@@ -360,55 +367,69 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 
 // Push freezes the configuration's current YAML as its next version, by
 // actor (auth.Principal.Actor), unless the latest version already has
-// this spec_hash: then it returns that version and created false. Errors:
-// ErrNotFound, *validate.Error (message).
+// this spec_hash: then it returns that version and created false. A
+// proxy's port outside the node's range (changed since the YAML was set)
+// is refused either way. Errors: ErrNotFound, *validate.Error
+// (push_message, proxies.<name>.port).
 func (s *Service) Push(ctx context.Context, teamID, id, actor, message string) (v Version, created bool, err error) {
 	var c validate.Collector
 	checkText(&c, "push_message", message, MaxPushMessage, false, true)
 	if err := c.Err(); err != nil {
 		return Version{}, false, err
 	}
-	err = s.db.Tx(ctx, func(tx *sql.Tx) error {
-		if s.db.Dialect() == store.Postgres {
-			// Pushes of one configuration wait for each other (SQLite has
-			// one writer anyway); the unique (configuration, number)
-			// index stays the last guard.
-			if _, err := tx.ExecContext(ctx, `SELECT id FROM configurations WHERE id = $1 FOR UPDATE`, id); err != nil {
-				return fmt.Errorf("lock configuration: %w", err)
-			}
-		}
-		cfg, err := s.get(ctx, tx, teamID, id)
-		if err != nil {
-			return err
-		}
-		number, base := 1, ""
-		if cfg.Latest != nil {
-			if cfg.Latest.SpecHash == cfg.SpecHash {
-				v, err = s.version(ctx, tx, teamID, id, cfg.Latest.Number)
-				return err
-			}
-			number, base = cfg.Latest.Number+1, cfg.Latest.ID
-		}
-		v = Version{
-			ID: ids.New("ver"), ConfigurationID: id, Number: number, YAML: cfg.YAML, SpecHash: cfg.SpecHash,
-			ResourceCount: cfg.ResourceCount, PushedBy: actor, PushedAt: s.now(), PushMessage: message, BaseVersionID: base,
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO configuration_versions
-			(id, configuration_id, version_number, yaml, spec_hash, resource_count, pushed_by, pushed_at, push_message, base_version_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-			v.ID, id, number, v.YAML, v.SpecHash, v.ResourceCount, actor, v.PushedAt, message, nullable(base)); err != nil {
-			return fmt.Errorf("insert version: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE configurations SET latest_version_id = $1 WHERE id = $2`, v.ID, id); err != nil {
-			return fmt.Errorf("point at the new version: %w", err)
-		}
-		created = true
-		return nil
+	err = s.db.Tx(ctx, func(tx *sql.Tx) (err error) {
+		v, created, err = s.push(ctx, tx, teamID, id, actor, message)
+		return err
 	})
 	if err != nil {
 		return Version{}, false, err
 	}
 	return v, created, nil
+}
+
+// push is Push in the caller's transaction tx (message already checked).
+func (s *Service) push(ctx context.Context, tx *sql.Tx, teamID, id, actor, message string) (v Version, created bool, err error) {
+	if s.db.Dialect() == store.Postgres {
+		// Pushes of one configuration wait for each other (SQLite has one
+		// writer anyway); the unique (configuration, number) index stays
+		// the last guard.
+		if _, err := tx.ExecContext(ctx, `SELECT id FROM configurations WHERE id = $1 FOR UPDATE`, id); err != nil {
+			return Version{}, false, fmt.Errorf("lock configuration: %w", err)
+		}
+	}
+	cfg, err := s.get(ctx, tx, teamID, id)
+	if err != nil {
+		return Version{}, false, err
+	}
+	// The node's ports may have changed since the YAML was checked (a
+	// restart with another --port-range): a version that could only fail
+	// at apply is refused here.
+	var c validate.Collector
+	if !s.checkPorts(&c, yamlPorts(cfg.YAML)) {
+		return Version{}, false, c.Err()
+	}
+	number, base := 1, ""
+	if cfg.Latest != nil {
+		if cfg.Latest.SpecHash == cfg.SpecHash {
+			v, err = s.version(ctx, tx, teamID, id, cfg.Latest.Number)
+			return v, false, err
+		}
+		number, base = cfg.Latest.Number+1, cfg.Latest.ID
+	}
+	v = Version{
+		ID: ids.New("ver"), ConfigurationID: id, Number: number, YAML: cfg.YAML, SpecHash: cfg.SpecHash,
+		ResourceCount: cfg.ResourceCount, PushedBy: actor, PushedAt: s.now(), PushMessage: message, BaseVersionID: base,
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO configuration_versions
+		(id, configuration_id, version_number, yaml, spec_hash, resource_count, pushed_by, pushed_at, push_message, base_version_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		v.ID, id, number, v.YAML, v.SpecHash, v.ResourceCount, actor, v.PushedAt, message, nullable(base)); err != nil {
+		return Version{}, false, fmt.Errorf("insert version: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE configurations SET latest_version_id = $1 WHERE id = $2`, v.ID, id); err != nil {
+		return Version{}, false, fmt.Errorf("point at the new version: %w", err)
+	}
+	return v, true, nil
 }
 
 func nullable(s string) any {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 	"github.com/kilnhq/kiln/internal/validate"
@@ -15,6 +16,9 @@ import (
 
 const yamlA = "version: 1\nservers:\n  lobby:\n    software: paper\n    memory: 2G\n"
 const yamlB = "version: 1\nservers:\n  lobby:\n    software: paper\n    memory: 4G\n"
+
+// testPorts are the node's game ports of the tests.
+var testPorts = node.PortRange{First: 25565, Last: 25664}
 
 func newService(t *testing.T, db *store.DB) *Service {
 	t.Helper()
@@ -27,7 +31,7 @@ func newService(t *testing.T, db *store.DB) *Service {
 			t.Fatal(err)
 		}
 	}
-	return New(db, cat)
+	return New(db, cat, testPorts)
 }
 
 func issuesOf(err error) []string {

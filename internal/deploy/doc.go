@@ -31,6 +31,22 @@
 //     "from" to the one before (nothing before the first); the text is cut
 //     after 256 KiB at a line end, the line counts are of the whole diff.
 //     Before any push it is ErrNotPushed (409 NOT_PUSHED).
+//   - A proxy's requested port must be within the node's game ports
+//     (New's range, kiln serve's --port-range): an issue at
+//     proxies.<name>.port at create and update, where the spec is checked,
+//     and again at push (and apply's push), since the range may have
+//     changed since the YAML was set. Without it the version passed and
+//     only its run failed. Not in internal/deploy/spec, which knows no
+//     node.
+//   - Apply (apply.go) is the push and the run's enqueue in one
+//     transaction (runs.Queue.EnqueueTx in the push's): a crash or a
+//     failure between them cannot leave a pushed version that no run
+//     applies (the next apply would find nothing to push) nor a run
+//     without its version. A replay of the idempotency key is answered
+//     before anything is written; one that races this call makes the
+//     key's insert fail, which rolls the push back too, and the key's run
+//     is answered. The package imports internal/deploy/runs for it, which
+//     writes its own tables; deploy writes only its two.
 //   - Delete removes the versions with the configuration; it is refused
 //     (ErrInUse) while a server created by its runs still exists.
 //   - Applied state (applied.go, table applied_resources): per resource key,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/deploy"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/slp"
@@ -31,7 +32,7 @@ func TestOwnedServers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg, err := deploy.New(db, cat).Create(ctx, teamID, "network", "", "version: 1\nservers:\n  lobby:\n    software: paper\n    memory: 1G\n")
+		cfg, err := deploy.New(db, cat, node.PortRange{}).Create(ctx, teamID, "network", "", "version: 1\nservers:\n  lobby:\n    software: paper\n    memory: 1G\n")
 		if err != nil {
 			t.Fatal(err)
 		}

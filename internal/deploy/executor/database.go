@@ -38,13 +38,13 @@ func (x *exec) applyDatabase(ctx context.Context, st plan.Step, res *runs.Resour
 	if err := json.Unmarshal(st.Desired, &want); err != nil {
 		return "", fail(runs.FailInternal, "the desired state cannot be read: %v", err)
 	}
-	d, err := x.e.opts.Databases.Ensure(ctx, r.TeamID, o, want.Engine, want.Attach)
+	d, err := x.e.opts.Databases.Ensure(ctx, r.TeamID, o, want.Engine, want.Attach, want.Connections())
 	if errors.Is(err, dbservice.ErrNoHost) {
 		return "", fail(runs.FailCapacity, "no %s database host is registered; an operator adds one with `kiln admin dbhost add NAME --engine %s --dsn URL`", want.Engine, want.Engine)
 	}
 	if err != nil {
 		return "", classify(err)
 	}
-	res.Log = append(res.Log, fmt.Sprintf("database %s on host %s (%s)", d.Name, d.HostName, d.Address))
+	res.Log = append(res.Log, fmt.Sprintf("database %s on host %s (%s), at most %d connections", d.Name, d.HostName, d.Address, want.Connections()))
 	return d.ID, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/deploy/executor"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/deploy/spec"
 	"github.com/kilnhq/kiln/internal/secretbox"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
@@ -306,3 +307,103 @@ func testHostFailureTold(t *testing.T, db *store.DB, engine, dsn, bad, want, log
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// adminLimit is the connection limit the host at dsn holds for user.
+func adminLimit(t *testing.T, engine, dsn, user string) int {
+	t.Helper()
+	var admin *sql.DB
+	q := `SELECT rolconnlimit FROM pg_roles WHERE rolname = $1`
+	if engine == dbservice.MariaDB {
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mysql.NewConfig()
+		c.Net, c.Addr, c.User = "tcp", u.Host, u.User.Username()
+		c.Passwd, _ = u.User.Password()
+		conn, err := mysql.NewConnector(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		admin = sql.OpenDB(conn)
+		q = `SELECT max_user_connections FROM mysql.user WHERE user = ?`
+	} else {
+		var err error
+		if admin, err = sql.Open("pgx", dsn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer admin.Close()
+	var limit int
+	if err := admin.QueryRowContext(t.Context(), q, user).Scan(&limit); err != nil {
+		t.Fatalf("read the connection limit of %s: %v", user, err)
+	}
+	return limit
+}
+
+// TestDatabaseMaxConnectionsApplied: a dbservice's max_connections is its
+// user's connection limit on the host; changed, the run updates the
+// dbservice alone (its attached server is not restarted) and the user's
+// limit follows; removed, it is back to the default. Before, every user
+// got 20 and the spec had no such field.
+func TestDatabaseMaxConnectionsApplied(t *testing.T) {
+	if spec.DefaultMaxConnections != dbservice.MaxConnections {
+		t.Fatalf("the spec's default max_connections %d is not dbservice's %d", spec.DefaultMaxConnections, dbservice.MaxConnections)
+	}
+	for _, engine := range []string{dbservice.Postgres, dbservice.MariaDB} {
+		t.Run(engine, func(t *testing.T) {
+			dsn := storetest.PostgresAdminURL(t)
+			if engine == dbservice.MariaDB {
+				dsn = storetest.MariaDBURL(t)
+			}
+			db := storetest.SQLite(t)
+			ctx := t.Context()
+			box, err := secretbox.Load(t.TempDir(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			dbs := dbservice.NewService(db, box, nil)
+			e := newEnvWith(t, db, serverstest.Options{Servers: servers.Options{Injected: dbs}})
+			e.startOpts(executor.Options{Owner: "inst_db", Databases: dbs})
+			if _, err := dbs.AddHost(ctx, "h1", engine, dsn, ""); err != nil {
+				t.Fatal(err)
+			}
+			yaml := func(extra string) string {
+				return "version: 1\nservers:\n  lobby: {software: kiln-test, memory: 256M, disk: 1G, state: stopped}\n" +
+					"dbservices:\n  stats:\n    engine: " + engine + "\n    attach: [lobby]\n" + extra
+			}
+			cfgID, r := e.apply("", yaml("    max_connections: 7\n"))
+			if got := e.wait(r.ID); got.Status != runs.Succeeded || got.Summary.Create != 2 {
+				t.Fatalf("first run = %s %q, %+v; want succeeded creating 2", got.Status, got.Error, got.Summary)
+			}
+			stats := dbservice.Owner{ConfigurationID: cfgID, ResourceKey: "dbservice/stats"}
+			t.Cleanup(func() { _ = dbs.Drop(context.Background(), e.teamID, stats) })
+			made, err := dbs.Find(ctx, e.teamID, stats)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := adminLimit(t, engine, dsn, made.User); got != 7 {
+				t.Errorf("connection limit after the first run = %d, want 7", got)
+			}
+			for _, c := range []struct {
+				extra string
+				want  int
+			}{{"    max_connections: 12\n", 12}, {"", dbservice.MaxConnections}} {
+				_, r := e.apply(cfgID, yaml(c.extra))
+				got := e.wait(r.ID)
+				if got.Status != runs.Succeeded || got.Summary.Update != 1 || got.Summary.Noop != 1 {
+					t.Fatalf("run setting %q = %s %q, %+v; want succeeded, the dbservice updated, lobby unchanged", c.extra, got.Status, got.Error, got.Summary)
+				}
+				rs, _ := e.q.Resources(ctx, e.teamID, r.ID)
+				for _, res := range rs {
+					if res.Key == "dbservice/stats" && res.Action != "update" {
+						t.Errorf("dbservice/stats: %s, want update", res.Action)
+					}
+				}
+				if got := adminLimit(t, engine, dsn, made.User); got != c.want {
+					t.Errorf("connection limit after setting %q = %d, want %d", c.extra, got, c.want)
+				}
+			}
+		})
+	}
+}

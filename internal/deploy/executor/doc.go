@@ -14,6 +14,18 @@
 // stops it at once), or touch a server a configuration does not own.
 //
 // Decisions (where the spec is silent, or this layer is not built yet):
+//   - Runs of different configurations execute at once, up to
+//     Options.Runs (4) per process, each in a goroutine Run owns and waits
+//     for; a run that ends frees its slot and wakes the claim loop. The
+//     queue keeps one run per configuration (runs_one_started) and hands a
+//     free slot to the team with the fewest runs executing under this
+//     process (runs.Queue.Claim), so one team's backlog of slow runs
+//     cannot hold every slot while another team's run waits; within a
+//     team, the oldest claimable run comes first. Before, one run executed
+//     at a time per process, whatever the team. The bound is per process,
+//     not per team: each replica has its own slots. There is no operator
+//     flag for it yet (the executor has none); kiln serve takes the
+//     default.
 //   - A resumed run (a lease taken over after its owner died) plans again
 //     from the applied state: keys its checkpoint lists as done are not
 //     executed again, the others are, and each step converges (create
@@ -48,6 +60,9 @@
 //     A dbservice about to be deleted is detached from every server before
 //     any step runs, so the servers restarted before its delete step no
 //     longer get its credentials; its delete drops the database and user.
+//     A changed max_connections updates the dbservice alone (its
+//     attached servers' desired state names it, not its limit: they are
+//     not restarted), and Ensure sets the user's limit anew.
 //     Changing a dbservice's engine (a replace) is refused at planning
 //     with class validation: it would drop the database and Kiln cannot
 //     snapshot one. No host of the engine fails the step with class
@@ -68,7 +83,9 @@
 //     that runs is restarted; a running proxy is restarted to read its new
 //     configuration. Every file goes through the server's disk ledger.
 //     A proxy's requested public port is the one it gets (it must be in
-//     the node's port range; taken is class capacity); changed, the proxy
+//     the node's port range, which deploy checks when the YAML is set and
+//     at every push, so such a version is never run; taken is class
+//     capacity); changed, the proxy
 //     moves to it and restarts. Without one it gets the lowest free port
 //     like a server.
 //   - Retries: a step failing for a transient reason (a database or I/O

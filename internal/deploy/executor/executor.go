@@ -40,7 +40,12 @@ type Options struct {
 	// Poll is how often the queue is asked for work when idle (1 s); Wake
 	// asks at once.
 	Poll time.Duration
-	// Parallel bounds the steps of one tier run at once (4).
+	// Runs bounds the runs this process executes at once, across every
+	// team and configuration (4); the queue gives a free slot to the team
+	// with the fewest runs executing here, and keeps the runs of one
+	// configuration one at a time.
+	Runs int
+	// Parallel bounds the steps of one tier run at once (4), per run.
 	Parallel int
 	// HealthTimeout bounds the wait for a server to answer (180 s).
 	HealthTimeout time.Duration
@@ -71,7 +76,7 @@ type Snapshots interface {
 
 // Databases is what the executor needs of internal/dbservice.
 type Databases interface {
-	Ensure(ctx context.Context, teamID string, o dbservice.Owner, engine string, attach []string) (dbservice.Database, error)
+	Ensure(ctx context.Context, teamID string, o dbservice.Owner, engine string, attach []string, maxConnections int) (dbservice.Database, error)
 	Detach(ctx context.Context, teamID string, o dbservice.Owner) error
 	Drop(ctx context.Context, teamID string, o dbservice.Owner) error
 }
@@ -82,6 +87,9 @@ func (o *Options) defaults() {
 	}
 	if o.Poll <= 0 {
 		o.Poll = time.Second
+	}
+	if o.Runs <= 0 {
+		o.Runs = 4
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 4
@@ -120,8 +128,9 @@ type Queue interface {
 	Prune(ctx context.Context) (int64, error)
 }
 
-// Executor executes the queued runs of every configuration, one run of a
-// configuration at a time (the queue sees to it).
+// Executor executes the queued runs of every configuration: up to
+// Options.Runs at once, one run of a configuration at a time (the queue
+// sees to it, and to fairness between teams).
 type Executor struct {
 	q       Queue
 	deploy  *deploy.Service
@@ -137,7 +146,8 @@ func New(q Queue, d *deploy.Service, s *servers.Service, cat spec.Catalog, opts 
 	return &Executor{q: q, deploy: d, servers: s, cat: cat, opts: opts, wake: make(chan struct{}, 1)}
 }
 
-// Wake makes Run look for work now (a run was just queued).
+// Wake makes Run look for work now (a run was just queued, or a slot
+// freed).
 func (e *Executor) Wake() {
 	select {
 	case e.wake <- struct{}{}:
@@ -145,32 +155,47 @@ func (e *Executor) Wake() {
 	}
 }
 
-// Run claims and executes runs until ctx ends; it returns nil then. A run
-// in progress at that moment stops between steps and keeps its lease
-// until it expires: the next start, or another replica, resumes it.
+// Run claims and executes runs until ctx ends, each in a goroutine of its
+// own, at most Options.Runs at once; it returns nil once ctx has ended and
+// every run it started has stopped. A run in progress at that moment
+// stops between steps and keeps its lease until it expires: the next
+// start, or another replica, resumes it.
 func (e *Executor) Run(ctx context.Context) error {
+	var running sync.WaitGroup
+	defer running.Wait()
+	slots := make(chan struct{}, e.opts.Runs)
 	t := time.NewTicker(e.opts.Poll)
 	defer t.Stop()
 	prune := time.NewTicker(time.Hour)
 	defer prune.Stop()
 	for {
+	claim:
 		for ctx.Err() == nil {
+			select {
+			case slots <- struct{}{}:
+			default:
+				break claim // every slot busy: a run that ends wakes the loop
+			}
 			r, ok, err := e.q.Claim(ctx, e.opts.Owner, e.opts.Lease)
-			if err != nil {
-				if ctx.Err() == nil {
+			if err != nil || !ok {
+				<-slots
+				if err != nil && ctx.Err() == nil {
 					e.opts.Log.Warn("claim a run", "err", err)
 				}
 				break
 			}
-			if !ok {
-				break
-			}
-			// A panic fails nothing but this run's process of it: logged,
-			// the lease expires and the run is resumed.
-			if err := panics.Catch(func() error { e.execute(ctx, r); return nil }); err != nil {
-				pe, _ := errors.AsType[*panics.Error](err)
-				e.opts.Log.Error("run panicked", "run_id", r.ID, "err", err, "stack", string(pe.Stack))
-			}
+			running.Go(func() {
+				defer func() {
+					<-slots
+					e.Wake()
+				}()
+				// A panic fails nothing but this run's process of it:
+				// logged, the lease expires and the run is resumed.
+				if err := panics.Catch(func() error { e.execute(ctx, r); return nil }); err != nil {
+					pe, _ := errors.AsType[*panics.Error](err)
+					e.opts.Log.Error("run panicked", "run_id", r.ID, "err", err, "stack", string(pe.Stack))
+				}
+			})
 		}
 		select {
 		case <-ctx.Done():

@@ -53,7 +53,7 @@ func newEnvWith(t *testing.T, db *store.DB, so serverstest.Options) *env {
 	}
 	so.Ports = 10
 	se := serverstest.New(t, db, so)
-	return &env{t: t, teamID: tm.ID, db: db, srv: se.Service, srvEnv: se, dep: deploy.New(db, se.Catalog), q: runs.New(db, runs.Options{})}
+	return &env{t: t, teamID: tm.ID, db: db, srv: se.Service, srvEnv: se, dep: deploy.New(db, se.Catalog, se.Node.Ports()), q: runs.New(db, runs.Options{})}
 }
 
 // start runs an executor as owner until the test ends.

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store/storetest"
@@ -114,7 +116,14 @@ func TestProxyPort(t *testing.T) {
 	if now, _ := e.srv.FindOwned(t.Context(), e.teamID, o); now.ID != edge.ID || now.Port != r0.Last-1 || now.Status != servers.StatusRunning {
 		t.Errorf("edge after the change = %s port %d %s; want the same proxy on %d, running", now.ID, now.Port, now.Status, r0.Last-1)
 	}
-	_, r = e.apply(cfgID, spec(r0.Last+100))
+	// Outside the range: refused when the YAML is set (internal/deploy);
+	// a version another process pushed with another range fails its run.
+	outside := spec(r0.Last + 100)
+	if _, err := e.dep.Update(t.Context(), e.teamID, cfgID, deploy.Patch{YAML: &outside}); err == nil || !strings.Contains(err.Error(), "proxies.edge.port: must be within the node's port range") {
+		t.Fatalf("Update with a port outside the range = %v, want refused at proxies.edge.port", err)
+	}
+	e.dep = deploy.New(e.db, e.srvEnv.Catalog, node.PortRange{})
+	_, r = e.apply(cfgID, outside)
 	if got := e.wait(r.ID); got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "port range") {
 		t.Errorf("a port outside the range = %s %s %q; want failed validation", got.Status, got.FailureClass, got.Error)
 	}

@@ -37,6 +37,13 @@
 //     that lasts one transaction or session, while a run holds its
 //     configuration for minutes and across restarts. The run's row is the
 //     durable lock, and the index enforces it on both engines.
+//   - Claim order: of the claimable runs, one of the team with the fewest
+//     started runs leased to the claiming owner comes first, then the
+//     oldest (seq). An executor running several runs at once (its slots)
+//     so gives a free slot to the team it serves least, and a team that
+//     queued runs of many configurations cannot take them all while
+//     another team's run waits. Counted per owner, not across replicas:
+//     each process's slots are its own.
 //   - Claim is one transaction: PostgreSQL selects the candidate with
 //     FOR UPDATE SKIP LOCKED (replicas skip the row another is taking
 //     instead of queueing behind it; the READ COMMITTED re-check of a

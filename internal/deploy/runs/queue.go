@@ -51,47 +51,61 @@ func (q *Queue) Enqueue(ctx context.Context, teamID, configurationID, versionID,
 
 // insert creates a queued run and, with a key, the key's row.
 func (q *Queue) insert(ctx context.Context, teamID, configurationID, versionID, createdBy, key string) (Run, error) {
-	now := q.nowMS()
-	id := ids.New("run")
 	var r Run
-	err := q.db.Tx(ctx, func(tx *sql.Tx) error {
-		if key != "" {
-			// An expired key counts as absent: make room for it here, in
-			// the transaction that reuses it.
-			if _, err := tx.ExecContext(ctx, `DELETE FROM run_idempotency_keys
-				WHERE team_id = $1 AND idempotency_key = $2 AND created_at <= $3`,
-				teamID, key, now-KeyLifetime.Milliseconds()); err != nil {
-				return fmt.Errorf("expire idempotency key: %w", err)
-			}
-		}
-		// The version must be one of the team's configuration's: the
-		// insert copies nothing otherwise.
-		res, err := tx.ExecContext(ctx, `INSERT INTO runs
-			(id, team_id, configuration_id, version_id, status, idempotency_key, created_by, created_at, updated_at)
-			SELECT $1, c.team_id, c.id, v.id, 'queued', $2, $3, $4, $4
-			FROM configurations c JOIN configuration_versions v ON v.configuration_id = c.id
-			WHERE c.id = $5 AND c.team_id = $6 AND v.id = $7`,
-			id, nullString(key), createdBy, now, configurationID, teamID, versionID)
-		if err != nil {
-			return fmt.Errorf("insert run: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			return errors.Join(ErrConfigurationNotFound, err)
-		}
-		if key != "" {
-			if _, err := tx.ExecContext(ctx, `INSERT INTO run_idempotency_keys
-				(team_id, idempotency_key, configuration_id, run_id, created_at) VALUES ($1, $2, $3, $4, $5)`,
-				teamID, key, configurationID, id, now); err != nil {
-				return fmt.Errorf("insert idempotency key: %w", err)
-			}
-		}
-		if err := addEvent(ctx, tx, id, EventQueued, "", "Queued by "+createdBy+".", nil, now); err != nil {
-			return err
-		}
-		r, err = get(ctx, tx, teamID, id)
+	err := q.db.Tx(ctx, func(tx *sql.Tx) (err error) {
+		r, err = q.EnqueueTx(ctx, tx, teamID, configurationID, versionID, createdBy, key)
 		return err
 	})
 	return r, err
+}
+
+// EnqueueTx queues a run as Enqueue does, in the caller's transaction tx
+// on the queue's database, so that what the caller writes there (a pushed
+// version: deploy.Service.Apply) and the run commit together or not at
+// all. A replay of key is not recognised here: the key's row refuses the
+// insert (store.IsUniqueViolation), which aborts tx; the caller rolls it
+// back and reads the key's run (Replay). Errors: *validate.Error
+// (idempotency_key), ErrConfigurationNotFound.
+func (q *Queue) EnqueueTx(ctx context.Context, tx *sql.Tx, teamID, configurationID, versionID, createdBy, key string) (Run, error) {
+	if !utf8.ValidString(key) || utf8.RuneCountInString(key) > MaxIdempotencyKey {
+		return Run{}, validate.Errorf("idempotency_key", "must be 1 to %d characters of UTF-8 text", MaxIdempotencyKey)
+	}
+	now := q.nowMS()
+	id := ids.New("run")
+	if key != "" {
+		// An expired key counts as absent: make room for it here, in the
+		// transaction that reuses it.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM run_idempotency_keys
+			WHERE team_id = $1 AND idempotency_key = $2 AND created_at <= $3`,
+			teamID, key, now-KeyLifetime.Milliseconds()); err != nil {
+			return Run{}, fmt.Errorf("expire idempotency key: %w", err)
+		}
+	}
+	// The version must be one of the team's configuration's: the insert
+	// copies nothing otherwise.
+	res, err := tx.ExecContext(ctx, `INSERT INTO runs
+		(id, team_id, configuration_id, version_id, status, idempotency_key, created_by, created_at, updated_at)
+		SELECT $1, c.team_id, c.id, v.id, 'queued', $2, $3, $4, $4
+		FROM configurations c JOIN configuration_versions v ON v.configuration_id = c.id
+		WHERE c.id = $5 AND c.team_id = $6 AND v.id = $7`,
+		id, nullString(key), createdBy, now, configurationID, teamID, versionID)
+	if err != nil {
+		return Run{}, fmt.Errorf("insert run: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return Run{}, errors.Join(ErrConfigurationNotFound, err)
+	}
+	if key != "" {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO run_idempotency_keys
+			(team_id, idempotency_key, configuration_id, run_id, created_at) VALUES ($1, $2, $3, $4, $5)`,
+			teamID, key, configurationID, id, now); err != nil {
+			return Run{}, fmt.Errorf("insert idempotency key: %w", err)
+		}
+	}
+	if err := addEvent(ctx, tx, id, EventQueued, "", "Queued by "+createdBy+".", nil, now); err != nil {
+		return Run{}, err
+	}
+	return get(ctx, tx, teamID, id)
 }
 
 // Replay returns the run of the team's live idempotency key ("" for
@@ -143,20 +157,25 @@ func (q *Queue) Prune(ctx context.Context) (int64, error) {
 	return res.RowsAffected()
 }
 
-// claimSQL finds the next claimable run, oldest first: a queued run that
-// is the first open run of its configuration (no started run, no queued
-// one before it), or a started run whose lease expired at $1.
+// claimSQL finds the next claimable run: a queued run that is the first
+// open run of its configuration (no started run, no queued one before
+// it), or a started run whose lease expired at $1. Of those, a run of the
+// team with the fewest started runs leased to the claiming owner ($2)
+// comes first, then the oldest: a team that queued many runs does not
+// hold every one of a process's slots while another team's run waits.
 const claimSQL = `SELECT r.id, r.team_id, r.status, r.lease_owner FROM runs r
 	WHERE (r.status = 'queued' AND NOT EXISTS (SELECT 1 FROM runs o
 		WHERE o.configuration_id = r.configuration_id
 		AND (o.status IN ` + startedSQL + ` OR (o.status = 'queued' AND o.seq < r.seq))))
 	OR (r.status IN ` + startedSQL + ` AND r.lease_until <= $1)
-	ORDER BY r.seq LIMIT 1`
+	ORDER BY (SELECT count(*) FROM runs h
+		WHERE h.team_id = r.team_id AND h.lease_owner = $2 AND h.status IN ` + startedSQL + `), r.seq LIMIT 1`
 
 // Claim gives owner (an instance id) the next run to execute, leased
 // until now + leaseFor, or ok false when nothing is claimable. A queued
 // run is claimable when no run of its configuration is started or queued
-// before it; it becomes planning, with started_at and a run.started
+// before it; of the claimable runs, one of the team with the fewest runs
+// started under owner is taken first, then the oldest; it becomes planning, with started_at and a run.started
 // event. A started run whose lease expired is taken over as it is, with
 // a run.resumed event naming the previous owner; the executor resumes
 // it from its checkpoint.
@@ -176,7 +195,7 @@ func (q *Queue) Claim(ctx context.Context, owner string, leaseFor time.Duration)
 		var id, teamID string
 		var status Status
 		var prev sql.NullString
-		err := tx.QueryRowContext(ctx, claimSQL+lock, now).Scan(&id, &teamID, &status, &prev)
+		err := tx.QueryRowContext(ctx, claimSQL+lock, now, owner).Scan(&id, &teamID, &status, &prev)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		}

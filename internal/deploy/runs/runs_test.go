@@ -15,6 +15,7 @@ import (
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/plan"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 	"github.com/kilnhq/kiln/internal/validate"
@@ -61,7 +62,7 @@ func newEnv(t *testing.T, db *store.DB) *env {
 		t.Fatal(err)
 	}
 	c := &clock{t: time.UnixMilli(1_800_000_000_000)}
-	return &env{db: db, q: runs.New(db, runs.Options{Now: c.Now}), clock: c, cfgs: deploy.New(db, cat)}
+	return &env{db: db, q: runs.New(db, runs.Options{Now: c.Now}), clock: c, cfgs: deploy.New(db, cat, node.PortRange{})}
 }
 
 // config is a pushed configuration: its id and its latest version's.
@@ -362,6 +363,36 @@ func TestClaimTwoConfigurations(t *testing.T) {
 		}
 		e.mustClaim(t, "inst_one", b2.ID)
 		e.noClaim(t, "inst_two")
+	})
+}
+
+// TestClaimFairBetweenTeams: of the claimable runs, an owner takes one of
+// the team with the fewest runs started under it first, then the oldest;
+// runs another owner holds do not count. Before, the oldest came first,
+// so a team that queued runs of many configurations took every slot of a
+// process while another team's run waited behind them.
+func TestClaimFairBetweenTeams(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		e := newEnv(t, db)
+		a1 := e.enqueue(t, "team_a", e.config(t, "team_a", "a1"))
+		a2 := e.enqueue(t, "team_a", e.config(t, "team_a", "a2"))
+		a3 := e.enqueue(t, "team_a", e.config(t, "team_a", "a3"))
+		b1 := e.enqueue(t, "team_b", e.config(t, "team_b", "b1"))
+		b2 := e.enqueue(t, "team_b", e.config(t, "team_b", "b2"))
+
+		e.mustClaim(t, "inst_one", a1.ID) // no team has a run: the oldest
+		e.mustClaim(t, "inst_one", b1.ID) // team_a has one, team_b none
+		e.mustClaim(t, "inst_one", a2.ID) // one each: the oldest
+		// Another owner holds nothing: the oldest again.
+		e.mustClaim(t, "inst_two", a3.ID)
+		e.mustClaim(t, "inst_one", b2.ID)
+		e.noClaim(t, "inst_one")
+		// A finished run no longer counts.
+		e.finish(t, a1.ID, "inst_one")
+		a4 := e.enqueue(t, "team_a", e.config(t, "team_a", "a4"))
+		b3 := e.enqueue(t, "team_b", e.config(t, "team_b", "b3"))
+		e.mustClaim(t, "inst_one", a4.ID) // team_a has one started under inst_one, team_b two
+		e.mustClaim(t, "inst_one", b3.ID)
 	})
 }
 

@@ -32,15 +32,24 @@
 //     running, forwarding to modern for Velocity (its recommended mode) and
 //     legacy for BungeeCord and Waterfall (which do not know modern: asking
 //     for it there is an error), try to the first of servers; port is optional
-//     (0: any free port). servers is required on a proxy, engine on a
+//     (0: any free port; 1–65535 here, the node's range is checked by
+//     internal/deploy, which knows it). servers is required on a proxy, engine on a
 //     dbservice; attach may be empty.
+//   - max_connections (a dbservice's, optional): how many connections its
+//     database user may hold at once on the shared host, 1 to 100
+//     (MaxMaxConnections: a tenant must not take a host's every
+//     connection; PostgreSQL allows 100 by default), default 20
+//     (DefaultMaxConnections, internal/dbservice.MaxConnections). The
+//     default, written or not, is left out of the normalized form, so a
+//     spec written before the field keeps its hash and a dbservice applied
+//     before it is not planned as changed.
 //   - Sizes are a whole number and M, G or T, binary whatever the spelling
 //     (M, Mi, MB, MiB, either case: "2GB" is 2 GiB, as "binary units" says);
 //     a bare number is refused, since "memory: 2048" reads as megabytes to
 //     some and bytes to others.
 //   - A proxy takes a server's fields except properties (proxies read no
 //     server.properties), plus port, servers, try and forwarding. A
-//     dbservice takes engine and attach only.
+//     dbservice takes engine, attach and max_connections only.
 //   - env: keys must be variables of the profile and values fit them
 //     (catalog.Profile.Env's checks, at this spec's paths); profile
 //     defaults are not copied into the spec (a catalog update must not
@@ -61,10 +70,10 @@
 //	 "servers":{"<name>":{"software","version","memory","disk","cpu","image",
 //	            "env":{},"properties":{},"files":[{"path","content"}],"state"}},
 //	 "proxies":{"<name>":{…the server fields…,"port","servers":[],"try":[],"forwarding"}},
-//	 "dbservices":{"<name>":{"engine","attach":[]}}}
+//	 "dbservices":{"<name>":{"engine","attach":[],"max_connections"}}}
 //
-// with sizes in bytes, empty maps and lists written (never null) and
-// attach sorted. spec_hash is "sha256:" and the hex SHA-256 of its RFC 8785
+// with sizes in bytes, empty maps and lists written (never null), attach
+// sorted, and max_connections only when it is not the default (20). spec_hash is "sha256:" and the hex SHA-256 of its RFC 8785
 // canonical form (github.com/gowebpki/jcs, the Go port of the RFC's
 // reference code: sorted keys, fixed number and string forms); comments,
 // key order, whitespace, quoting and the spelling of sizes do not change

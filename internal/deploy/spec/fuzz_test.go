@@ -14,6 +14,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("version: 1\nservers:\n  a: &x {software: paper, memory: 1G}\n  b: *x\n"))
 	f.Add([]byte("version: 1\nservers: {a: {software: paper, memory: 1G, files: [{path: a/../b, content: ~}]}}\n"))
 	f.Add([]byte("{version: 1, proxies: {p: {software: velocity, memory: 1G, servers: [p], try: []}}}"))
+	f.Add([]byte("version: 1\ndbservices: {d: {engine: mariadb, max_connections: 0x14}}\n"))
 	cat := testCatalog(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Parse(data, cat)

@@ -682,7 +682,7 @@ func (p *parser) backends(n *yaml.Node, at string, isServer func(string) bool) (
 }
 
 func (p *parser) dbservice(n *yaml.Node, at string, isServer func(string) bool) (DBService, bool) {
-	fields, ok := p.mapping(n, at, "engine", "attach")
+	fields, ok := p.mapping(n, at, "engine", "attach", "max_connections")
 	if !ok {
 		return DBService{}, false
 	}
@@ -708,6 +708,12 @@ func (p *parser) dbservice(n *yaml.Node, at string, isServer func(string) bool) 
 			}
 			slices.Sort(names)
 			db.Attach = names
+			good = good && ok
+		case "max_connections":
+			db.MaxConnections, ok = p.integer(f.node, fat, 1, MaxMaxConnections)
+			if db.MaxConnections == DefaultMaxConnections {
+				db.MaxConnections = 0 // the default is normalized away
+			}
 			good = good && ok
 		}
 	}

@@ -58,7 +58,27 @@ type Proxy struct {
 type DBService struct {
 	Engine string   `json:"engine"`
 	Attach []string `json:"attach"` // sorted
+	// MaxConnections is how many connections its user may hold at once,
+	// 0 for the default (DefaultMaxConnections, which is normalized to 0:
+	// left out of the JSON, so specs written before the field keep their
+	// hash and their applied state).
+	MaxConnections int `json:"max_connections,omitempty"`
 }
+
+// Connections is the dbservice's connection limit, its default filled in.
+func (d DBService) Connections() int {
+	if d.MaxConnections == 0 {
+		return DefaultMaxConnections
+	}
+	return d.MaxConnections
+}
+
+// A dbservice's max_connections: 1 to MaxMaxConnections, by default
+// DefaultMaxConnections (internal/dbservice.MaxConnections).
+const (
+	DefaultMaxConnections = 20
+	MaxMaxConnections     = 100
+)
 
 // File is a file written into a server's root on create and update.
 type File struct {

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -218,6 +219,12 @@ func TestParseRules(t *testing.T) {
 			[]string{"dbservices.d.attach[1]: nope is not a server of this spec"}},
 		{"attach twice", srv + "dbservices:\n  d:\n    engine: postgres\n    attach: [a, a]\n",
 			[]string{"dbservices.d.attach[1]: a is listed twice"}},
+		{"max_connections too low", srv + "dbservices:\n  d:\n    engine: postgres\n    max_connections: 0\n",
+			[]string{"dbservices.d.max_connections: must be between 1 and 100"}},
+		{"max_connections too high", srv + "dbservices:\n  d:\n    engine: mariadb\n    max_connections: 101\n",
+			[]string{"dbservices.d.max_connections: must be between 1 and 100"}},
+		{"max_connections not a number", srv + "dbservices:\n  d:\n    engine: postgres\n    max_connections: \"5\"\n",
+			[]string{"dbservices.d.max_connections: must be a whole number"}},
 		{"aliases", "version: 1\nservers:\n  a: &x\n    software: paper\n    memory: 1G\n  b: *x\n",
 			[]string{"servers.a: anchors and aliases are not supported", "servers.b: anchors and aliases are not supported"}},
 		{"several at once", "version: 3\nservers:\n  a:\n    software: paper\n    memory: 1K\n    cpu: 1\n",
@@ -234,6 +241,41 @@ func TestParseRules(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMaxConnections: a dbservice's max_connections is kept when set; its
+// default (20), written or not, is left out of the normalized spec, so a
+// spec written before the field keeps its hash (the pinned one of
+// TestParseExample stays).
+func TestMaxConnections(t *testing.T) {
+	const base = "version: 1\nservers:\n  a: {software: paper, memory: 1G}\ndbservices:\n  d:\n    engine: postgres\n    attach: [a]\n"
+	hash := func(in string) (string, DBService) {
+		t.Helper()
+		s, err := Parse([]byte(in), testCatalog(t))
+		if err != nil {
+			t.Fatalf("Parse = %v", err)
+		}
+		h, err := s.Hash()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h, s.DBServices["d"]
+	}
+	none, d := hash(base)
+	if d.MaxConnections != 0 || d.Connections() != DefaultMaxConnections {
+		t.Errorf("without max_connections: %+v, Connections %d; want 0 and the default %d", d, d.Connections(), DefaultMaxConnections)
+	}
+	if def, d := hash(base + "    max_connections: 20\n"); def != none || d.MaxConnections != 0 {
+		t.Errorf("max_connections: 20 = %s %+v; want the hash without it (%s) and 0", def, d, none)
+	}
+	set, d := hash(base + "    max_connections: 50\n")
+	if set == none || d.MaxConnections != 50 || d.Connections() != 50 {
+		t.Errorf("max_connections: 50 = %s %+v; want its own hash and 50", set, d)
+	}
+	raw, _ := json.Marshal(d)
+	if want := `{"engine":"postgres","attach":["a"],"max_connections":50}`; string(raw) != want {
+		t.Errorf("JSON = %s, want %s", raw, want)
 	}
 }
 
