@@ -238,4 +238,15 @@ func TestProxyPortOutsideRange(t *testing.T) {
 	if st, out := h.sendJSON("POST", "/deployments/configurations/"+id+"/push", nil); st != 200 || out["created"] != true {
 		t.Fatalf("push of a port in the range: %d %v", st, out)
 	}
+	// Two proxies asking for one port: the second by name is refused.
+	two := fmt.Sprintf("version: 1\nservers:\n  lobby: {software: paper, memory: 1G}\nproxies:\n"+
+		"  edge: {software: velocity, memory: 1G, port: %d, servers: [lobby]}\n"+
+		"  west: {software: velocity, memory: 1G, port: %d, servers: [lobby]}\n", h.ports.First, h.ports.First)
+	st, out = h.sendJSON("POST", "/deployments/configurations", map[string]any{"name": "two", "yaml": two})
+	msg := fmt.Sprintf("%d is already asked for by proxy edge; each proxy needs a port of its own", h.ports.First)
+	want := map[string]any{"error": "proxies.west.port: " + msg, "code": "VALIDATION_ERROR",
+		"issues": []any{map[string]any{"path": "proxies.west.port", "message": msg}}}
+	if st != 400 || !reflect.DeepEqual(out, want) {
+		t.Errorf("two proxies on one port = %d %v, want 400 %v", st, out, want)
+	}
 }

@@ -36,8 +36,9 @@
 //     proxies.<name>.port at create and update, where the spec is checked,
 //     and again at push (and apply's push), since the range may have
 //     changed since the YAML was set. Without it the version passed and
-//     only its run failed. Not in internal/deploy/spec, which knows no
-//     node.
+//     only its run failed. Two proxies of one spec asking for the same
+//     port are refused there too (the second by name). Not in
+//     internal/deploy/spec, which knows no node.
 //   - Apply (apply.go) is the push and the run's enqueue in one
 //     transaction (runs.Queue.EnqueueTx in the push's): a crash or a
 //     failure between them cannot leave a pushed version that no run

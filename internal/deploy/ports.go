@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"go.yaml.in/yaml/v3"
+	yaml "go.yaml.in/yaml/v4"
 
 	"github.com/kilnhq/kiln/internal/deploy/spec"
 	"github.com/kilnhq/kiln/internal/node"
@@ -12,18 +12,28 @@ import (
 )
 
 // checkPorts adds an issue at proxies.<name>.port for each proxy whose
-// requested public port (0: none) is outside the node's game ports, and
-// reports whether there was none; the zero range checks nothing.
+// requested public port (0: none) is outside the node's game ports, or
+// asked for by another proxy of the spec too (the first by name keeps
+// it), and reports whether there was none; the zero range checks nothing.
 func (s *Service) checkPorts(c *validate.Collector, ports map[string]int) bool {
 	r := s.ports
 	if r == (node.PortRange{}) {
 		return true
 	}
 	ok := true
+	asked := map[int]string{} // port → the first proxy (by name) asking for it
 	for _, name := range slices.Sorted(maps.Keys(ports)) {
-		if p := ports[name]; p != 0 && (p < r.First || p > r.Last) {
+		p := ports[name]
+		switch {
+		case p == 0:
+		case p < r.First || p > r.Last:
 			c.Add(validate.Join("proxies", name, "port"), "must be within the node's port range %d-%d", r.First, r.Last)
 			ok = false
+		case asked[p] != "":
+			c.Add(validate.Join("proxies", name, "port"), "%d is already asked for by proxy %s; each proxy needs a port of its own", p, asked[p])
+			ok = false
+		default:
+			asked[p] = name
 		}
 	}
 	return ok
