@@ -381,7 +381,7 @@ func (s *Service) install(ctx context.Context, id string, startAfter bool) {
 }
 
 func (s *Service) installFailed(ctx context.Context, l *live, id string, cause error) {
-	reason := told(cause)
+	reason := s.tell(id, cause)
 	s.log.Warn("install failed", "server_id", id, "err", cause)
 	l.console.add("[kiln] install failed: " + reason)
 	_, err := s.db.Write().ExecContext(ctx,

@@ -159,3 +159,35 @@ func TestShutdownDuringRequests(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// TestStartErrorNamesNoHostPath: a start that fails with an error of no
+// sentence of its own (an exec error, which names the program's path on
+// the host) tells the team's console without the host's data directory.
+func TestStartErrorNamesNoHostPath(t *testing.T) {
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	dir := t.TempDir()
+	env := serverstest.New(t, db, serverstest.Options{DataDir: dir, KilnBin: dir + "/bin/kiln-gone"})
+	svc := env.Service
+	sv := newTestServer(t, svc, teamID)
+	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, svc, teamID, sv.ID, servers.StatusCrashed)
+	lines, err := svc.Console(t.Context(), teamID, sv.ID, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "[kiln] failed to start: ") {
+			failed = l
+		}
+		if strings.Contains(l, dir) {
+			t.Errorf("console line %q names the host's data dir %s", l, dir)
+		}
+	}
+	if !strings.Contains(failed, "<data dir>/bin/kiln-gone") {
+		t.Errorf("the failed start's line = %q, want it to name <data dir>/bin/kiln-gone", failed)
+	}
+}

@@ -431,7 +431,7 @@ func (s *Service) failStart(ctx context.Context, l *live, id string, err error) 
 		return
 	}
 	s.log.Warn("server failed to start", "server_id", id, "err", err)
-	l.console.add("[kiln] failed to start: " + told(err))
+	l.console.add("[kiln] failed to start: " + s.tell(id, err))
 	if err := s.setStatus(ctx, id, StatusCrashed); err != nil {
 		s.log.Error("record crash", "server_id", id, "err", err)
 	}
@@ -804,4 +804,19 @@ func told(err error) string {
 		return pe.Public()
 	}
 	return err.Error()
+}
+
+// tell is told for server id's console and install_error, with the host's
+// paths taken out of an error that has no sentence of its own (an exec or
+// file error names them): the server's root becomes "/" as the team sees
+// its files, the rest of Kiln's data dir "<data dir>".
+func (s *Service) tell(id string, err error) string {
+	msg := told(err)
+	root := s.node.Root(id)
+	msg = strings.ReplaceAll(msg, root+"/", "/")
+	msg = strings.ReplaceAll(msg, root, "/")
+	if dir := filepath.Dir(filepath.Dir(root)); len(dir) > 1 {
+		msg = strings.ReplaceAll(msg, dir, "<data dir>")
+	}
+	return msg
 }

@@ -900,7 +900,22 @@ func classify(err error) *stepError {
 	case errors.Is(err, servers.ErrEULANotAccepted):
 		return fail(runs.FailValidation, "%v", err)
 	}
-	return &stepError{class: runs.FailInternal, msg: err.Error(), transient: true}
+	if pe, ok := errors.AsType[publicError](err); ok {
+		// A runtime's, an object store's: a sentence for the team, the
+		// detail (engine socket, endpoint, host paths) for the log.
+		return &stepError{class: runs.FailInternal, msg: pe.Public(), transient: true, detail: err}
+	}
+	// Anything else may name what a team must not read (a host path, a
+	// query, a driver's message): the team reads that it failed, the log
+	// has the error.
+	return &stepError{class: runs.FailInternal, msg: "Kiln failed to do this step (an internal error; the operator's log has the detail)", transient: true, detail: err}
+}
+
+// publicError is an error that carries a sentence a team may read
+// (runtime.Error, blob.Error) besides its detail.
+type publicError interface {
+	error
+	Public() string
 }
 
 var (
