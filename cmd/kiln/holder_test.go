@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,25 +111,48 @@ func stopServer(t *testing.T, p *proc, token, id, addr string) {
 	}
 }
 
+// secondKiln is a second, different kiln binary (version v9.9.9-upgrade),
+// built once for the tests that play an upgrade, beside kilnBin.
+func secondKiln(t *testing.T) string {
+	t.Helper()
+	secondOnce.Do(func() {
+		second := filepath.Join(filepath.Dir(kilnBin), "kiln-next")
+		build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.9.9-upgrade", "-o", second, ".")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			secondErr = fmt.Errorf("build the second kiln: %v\n%s", err, out)
+			return
+		}
+		a, _ := os.ReadFile(kilnBin)
+		b, _ := os.ReadFile(second)
+		if bytes.Equal(a, b) {
+			secondErr = errors.New("the two kiln binaries are the same")
+			return
+		}
+		if out, err := exec.Command(second, "version").Output(); err != nil || string(out) != "v9.9.9-upgrade\n" {
+			secondErr = fmt.Errorf("second kiln version = %q, %v", out, err)
+			return
+		}
+		secondBin = second
+	})
+	if secondErr != nil {
+		t.Fatal(secondErr)
+	}
+	return secondBin
+}
+
+var (
+	secondOnce sync.Once
+	secondBin  string
+	secondErr  error
+)
+
 // TestUpgradeReattaches: a second, different kiln binary (another version
 // string) started on the data dir of the first re-attaches to the game
 // server the first left running: same process, console and stop through
 // it.
 func TestUpgradeReattaches(t *testing.T) {
-	second := filepath.Join(t.TempDir(), "kiln-next")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.9.9-upgrade", "-o", second, ".")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the second kiln: %v\n%s", err, out)
-	}
-	a, _ := os.ReadFile(kilnBin)
-	b, _ := os.ReadFile(second)
-	if bytes.Equal(a, b) {
-		t.Fatal("the two kiln binaries are the same")
-	}
-	if out, err := exec.Command(second, "version").Output(); err != nil || string(out) != "v9.9.9-upgrade\n" {
-		t.Fatalf("second kiln version = %q, %v", out, err)
-	}
+	second := secondKiln(t)
 
 	p, token, args := devServe(t)
 	id, addr := createServer(t, p, token, "upgraded", true)

@@ -79,7 +79,8 @@ func consoleHas(t *testing.T, addr, token, id, want string) bool {
 func testserverProcs(port string) int { return len(testserverPIDs(port)) }
 
 // TestKillNineRecovers kills `kiln serve` with SIGKILL while a server runs,
-// starts it again on the same data and checks that the server ran on and
+// starts another kiln binary on the same data (an upgrade: a different
+// version) and checks that the server ran on and
 // is re-adopted, never orphaned, never twice: on the process runtime the
 // game server outlives kiln under its holder (the same process after, a
 // line it printed while kiln was down in the console, a stop through the
@@ -201,7 +202,11 @@ func killNineRecovers(t *testing.T, rt string) {
 		sayInContainer(t, cli, before, "printed while kiln was down")
 	}
 
-	p2 := startServe(t, args...)
+	// The next kiln is another binary: an upgrade after a kill -9.
+	p2 := startServeOf(t, secondKiln(t), args...)
+	if !strings.Contains(p2.Stderr(), "version=v9.9.9-upgrade") {
+		t.Errorf("the kiln started after the kill is not the second binary:\n%s", p2.Stderr())
+	}
 	waitServer(t, p2.addr, token, id, "running")
 	ctx, cancel = context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

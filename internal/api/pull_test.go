@@ -11,14 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnhq/kiln/internal/eventually"
 	"github.com/kilnhq/kiln/internal/netguard/netguardtest"
 )
 
 // waitDownload polls the list until the download is no longer active.
 func (h *harness) waitDownload(id, dl string) map[string]any {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	return eventually.Value(h.t, eventually.Within, "download "+dl+" finished", func() (map[string]any, bool, string) {
 		st, body := h.files("GET", id, "pull", nil)
 		if st != 200 {
 			h.t.Fatalf("list downloads: %d %s", st, body)
@@ -26,13 +26,11 @@ func (h *harness) waitDownload(id, dl string) map[string]any {
 		for _, d := range mustJSON(body)["downloads"].([]any) {
 			d := d.(map[string]any)
 			if d["identifier"] == dl && d["status"] != "queued" && d["status"] != "running" {
-				return d
+				return d, true, ""
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	h.t.Fatalf("download %s never finished", dl)
-	return nil
+		return nil, false, string(body)
+	})
 }
 
 func TestPullDownloads(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/kilnhq/kiln/internal/eventually"
 	"github.com/kilnhq/kiln/internal/slp"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
@@ -24,22 +26,14 @@ import (
 // waitStatus polls GET /servers/{id} until the server has status want.
 func (h *harness) waitStatus(id, want string) map[string]any {
 	h.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last []byte
-	for time.Now().Before(deadline) {
+	return eventually.Value(h.t, eventually.Within, fmt.Sprintf("server %s %q", id, want), func() (map[string]any, bool, string) {
 		st, _, body := h.do("GET", Prefix+"/servers/"+id, h.token, nil)
 		if st != 200 {
 			h.t.Fatalf("GET server: %d %s", st, body)
 		}
 		sv := mustJSON(body)["server"].(map[string]any)
-		if sv["status"] == want {
-			return sv
-		}
-		last = body
-		time.Sleep(50 * time.Millisecond)
-	}
-	h.t.Fatalf("server %s never reached %q; last answer %s", id, want, last)
-	return nil
+		return sv, sv["status"] == want, "last answer " + string(body)
+	})
 }
 
 func (h *harness) postJSON(path string, v any) (int, []byte) {
@@ -296,18 +290,13 @@ func TestServerLifecycle(t *testing.T) {
 
 func waitConsole(t *testing.T, h *harness, id, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually.True(t, eventually.Within, fmt.Sprintf("the console showing %q", want), func() (bool, string) {
 		st, _, body := h.do("GET", Prefix+"/servers/"+id+"/console?size=500", h.token, nil)
 		if st != 200 {
 			t.Fatalf("console: %d %s", st, body)
 		}
-		if bytes.Contains(body, []byte(want)) {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("console never showed %q", want)
+		return bytes.Contains(body, []byte(want)), string(body)
+	})
 }
 
 // sseEvents reads "event data" pairs of a text/event-stream body.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kilnhq/kiln/internal/eventually"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
@@ -31,21 +33,15 @@ func (h *harness) readySnapshot(id, name string) string {
 // waitSnapshot polls a snapshot until its status is final.
 func (h *harness) waitSnapshot(id string) map[string]any {
 	h.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	return eventually.Value(h.t, eventually.Within, "snapshot "+id+" ready or failed", func() (map[string]any, bool, string) {
 		st, out := h.sendJSON("GET", "/snapshots/"+id, nil)
 		if st != 200 {
 			h.t.Fatalf("GET snapshot: %d %v", st, out)
 		}
 		snap := out["snapshot"].(map[string]any)
-		if s := snap["status"]; s == "ready" || s == "failed" {
-			return snap
-		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("snapshot %s still %v", id, snap["status"])
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		s := snap["status"]
+		return snap, s == "ready" || s == "failed", fmt.Sprintf("still %v", s)
+	})
 }
 
 // TestSnapshotsAPI, on both stores, through the API as a client drives

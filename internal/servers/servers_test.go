@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/eventually"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -54,21 +55,17 @@ func team(t *testing.T, db *store.DB) string {
 // waitFor polls the server until cond holds; it fails after 30 s.
 func waitFor(t *testing.T, svc *servers.Service, teamID, id, what string, cond func(servers.Server) bool) servers.Server {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var sv servers.Server
-	var err error
-	for time.Now().Before(deadline) {
-		if sv, err = svc.Get(t.Context(), teamID, id); err != nil {
+	return eventually.Value(t, eventually.Within, "server "+id+" "+what, func() (servers.Server, bool, string) {
+		sv, err := svc.Get(t.Context(), teamID, id)
+		if err != nil {
 			t.Fatalf("Get(%s) = %v", id, err)
 		}
 		if cond(sv) {
-			return sv
+			return sv, true, ""
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	console, _ := svc.Console(t.Context(), teamID, id, 50)
-	t.Fatalf("server %s: never %s; last status %q, install_error %v\nconsole:\n%s", id, what, sv.Status, sv.InstallError, strings.Join(console, "\n"))
-	return sv
+		console, _ := svc.Console(t.Context(), teamID, id, 50)
+		return sv, false, fmt.Sprintf("last status %q, install_error %v\nconsole:\n%s", sv.Status, sv.InstallError, strings.Join(console, "\n"))
+	})
 }
 
 func waitStatus(t *testing.T, svc *servers.Service, teamID, id, status string) servers.Server {
@@ -78,22 +75,16 @@ func waitStatus(t *testing.T, svc *servers.Service, teamID, id, status string) s
 
 func waitConsole(t *testing.T, svc *servers.Service, teamID, id, want string, times int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var lines []string
-	for time.Now().Before(deadline) {
-		lines, _ = svc.Console(t.Context(), teamID, id, 2000)
+	eventually.True(t, eventually.Within, fmt.Sprintf("the console showing %q %d times", want, times), func() (bool, string) {
+		lines, _ := svc.Console(t.Context(), teamID, id, 2000)
 		n := 0
 		for _, l := range lines {
 			if strings.Contains(l, want) {
 				n++
 			}
 		}
-		if n >= times {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("console never showed %q %d times:\n%s", want, times, strings.Join(lines, "\n"))
+		return n >= times, "console:\n" + strings.Join(lines, "\n")
+	})
 }
 
 func runtimeRef(t *testing.T, db *store.DB, id string) string {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/eventually"
 	"github.com/kilnhq/kiln/internal/ids"
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
@@ -15,20 +16,13 @@ import (
 // waitRestore polls a restore's record until it is done or failed.
 func (e *svcEnv) waitRestore(id string) RestoreRecord {
 	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	return eventually.Value(e.t, eventually.Within, "restore "+id+" done or failed", func() (RestoreRecord, bool, string) {
 		r, err := e.svc.GetRestore(e.t.Context(), e.team, id)
 		if err != nil {
 			e.t.Fatalf("GetRestore(%s) = %v", id, err)
 		}
-		if r.Status == RestoreDone || r.Status == RestoreFailed {
-			return r
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("restore %s still %s after 60 s", id, r.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return r, r.Status == RestoreDone || r.Status == RestoreFailed, "still " + r.Status
+	})
 }
 
 // TestRestoreRecords: a restore has a record from its acceptance on

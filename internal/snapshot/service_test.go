@@ -21,6 +21,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/blob/blobtest"
+	"github.com/kilnhq/kiln/internal/eventually"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
@@ -99,20 +100,13 @@ func (e *svcEnv) write(id string, files map[string]string) {
 
 func (e *svcEnv) waitServer(id string, cond func(servers.Server) bool) servers.Server {
 	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	return eventually.Value(e.t, eventually.Within, "server "+id+" as awaited", func() (servers.Server, bool, string) {
 		sv, err := e.srv.Get(e.t.Context(), e.team, id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if cond(sv) {
-			return sv
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("server %s: still %s", id, sv.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return sv, cond(sv), "still " + sv.Status
+	})
 }
 
 // take creates a snapshot of server id and waits for it to be ready (or
@@ -139,20 +133,13 @@ func (e *svcEnv) wait(id string) Snapshot {
 // finalOf waits until snapshot id is ready or failed.
 func (e *svcEnv) finalOf(id string) Snapshot {
 	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	return eventually.Value(e.t, eventually.Within, "snapshot "+id+" ready or failed", func() (Snapshot, bool, string) {
 		s, err := e.svc.Get(e.t.Context(), e.team, id)
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		if s.Status == StatusReady || s.Status == StatusFailed {
-			return s
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("snapshot %s still %s after 60 s", id, s.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return s, s.Status == StatusReady || s.Status == StatusFailed, "still " + s.Status
+	})
 }
 
 func (e *svcEnv) count(q string, args ...any) int {
