@@ -1,16 +1,20 @@
 package servers_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store/storetest"
@@ -170,21 +174,36 @@ func TestReadingRefusesReinstall(t *testing.T) {
 func TestHeldServerStopsAndStaysDown(t *testing.T) {
 	db := storetest.SQLite(t)
 	teamID := team(t, db)
-	env := serverstest.New(t, db, serverstest.Options{Servers: servers.Options{RestartBackoff: 50 * time.Millisecond}})
+	// Every process start goes through the runtime: one begun while the
+	// test says the server must stay down (from the point the hold is
+	// sure to refuse starts until its release) is recorded, whenever it
+	// happens; the service's stop at the end waits for every start still
+	// pending, so the record is whole when it is read.
+	rt := &startWatch{Runtime: runtime.NewProcess(slog.New(slog.NewTextHandler(t.Output(), nil)))}
+	env := serverstest.New(t, db, serverstest.Options{Runtime: rt, Servers: servers.Options{RestartBackoff: 50 * time.Millisecond}})
 	svc := env.Service
 	ctx := t.Context()
 	sv := newTestServer(t, svc, teamID)
+	defer func() {
+		env.Stop()
+		if got := rt.during.Load(); got != 0 {
+			t.Errorf("%d process(es) started while the server was held and stopped (last: %s)", got, rt.last.Load())
+		}
+	}()
 	stillDown := func(what string) {
 		t.Helper()
-		for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			got, err := svc.Get(ctx, teamID, sv.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got.Status == servers.StatusStarting || got.Status == servers.StatusRunning || runtimeRef(t, db, sv.ID) != "" {
-				t.Fatalf("%s: the held server is %s (runtime_ref %q), want no process", what, got.Status, runtimeRef(t, db, sv.ID))
-			}
+		rt.down.Store(&what)
+		got, err := svc.Get(ctx, teamID, sv.ID)
+		if err != nil {
+			t.Fatal(err)
 		}
+		if got.Status == servers.StatusStarting || got.Status == servers.StatusRunning || runtimeRef(t, db, sv.ID) != "" {
+			t.Fatalf("%s: the held server is %s (runtime_ref %q), want no process", what, got.Status, runtimeRef(t, db, sv.ID))
+		}
+	}
+	release := func(h *servers.Held) {
+		rt.down.Store(nil)
+		h.Release()
 	}
 
 	// A crash while held: the automatic restart does not start it.
@@ -209,7 +228,7 @@ func TestHeldServerStopsAndStaysDown(t *testing.T) {
 	if was, err := held.Stop(ctx); err != nil || was {
 		t.Errorf("Stop of a crashed server = %v, %v; want false (it is not started again)", was, err)
 	}
-	held.Release()
+	release(held)
 
 	// A running server: stopped, reported running.
 	if err := svc.Power(ctx, teamID, sv.ID, "start"); err != nil {
@@ -224,7 +243,7 @@ func TestHeldServerStopsAndStaysDown(t *testing.T) {
 		t.Fatalf("Stop of a running server = %v, %v; want true", was, err)
 	}
 	stillDown("after Stop")
-	held.Release()
+	release(held)
 	waitStatus(t, svc, teamID, sv.ID, servers.StatusOffline)
 
 	// A start asked for just before the hold, in rounds (its process may
@@ -241,7 +260,7 @@ func TestHeldServerStopsAndStaysDown(t *testing.T) {
 			t.Fatalf("round %d: Stop after a start = %v, %v; want true (it was asked to run)", round, was, err)
 		}
 		stillDown(fmt.Sprintf("round %d", round))
-		held.Release()
+		release(held)
 		waitFor(t, svc, teamID, sv.ID, "offline or crashed", func(s servers.Server) bool {
 			return s.Status == servers.StatusOffline || s.Status == servers.StatusCrashed
 		})
@@ -266,7 +285,7 @@ func TestHeldServerStopsAndStaysDown(t *testing.T) {
 			t.Fatalf("restart round %d: Stop after a restart = %v, %v; want true", round, was, err)
 		}
 		stillDown(fmt.Sprintf("restart round %d", round))
-		held.Release()
+		release(held)
 		waitFor(t, svc, teamID, sv.ID, "offline", func(s servers.Server) bool { return s.Status == servers.StatusOffline })
 	}
 }
@@ -401,4 +420,21 @@ func TestReaderSeesBatches(t *testing.T) {
 	if c := r.Changed(); c != servers.Unchanged {
 		t.Fatalf("Changed after the batch and Again = %v", c)
 	}
+}
+
+// startWatch is a runtime that counts the starts begun while down names
+// a phase in which the server must stay down.
+type startWatch struct {
+	runtime.Runtime
+	down   atomic.Pointer[string]
+	during atomic.Int32
+	last   atomic.Value // string
+}
+
+func (w *startWatch) Start(ctx context.Context, spec runtime.Spec, console func(string)) (runtime.Instance, error) {
+	if phase := w.down.Load(); phase != nil {
+		w.during.Add(1)
+		w.last.Store(*phase)
+	}
+	return w.Runtime.Start(ctx, spec, console)
 }
