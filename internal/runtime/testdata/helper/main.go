@@ -65,6 +65,25 @@ func run(arg string) bool {
 			os.Exit(2)
 		}
 		fmt.Println(cmd, c.Process.Pid)
+	case "write":
+		// A file the game leaves for whoever may read it (0644), with
+		// its pid in it.
+		if err := os.WriteFile(val, []byte("from "+strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			fmt.Println("write error:", err)
+			break
+		}
+		if err := os.Chmod(val, 0o644); err != nil {
+			fmt.Println("write error:", err)
+			break
+		}
+		fmt.Println("wrote", val)
+	case "read":
+		b, err := os.ReadFile(val)
+		if err != nil {
+			fmt.Printf("read %s: error %v\n", val, err)
+			break
+		}
+		fmt.Printf("read %s: %s\n", val, b)
 	case "env":
 		fmt.Println(val + "=" + os.Getenv(val))
 	case "exit":
