@@ -121,6 +121,9 @@ func sandboxExec() error {
 	if l.Path == "" || len(l.Argv) == 0 || !filepath.IsAbs(l.Dir) {
 		return errors.New("read the launch: no command or no root")
 	}
+	if l.UID == 0 || l.GID == 0 {
+		return errors.New("read the launch: a server's user is never root")
+	}
 	exe := l.Path
 	if !filepath.IsAbs(exe) {
 		exe = filepath.Join(l.Dir, exe)
