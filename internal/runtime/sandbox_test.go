@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -276,10 +275,6 @@ func TestSandboxRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("SKIP USERS SUITE: users of their own and mount namespaces need root")
 	}
-	capsh, err := exec.LookPath("capsh")
-	if err != nil {
-		t.Skip("capsh (libcap2-bin) is not installed")
-	}
 	// Without a sandbox the users must pass through the directories the
 	// tests made 0700 to reach the helper and their roots.
 	for _, d := range []string{filepath.Dir(helper), filepath.Dir(t.TempDir())} {
@@ -288,11 +283,11 @@ func TestSandboxRefused(t *testing.T) {
 		}
 	}
 	rec := &records{}
-	// capsh drops CAP_SYS_ADMIN from the bounding set, then bash
-	// executes the trampoline, which has it no more.
+	// The helper drops CAP_SYS_ADMIN from its bounding set and executes
+	// the trampoline, which has it no more.
 	p := NewProcessWith(slog.New(rec), ProcessOptions{
 		Holder: []string{shim, "shim"}, StateDir: t.TempDir(),
-		Sandbox: []string{capsh, "--drop=cap_sys_admin", "--", "-c", `exec "$0" "$@"`, shim, "sandbox-exec"},
+		Sandbox: []string{helper, "nosysadmin", shim, "sandbox-exec"},
 	})
 	t.Cleanup(func() { p.Close() })
 	_, a := startAsUser(t, p, 239903)
@@ -312,5 +307,56 @@ func TestSandboxRefused(t *testing.T) {
 	errs := rec.at(slog.LevelError)
 	if len(errs) != 1 || !strings.HasPrefix(errs[0], "game servers share the host's /tmp and /dev/shm: this host refuses") {
 		t.Errorf("errors logged: %q; want one saying that servers share the host's /tmp", errs)
+	}
+}
+
+// TestSandboxStartErrors: a start through the sandbox that cannot run
+// the game fails Start with the reason (the trampoline's, read before
+// Start returns), as without one, and leaves no cgroup behind.
+func TestSandboxStartErrors(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("SKIP USERS SUITE: users of their own and mount namespaces need root")
+	}
+	p := NewProcessWith(quietLog(), ProcessOptions{Sandbox: []string{shim, "sandbox-exec"}})
+	t.Cleanup(func() { p.Close() })
+	tests := []struct {
+		name string
+		edit func(*Spec)
+		want string
+	}{
+		{"missing binary", func(s *Spec) { s.Argv = []string{"/nonexistent/kiln-test-server"} },
+			"start in the sandbox: exec /nonexistent/kiln-test-server: no such file or directory"},
+		{"binary not in PATH", func(s *Spec) { s.Argv = []string{"kiln-test-no-such-command"} },
+			`exec: "kiln-test-no-such-command": executable file not found in $PATH`},
+		// os/exec names the command for a working directory it cannot
+		// enter: the trampoline here, the game without a sandbox.
+		{"missing root", func(s *Spec) { s.Root = "/nonexistent/kiln-test-root" },
+			"no such file or directory"},
+		{"root not the user's", func(s *Spec) { os.Chown(s.Root, 0, 0) },
+			"start in the sandbox: enter the server's root: permission denied"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := testSpec(t)
+			spec.User = &User{UID: 239905, GID: 239905}
+			if err := os.Chown(spec.Root, 239905, 239905); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(spec.Root, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			tt.edit(&spec)
+			inst, err := p.Start(t.Context(), spec, func(string) {})
+			if err == nil {
+				_ = inst.Kill()
+				t.Fatalf("Start(%q in %s) = nil error, want one", spec.Argv, spec.Root)
+			}
+			if !strings.HasSuffix(err.Error(), tt.want) {
+				t.Errorf("Start(%q in %s) = %v, want …%s", spec.Argv, spec.Root, err, tt.want)
+			}
+			if h := p.cgroups(t.Context()); h != nil {
+				wantGone(t, h.cgroup(spec.ServerID))
+			}
+		})
 	}
 }

@@ -16,4 +16,7 @@
 //	env:<name>   prints "<name>=<its value>"
 //	exit:<code>  exits with code
 //	hold         blocks until killed
+//
+// "helper nosysadmin ARGV…" executes ARGV without CAP_SYS_ADMIN instead
+// (a trampoline refused its mounts, as in a container without it).
 package main
