@@ -83,6 +83,10 @@ func RunSandbox(args []string) error {
 	// death signal and no_new_privs belong to a thread, and the exec
 	// must be made by the thread that has them.
 	goruntime.LockOSThread()
+	// Started by hand, it would mount on the host's /tmp.
+	if err := ownMountNS(); err != nil {
+		return err
+	}
 	if len(args) == 1 && args[0] == sandboxProbeArg {
 		return mountSandbox(nil)
 	}
@@ -97,6 +101,23 @@ func RunSandbox(args []string) error {
 	_, _ = io.WriteString(status, err.Error())
 	status.Close()
 	return err
+}
+
+// ownMountNS fails unless this process is in another mount namespace
+// than its parent: the one it was cloned into.
+func ownMountNS() error {
+	self, err := os.Readlink("/proc/self/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("read the mount namespace: %w", err)
+	}
+	parent, err := os.Readlink("/proc/" + strconv.Itoa(os.Getppid()) + "/ns/mnt")
+	if err != nil {
+		return fmt.Errorf("read the parent's mount namespace: %w", err)
+	}
+	if self == parent {
+		return errors.New("kiln sandbox-exec runs in a mount namespace of its own, started by kiln serve, not by hand")
+	}
+	return nil
 }
 
 // isPipe reports whether descriptor fd is open on a pipe.
@@ -161,10 +182,8 @@ func sandboxExec() error {
 	if err := unix.Chdir(l.Dir); err != nil {
 		return fmt.Errorf("enter the server's root: %w", err)
 	}
-	if err := syscall.Exec(l.Path, l.Argv, l.Env); err != nil {
-		return fmt.Errorf("exec %s: %w", l.Path, err)
-	}
-	return nil
+	err = syscall.Exec(l.Path, l.Argv, l.Env) // returns only on a failure
+	return fmt.Errorf("exec %s: %w", l.Path, err)
 }
 
 // mountSandbox makes the mount tree private and mounts the sandbox's
