@@ -48,8 +48,10 @@
 // (runtime.StopHeld), not to kiln serve, which has no local control
 // channel and would take the stops for crashes: it takes the data dir's
 // lock, so it refuses while kiln serve runs and keeps one from starting
-// meanwhile, and needs no database. kiln shim (a holder) and kiln
-// testserver (the kiln-test game) are hidden: kiln serve runs them.
+// meanwhile, and needs no database. kiln shim (a holder), kiln
+// sandbox-exec (the trampoline that gives a game server with a user of
+// its own a private /tmp, runtime.RunSandbox) and kiln testserver (the
+// kiln-test game) are hidden: kiln serve runs them.
 package main
 
 import (
@@ -162,6 +164,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return testServer(ctx, args[1:], stdout, stderr)
 	case "shim":
 		return shim(ctx, args[1:])
+	case "sandbox-exec":
+		return sandboxExec(args[1:])
 	case "ping":
 		return ping(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":

@@ -848,6 +848,7 @@ func openRuntime(ctx context.Context, cfg serveConfig, stopGrace time.Duration, 
 	if cfg.Runtime == "process" {
 		p := runtime.NewProcessWith(log, runtime.ProcessOptions{
 			Holder: []string{"/proc/self/exe", "shim"}, StateDir: filepath.Join(cfg.DataDir, "run"),
+			Sandbox: []string{"/proc/self/exe", "sandbox-exec"},
 		})
 		return p, self, func() { p.Close() }, nil
 	}

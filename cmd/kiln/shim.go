@@ -14,3 +14,13 @@ import (
 func shim(ctx context.Context, args []string) error {
 	return runtime.RunHolder(ctx, args, buildVersion(), os.Stdin, os.Stdout, os.Stderr)
 }
+
+// sandboxExec is the trampoline a game server with a user of its own
+// starts through (runtime.RunSandbox): kiln, or the server's holder,
+// starts `kiln sandbox-exec` as root in a mount namespace of its own; it
+// mounts the server's private /tmp and /dev/shm, becomes the server's
+// user and executes the game in its place. Hidden from the usage text,
+// like shim.
+func sandboxExec(args []string) error {
+	return runtime.RunSandbox(args)
+}

@@ -63,9 +63,10 @@ func readAs(t *testing.T, uid, gid uint32, path string) string {
 }
 
 // TestServersRunAsTheirOwnUsers: kiln serve as root on the process
-// runtime runs each server as a user of its own, with no_new_privs, and
-// what one server's code can do as its user: read its own files, and not
-// another team's server's files, that server's environment
+// runtime runs each server as a user of its own, with no_new_privs and a
+// /tmp and /dev/shm of its own, and what one server's code can do as its
+// user: read its own files, and not another team's server's files, nor
+// what it left in its /tmp, that server's environment
 // (/proc/<pid>/environ), kiln's database or its secret key (EACCES).
 // Files written through the API belong to the server's user, and the
 // servers' users reach the node's game ports but not the host's other
@@ -173,6 +174,35 @@ func TestServersRunAsTheirOwnUsers(t *testing.T) {
 			t.Errorf("a's user reading %s: %q; want Permission denied", path, e)
 		}
 	}
+	// The /tmp wall: each server has a /tmp and a /dev/shm of its own
+	// (a mount namespace with fresh tmpfs): a file a's code leaves there
+	// for anyone to read (0644), here put through a's root as the game
+	// sees it, is in neither b's nor the host's.
+	hostNS, _ := os.Readlink("/proc/self/ns/mnt")
+	nsA, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", a.pid))
+	nsB, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", b.pid))
+	if nsA == hostNS || nsB == hostNS || nsA == nsB {
+		t.Errorf("mount namespaces: a %q, b %q, the host %q; want one of its own each", nsA, nsB, hostNS)
+	}
+	for _, dir := range []string{"/tmp", "/dev/shm"} {
+		name := fmt.Sprintf("kiln-left-by-%s", a.id)
+		inA := fmt.Sprintf("/proc/%d/root%s/%s", a.pid, dir, name)
+		t.Cleanup(func() { os.Remove(filepath.Join(dir, name)) }) // only if the wall is broken
+		must0(os.WriteFile(inA, []byte("a's secret"), 0o644))
+		must0(os.Chown(inA, int(a.uid), int(a.gid)))
+		if e := readAs(t, a.uid, a.gid, inA); e != "" {
+			t.Errorf("a cannot read its own %s/%s: %s", dir, name, e)
+		}
+		for who, path := range map[string]string{
+			"b":        fmt.Sprintf("/proc/%d/root%s/%s", b.pid, dir, name),
+			"the host": filepath.Join(dir, name),
+		} {
+			if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("%s sees the file a left in its %s (%s): %v", who, dir, path, err)
+			}
+		}
+	}
+
 	// The network wall: a's code reaches b's game port, not Kiln's API,
 	// not another port of the host (b's RCON, say), not the host's other
 	// addresses (Docker's bridge); kiln itself is not limited.

@@ -12,6 +12,9 @@
 // business; a runtime only reports exits and output. A holder never
 // outlives its game's collection, never lets its game outlive it, never
 // reads the server's root, and never listens anywhere but its socket.
+// The sandbox's trampoline never changes a mount of the host's (its own
+// namespace, made private before anything is mounted), never runs
+// anything but the game, and never executes it as root.
 //
 // Decisions for both runtimes:
 //   - HOME: Spec.Env without HOME gets HOME set to the server root as the
@@ -41,7 +44,8 @@
 //     socket. The holder runs as kiln's user and starts the game exactly as
 //     kiln starts a child (spawn: the server's uid and gid, no
 //     supplementary groups, no_new_privs, its own process group, its cgroup
-//     by CLONE_INTO_CGROUP or moved there, its root as working directory),
+//     by CLONE_INTO_CGROUP or moved there, its root as working directory,
+//     its private /tmp through the sandbox),
 //     with SIGKILL as the parent-death signal relative to the holder: a game
 //     never outlives its holder, so a holder gone is a game gone. The holder
 //     stays in kiln's cgroup, not the server's: its memory and threads do
@@ -103,6 +107,51 @@
 //     ErrNotAdoptable; the caller restarts.
 //   - Console output lines are capped at 8 KiB (longer lines are split) so
 //     a runaway server cannot make Kiln buffer without bound.
+//   - Private /tmp (sandbox.go; ProcessOptions.Sandbox, kiln serve's
+//     `/proc/self/exe sandbox-exec`). A server with a user of its own
+//     (Spec.User: kiln runs as root) gets a mount namespace of its own in
+//     which /tmp (64 MiB, exec allowed: a JVM loads native libraries it
+//     unpacks there) and /dev/shm (16 MiB, noexec) are fresh tmpfs, both
+//     nosuid,nodev, mode 1777, as the docker runtime gives a container:
+//     one team's code cannot read what another's (or kiln, or the host's
+//     software) leaves there, nor fill them for all, and their pages are
+//     charged to the server's memory cgroup. A server without a user of
+//     its own shares kiln's user, and so its /tmp: no sandbox.
+//     os/exec runs nothing between clone and exec, and an unshare and
+//     mounts on a thread of kiln would go back to the pool with it (and
+//     the parent-death signal is tied to the thread that started the
+//     child), so the game starts through a trampoline, RunSandbox, of
+//     this same binary: started as root with CLONE_NEWNS (in the server's
+//     cgroup, UseCgroupFD, in its process group, with the parent-death
+//     signal and no_new_privs as any child), its environment empty, its
+//     launch (command as exec.Command found it, argv, environment, root,
+//     uid, gid) on descriptor 3, never on its command line. It makes /
+//     rprivate (MS_REC|MS_PRIVATE: nothing propagates either way),
+//     mounts the tmpfs, drops the supplementary groups, sets the gid and
+//     the uid, sets the parent-death signal again (setuid clears it) and
+//     ends if its parent is gone by then, sets no_new_privs, enters the
+//     root anew (the inherited working directory may lie in the host's
+//     /tmp, and ".." from it would lead back there) and executes the
+//     game (syscall.Exec): the game is the process started, same pid,
+//     same console pipes. A failure before the exec is written on
+//     descriptor 4, closed by the exec: Start reads it to its end, so it
+//     returns once the game runs, or fails with the trampoline's reason.
+//     A root or a command below /tmp or /dev/shm (a data dir there) is
+//     held open before the tmpfs covers it and bound back at its path,
+//     below directories made 0711; nothing else of the host's below them
+//     is seen. Holders run the same trampoline (their launch carries it;
+//     /proc/self/exe is then the holder's binary, kiln's).
+//     Where the host refuses it (a container without CAP_SYS_ADMIN, an
+//     AppArmor or seccomp profile against mount): servers still start,
+//     without a sandbox, and one error is logged. Decided so because
+//     the same host refuses it for every server: a refusal would stop
+//     every server of a kiln run in such a container, where today they
+//     run, isolated by their users; the uid wall holds either way, and
+//     the cgroups, which the same hosts often lack, are treated the same.
+//     The host is probed once, at the first start with a user
+//     (`sandbox-exec --probe` in a mount namespace: the mounts only);
+//     once it passed, a trampoline that fails is that server's start
+//     failing, with its reason.
 //
 // Limits of the process runtime. Memory is capped by the JVM flags (the
 // servers package sizes the heap below Spec.MemoryMB) and, where the host

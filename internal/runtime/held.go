@@ -50,8 +50,9 @@ func (p *Process) startHeld(ctx context.Context, spec Spec, console func(string)
 	// kiln never made): its game ends first, so that the server never
 	// runs twice.
 	p.endHolder(ctx, dir, spec.ServerID)
+	sandbox := p.sandboxFor(ctx, spec)
 	cg := p.newCgroup(ctx, spec)
-	rep, err := p.launchHolder(ctx, dir, spec, cg)
+	rep, err := p.launchHolder(ctx, dir, spec, cg, sandbox)
 	if err != nil {
 		if cg != nil {
 			_ = cg.remove()
@@ -76,9 +77,9 @@ func (p *Process) startHeld(ctx context.Context, spec Spec, console func(string)
 // launchHolder runs the holder command for dir, gives it the launch and
 // reads its report. The command starts the holder and exits (RunHolder),
 // so the holder is no child of kiln's and nothing is left to reap.
-func (p *Process) launchHolder(ctx context.Context, dir string, spec Spec, cg *cgroup) (holderStarted, error) {
+func (p *Process) launchHolder(ctx context.Context, dir string, spec Spec, cg *cgroup, sandbox []string) (holderStarted, error) {
 	l := holderLaunch{ServerID: spec.ServerID, Root: spec.Root, Argv: spec.Argv, Env: spec.Env, User: spec.User,
-		StopCommand: cmp.Or(spec.StopCommand, "stop")}
+		StopCommand: cmp.Or(spec.StopCommand, "stop"), Sandbox: sandbox}
 	if cg != nil {
 		l.Cgroup = &launchCgroup{V2: cg.host.v2, Kiln: cg.host.kiln, CloneInto: !cg.host.noCloneInto.Load()}
 	}

@@ -131,7 +131,7 @@ func startHolder(dir, version string, stdin io.Reader, log *slog.Logger) (*holde
 		host.noCloneInto.Store(!l.Cgroup.CloneInto)
 		cg = host.cgroup(l.ServerID)
 	}
-	c, cg, notes, err := spawn(spec, cg)
+	c, cg, notes, err := spawn(spec, cg, l.Sandbox)
 	if err != nil {
 		ln.Close()
 		_ = os.Remove(filepath.Join(dir, holderSocket))

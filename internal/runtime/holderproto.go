@@ -135,6 +135,9 @@ type holderLaunch struct {
 	User        *User         `json:"user,omitempty"`
 	StopCommand string        `json:"stop_command"`
 	Cgroup      *launchCgroup `json:"cgroup,omitempty"` // nil: none
+	// Sandbox is the trampoline the game starts through (User set;
+	// ProcessOptions.Sandbox, probed by kiln); nil: none.
+	Sandbox []string `json:"sandbox,omitempty"`
 }
 
 // launchCgroup is the server's cgroup, made with its limits by kiln.

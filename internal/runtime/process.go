@@ -32,6 +32,9 @@ type Process struct {
 	probe sync.Once
 	cg    *cgroupHost // nil: servers run without cgroup limits
 
+	sandboxProbe sync.Once
+	sandboxCmd   []string // nil: no sandbox (none configured, or the host refuses it)
+
 	mu      sync.Mutex
 	closed  bool
 	held    map[*heldInstance]struct{} // attached to their holders (held.go)
@@ -54,6 +57,13 @@ type ProcessOptions struct {
 	// directory only kiln's user can enter: whoever reaches a holder's
 	// socket commands its server. Required with Holder.
 	StateDir string
+	// Sandbox is the command of the trampoline (RunSandbox; kiln serve
+	// passes /proc/self/exe sandbox-exec) that a server with a user of
+	// its own (Spec.User) starts through, to get a private /tmp and
+	// /dev/shm (doc.go, "Private /tmp"). It is run by the process that
+	// starts the game, kiln or its holder: both are the same binary.
+	// Empty: no sandbox, servers share the host's /tmp.
+	Sandbox []string
 }
 
 // NewProcess returns the process runtime with the default options.
@@ -96,6 +106,35 @@ func (p *Process) cgroups(ctx context.Context) *cgroupHost {
 	return p.cg
 }
 
+// sandbox returns the trampoline servers with a user of their own start
+// through, probing the host at the first call; nil when there is none:
+// none configured, or the host refuses mount namespaces or the mounts
+// (logged once, loudly: those servers share the host's /tmp).
+func (p *Process) sandbox(ctx context.Context) []string {
+	if len(p.opts.Sandbox) == 0 {
+		return nil
+	}
+	p.sandboxProbe.Do(func() {
+		if err := probeSandbox(p.opts.Sandbox); err != nil {
+			p.log.ErrorContext(ctx, "game servers share the host's /tmp and /dev/shm: this host refuses kiln a mount namespace with tmpfs of their own (a container without CAP_SYS_ADMIN, an AppArmor or seccomp profile that forbids mounts); one team's code can read what another's leaves there and fill them for all",
+				"err", err)
+			return
+		}
+		p.log.InfoContext(ctx, "game servers with users of their own get a private /tmp and /dev/shm")
+		p.sandboxCmd = p.opts.Sandbox
+	})
+	return p.sandboxCmd
+}
+
+// sandboxFor is the trampoline spec's server starts through: none
+// without a user of its own (it shares kiln's user, and so its /tmp).
+func (p *Process) sandboxFor(ctx context.Context, spec Spec) []string {
+	if spec.User == nil {
+		return nil
+	}
+	return p.sandbox(ctx)
+}
+
 // unlimited warns that one server runs without limits although the host
 // has cgroups: something about that server (its id, a limit the kernel
 // refused) went wrong.
@@ -112,8 +151,9 @@ func (p *Process) Start(ctx context.Context, spec Spec, console func(string)) (I
 	if len(p.opts.Holder) > 0 {
 		return p.startHeld(ctx, spec, console)
 	}
+	sandbox := p.sandboxFor(ctx, spec)
 	cg := p.newCgroup(ctx, spec)
-	c, cg, notes, err := spawn(spec, cg)
+	c, cg, notes, err := spawn(spec, cg, sandbox)
 	p.logNotes(ctx, spec.ServerID, notes)
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.ServerID, err)
@@ -196,16 +236,17 @@ type spawnNotes struct {
 // it). On v2 the child is created in its cgroup (clone3 with
 // CLONE_INTO_CGROUP), so nothing it does escapes the limits; else it is
 // moved there right after the start. Both the process runtime and a
-// holder (holder.go) start games with it.
-func spawn(spec Spec, cg *cgroup) (*child, *cgroup, spawnNotes, error) {
+// holder (holder.go) start games with it; a server with a user of its
+// own goes through sandbox when there is one (startChild).
+func spawn(spec Spec, cg *cgroup, sandbox []string) (*child, *cgroup, spawnNotes, error) {
 	var n spawnNotes
 	if cg == nil {
-		c, err := startChild(spec, -1)
+		c, err := startChild(spec, -1, sandbox)
 		return c, nil, n, err
 	}
 	if cg.host.v2 && !cg.host.noCloneInto.Load() {
 		if dir, err := os.Open(cg.dirs[0]); err == nil {
-			c, err := startChild(spec, int(dir.Fd()))
+			c, err := startChild(spec, int(dir.Fd()), sandbox)
 			dir.Close()
 			if err == nil {
 				return c, cg, n, nil
@@ -216,7 +257,7 @@ func spawn(spec Spec, cg *cgroup) (*child, *cgroup, spawnNotes, error) {
 			}
 			// Either clone3 or CLONE_INTO_CGROUP is refused, or the command
 			// cannot run at all: a start without tells which.
-			c, err2 := startChild(spec, -1)
+			c, err2 := startChild(spec, -1, sandbox)
 			if err2 != nil {
 				_ = cg.remove()
 				return nil, nil, n, err2
@@ -226,7 +267,7 @@ func spawn(spec Spec, cg *cgroup) (*child, *cgroup, spawnNotes, error) {
 			return c, attachChild(cg, c, &n), n, nil
 		}
 	}
-	c, err := startChild(spec, -1)
+	c, err := startChild(spec, -1, sandbox)
 	if err != nil {
 		_ = cg.remove()
 		return nil, nil, n, err
@@ -246,16 +287,32 @@ func attachChild(cg *cgroup, c *child, n *spawnNotes) *cgroup {
 }
 
 // startChild starts the command of spec in its own process group, in the
-// cgroup open as cgroupFD unless that is negative.
-func startChild(spec Spec, cgroupFD int) (*child, error) {
+// cgroup open as cgroupFD unless that is negative. A server with a user
+// of its own starts through sandbox when there is one: the trampoline
+// is the process started (in a mount namespace of its own, as root),
+// and has executed the game, the same process, when startChild returns.
+func startChild(spec Spec, cgroupFD int, sandbox []string) (*child, error) {
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	var launch *sandboxLaunch
+	if u := spec.User; u != nil && len(sandbox) > 0 {
+		// The command is looked up here, as without a sandbox.
+		if cmd.Err != nil {
+			return nil, cmd.Err
+		}
+		launch = &sandboxLaunch{Path: cmd.Path, Argv: cmd.Args, Env: WithHome(spec.Env, spec.Root), Dir: spec.Root, UID: u.UID, GID: u.GID}
+		cmd = exec.Command(sandbox[0], sandbox[1:]...)
+		// The trampoline runs as root: nothing of the game's
+		// environment (LD_PRELOAD, GODEBUG) is its business.
+		cmd.Env = []string{}
+	} else {
+		cmd.Env = WithHome(spec.Env, spec.Root)
+	}
 	cmd.Dir = spec.Root
-	cmd.Env = WithHome(spec.Env, spec.Root)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if cgroupFD >= 0 {
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cgroupFD
 	}
-	if u := spec.User; u != nil {
+	if u := spec.User; u != nil && launch == nil {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: []uint32{}}
 	}
 	// Pipes of our own rather than cmd.StdinPipe: the write end is an
@@ -271,7 +328,11 @@ func startChild(spec Spec, cgroupFD int) (*child, error) {
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, pw, pw
-	err = startNoNewPrivs(cmd)
+	if launch != nil {
+		err = startSandboxed(cmd, launch)
+	} else {
+		err = startNoNewPrivs(cmd)
+	}
 	inR.Close()
 	pw.Close()
 	if err != nil {

@@ -23,9 +23,11 @@ type Spec struct {
 	Port       int // game port on the host
 	BindHost   string
 	// User is the server's own user: the command runs with that uid and
-	// gid, no supplementary groups and no_new_privs (the process runtime;
-	// the docker runtime runs the container as it). nil runs it as kiln's
-	// own user (docker: its Options.User).
+	// gid, no supplementary groups and no_new_privs (the process runtime,
+	// which also gives it a /tmp and /dev/shm of its own where it has a
+	// sandbox, ProcessOptions.Sandbox; the docker runtime runs the
+	// container as it). nil runs it as kiln's own user (docker: its
+	// Options.User).
 	User *User
 	// StopCommand is the console line that stops the software gracefully
 	// ("stop", a proxy's "end"). A holder keeps it, so that a server can

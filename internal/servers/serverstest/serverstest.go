@@ -147,7 +147,7 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 	closeRT, stateDir := func() {}, ""
 	if o.Runtime == nil && o.Holders {
 		stateDir = filepath.Join(o.DataDir, "run")
-		p := runtime.NewProcessWith(o.Log, runtime.ProcessOptions{Holder: []string{o.KilnBin, "shim"}, StateDir: stateDir})
+		p := runtime.NewProcessWith(o.Log, runtime.ProcessOptions{Holder: []string{o.KilnBin, "shim"}, StateDir: stateDir, Sandbox: []string{o.KilnBin, "sandbox-exec"}})
 		o.Runtime, closeRT = p, func() { p.Close() }
 	}
 	if o.Runtime == nil {

@@ -11,7 +11,12 @@
 //	child        starts "helper hold" in its process group: "child <pid>"
 //	orphan       starts "helper hold" in a session of its own, holding
 //	             stdout: "orphan <pid>"
+//	write:<path> writes "from <its pid>" to path, mode 0644: "wrote <path>"
+//	read:<path>  prints "read <path>: <contents>", or "read <path>: error <why>"
 //	env:<name>   prints "<name>=<its value>"
 //	exit:<code>  exits with code
 //	hold         blocks until killed
+//
+// "helper nosysadmin ARGV…" executes ARGV without CAP_SYS_ADMIN instead
+// (a trampoline refused its mounts, as in a container without it).
 package main

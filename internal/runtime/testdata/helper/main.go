@@ -5,16 +5,22 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // held keeps what alloc allocated.
 var held [][]byte
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == "nosysadmin" {
+		noSysAdmin(os.Args[2:])
+	}
 	for _, arg := range os.Args[1:] {
 		if !run(arg) {
 			fmt.Println("unknown argument:", arg)
@@ -65,6 +71,25 @@ func run(arg string) bool {
 			os.Exit(2)
 		}
 		fmt.Println(cmd, c.Process.Pid)
+	case "write":
+		// A file the game leaves for whoever may read it (0644), with
+		// its pid in it.
+		if err := os.WriteFile(val, []byte("from "+strconv.Itoa(os.Getpid())), 0o644); err != nil {
+			fmt.Println("write error:", err)
+			break
+		}
+		if err := os.Chmod(val, 0o644); err != nil {
+			fmt.Println("write error:", err)
+			break
+		}
+		fmt.Println("wrote", val)
+	case "read":
+		b, err := os.ReadFile(val)
+		if err != nil {
+			fmt.Printf("read %s: error %v\n", val, err)
+			break
+		}
+		fmt.Printf("read %s: %s\n", val, b)
 	case "env":
 		fmt.Println(val + "=" + os.Getenv(val))
 	case "exit":
@@ -78,4 +103,18 @@ func run(arg string) bool {
 		return false
 	}
 	return true
+}
+
+// noSysAdmin executes argv without CAP_SYS_ADMIN: dropped from this
+// thread's bounding set, it is not in what the exec gives root (as in a
+// container that lacks it).
+func noSysAdmin(argv []string) {
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_CAPBSET_DROP, unix.CAP_SYS_ADMIN, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "drop CAP_SYS_ADMIN:", err)
+		os.Exit(2)
+	}
+	err := syscall.Exec(argv[0], argv, os.Environ())
+	fmt.Fprintln(os.Stderr, "exec:", err)
+	os.Exit(2)
 }

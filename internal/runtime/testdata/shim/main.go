@@ -11,8 +11,15 @@ import (
 )
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "sandbox-exec" {
+		if err := runtime.RunSandbox(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "shim:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "shim" {
-		fmt.Fprintln(os.Stderr, "usage: shim shim [--hold] DIR")
+		fmt.Fprintln(os.Stderr, "usage: shim shim [--hold] DIR | shim sandbox-exec [--probe]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
