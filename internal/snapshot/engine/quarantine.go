@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -35,8 +36,9 @@ func QuarantineKey(key string, at time.Time) string {
 	return QuarantinePrefix + key + "." + strconv.FormatInt(at.UnixMilli(), 10)
 }
 
-// QuarantineChunk reads the chunk ref of chunk space space again and, if
-// it is still corrupt, moves it out of the chunk namespace: a copy of its
+// QuarantineChunk reads the chunk ref, stored under key (its
+// manifest.ChunkKey: a ChunkError's Key and Ref), again and, if it is
+// still corrupt, moves it out of the chunk namespace: a copy of its
 // stored bytes to QuarantineKey(key, at), then the chunk deleted. It
 // returns the key it was moved to, "" when it was not moved: the chunk
 // is whole now (stored again, or read wrong the first time), or gone.
@@ -46,8 +48,10 @@ func QuarantineKey(key string, at time.Time) string {
 // read and the delete no other copy can take its place (a Put never
 // replaces a blob), and the delete removes the bytes found corrupt. A
 // failure after the copy leaves the chunk where it was (and the copy).
-func QuarantineChunk(ctx context.Context, st QuarantineStore, space string, ref manifest.ChunkRef, at time.Time) (string, error) {
-	key := manifest.ChunkKey(space, ref.Sum)
+func QuarantineChunk(ctx context.Context, st QuarantineStore, key string, ref manifest.ChunkRef, at time.Time) (string, error) {
+	if !strings.HasPrefix(key, "chunks/") {
+		return "", fmt.Errorf("quarantine chunk %s: not a chunk's key", key)
+	}
 	var comp []byte
 	err := readChunk(ctx, st, key, &comp)
 	if errors.Is(err, blob.ErrNotFound) {

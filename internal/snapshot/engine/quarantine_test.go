@@ -73,7 +73,7 @@ func TestQuarantineChunk(t *testing.T) {
 	}
 
 	at := time.UnixMilli(1_700_000_000_123)
-	to, err := engine.QuarantineChunk(t.Context(), store, "", bad, at)
+	to, err := engine.QuarantineChunk(t.Context(), store, badKey, bad, at)
 	if err != nil || to != "quarantine/"+badKey+".1700000000123" {
 		t.Fatalf("QuarantineChunk = %q, %v; want it moved to quarantine/%s.1700000000123", to, err, badKey)
 	}
@@ -106,14 +106,14 @@ func TestQuarantineChunk(t *testing.T) {
 	checkRestores(t, store, first.ManifestKey, want)
 
 	// A whole chunk, and a missing one, are not moved.
-	if to, err := engine.QuarantineChunk(t.Context(), store, "", bad, at.Add(time.Second)); err != nil || to != "" {
+	if to, err := engine.QuarantineChunk(t.Context(), store, badKey, bad, at.Add(time.Second)); err != nil || to != "" {
 		t.Errorf("QuarantineChunk of a whole chunk = %q, %v; want not moved", to, err)
 	}
 	if _, err := store.Stat(t.Context(), badKey); err != nil {
 		t.Errorf("the whole chunk after QuarantineChunk: %v", err)
 	}
 	gone := manifest.ChunkRef{Sum: [32]byte{1}, Len: 5}
-	if to, err := engine.QuarantineChunk(t.Context(), store, "", gone, at); err != nil || to != "" {
+	if to, err := engine.QuarantineChunk(t.Context(), store, manifest.ChunkKey("", gone.Sum), gone, at); err != nil || to != "" {
 		t.Errorf("QuarantineChunk of a missing chunk = %q, %v; want not moved", to, err)
 	}
 }
