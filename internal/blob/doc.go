@@ -60,12 +60,14 @@
 //     checksum (BadDigest and kin) is sent again from the buffer, 3 times
 //     in all, then the Put fails with ErrChecksum, told as "the object
 //     store received bytes that differ from those sent". CRC-32C rather
-//     than SHA-256 or MD5: it is computed at 18 GB/s on this VM's cores
-//     (SSE 4.2), SHA-256 at 1.2 and MD5 at 0.54 (a 1 GiB world's 0.74 GB
-//     of chunks: 0.04 CPU-s against 0.6 and 1.4); it is what S3's own SDKs
-//     send by default, and it catches every burst of up to 32 bits, which
-//     is what a transfer's faults are. Reads need none of it: a chunk's
-//     name is the SHA-256 of its content, which every read checks.
+//     than SHA-256 or MD5: on the benchmark's VM it costs a fifteenth of
+//     SHA-256's time and a thirtieth of MD5's (BenchmarkChecksum,
+//     docs/benchmarks.md: a 1 GiB world's 0.74 GB of chunks for 0.04
+//     CPU-s, where SHA-256 would add 0.6 and MD5 1.4 to a snapshot); it is
+//     what S3's own SDKs send by default, and it catches every error burst
+//     of up to 32 bits. It guards the transfer, not against an adversary:
+//     a chunk's name is the SHA-256 of its content, which every read
+//     checks.
 //   - File backend: a Put stages the bytes in <dir>/~tmp/put-<random>,
 //     fsyncs the file, renames it to its key with renameat2(RENAME_NOREPLACE)
 //     (link(2) where the file system lacks the flag, e.g. ZFS before 2.2)
