@@ -176,8 +176,9 @@
 //     snapshot the ledger says references it (snapshots.damage, the
 //     sentence the API shows; damaged_at); a chunk found missing marks
 //     them too, a manifest missing or corrupt marks its snapshot. A
-//     marked snapshot's restore or download is refused at once
-//     (*DamagedError, 409 SNAPSHOT_DAMAGED) unless a check made then (its
+//     marked snapshot's whole restore or download is refused at once
+//     (*DamagedError, 409 SNAPSHOT_DAMAGED; one of a path goes ahead, its
+//     data may be whole, and fails if it is not) unless a check made then (its
 //     manifest read, each chunk looked up) finds it whole again — the
 //     next snapshot of the same files stores the moved chunk again, and
 //     every snapshot naming it is then whole — which drops the mark, as

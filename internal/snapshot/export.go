@@ -102,7 +102,7 @@ func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Downloa
 		d.Close()
 		return nil, err
 	}
-	if err := s.usable(ctx, snap); err != nil {
+	if err := s.usable(ctx, snap, only); err != nil {
 		d.Close()
 		return nil, err
 	}

@@ -20,9 +20,10 @@ import (
 // Damage. A ready snapshot whose storage a read finds wanting — its
 // manifest missing or corrupt, a chunk it references missing or corrupt —
 // is marked damaged (snapshots.damage, the sentence the API shows, and
-// damaged_at), and a restore or a download of it is refused with that
-// sentence (*DamagedError, 409 SNAPSHOT_DAMAGED) rather than failing in
-// the background or cutting an archive short. A chunk found corrupt is
+// damaged_at), and a restore or a download of the whole of it is refused
+// with that sentence (*DamagedError, 409 SNAPSHOT_DAMAGED) rather than
+// failing in the background or cutting an archive short (one path of it
+// goes ahead: the data it needs may be whole). A chunk found corrupt is
 // moved aside (engine.QuarantineChunk, holding the chunk's ledger row in
 // state quarantine so that no one else moves or deletes it meanwhile),
 // and every ready snapshot the ledger says references it is marked: they
@@ -272,17 +273,20 @@ func (s *Service) releaseQuarantines(ctx context.Context) error {
 	return nil
 }
 
-// usable is asked before a restore or a download of snap is accepted. A
-// snapshot not marked damaged needs its manifest in the store (one gone
-// is marked and refused now, not in the background or after the answer's
-// status line); a store that fails here is left to the read itself. A
-// snapshot marked damaged is checked whole (its manifest read, every
-// chunk it names looked up): still damaged, it is refused; whole again
-// (a later snapshot stored the chunks it missed), its mark goes.
+// usable is asked before a restore or a download of snap (of the path
+// only; "" or "." for all of it) is accepted. Its manifest must be in the
+// store: one gone is marked and refused now, not in the background or
+// after the answer's status line (a store that fails here is left to the
+// read itself). A snapshot marked damaged is checked whole before a whole
+// restore or download (its manifest read, every chunk it names looked
+// up): still damaged, it is refused; whole again (a later snapshot stored
+// the chunks it missed), its mark goes. One path of a damaged snapshot is
+// not refused: the data it needs may be whole (a user's plugins beside a
+// world whose chunk decayed), and the read checks every chunk it uses.
 // Errors: *DamagedError.
-func (s *Service) usable(ctx context.Context, snap Snapshot) error {
+func (s *Service) usable(ctx context.Context, snap Snapshot, only string) error {
 	key := manifest.Key(snap.UUID)
-	if snap.Damage == nil {
+	if snap.Damage == nil || (only != "" && only != ".") {
 		if _, err := s.store.Stat(ctx, key); errors.Is(err, blob.ErrNotFound) {
 			return s.damaged(ctx, snap, fmt.Errorf("%w: %w", errManifestMissing, err))
 		}

@@ -137,6 +137,21 @@ func testCorruptChunk(t *testing.T, e *svcEnv) {
 	if _, err := e.svc.Export(ctx, e.team, first.ID, ""); !errors.As(err, new(*DamagedError)) {
 		t.Errorf("Export of the damaged snapshot = %v, want a DamagedError", err)
 	}
+	// One path of it whose data is whole still comes back.
+	dl, err := e.svc.Export(ctx, e.team, first.ID, "server.properties")
+	if err != nil {
+		t.Fatalf("Export of a whole path of the damaged snapshot: %v", err)
+	}
+	var archive bytes.Buffer
+	if err := dl.WriteTo(ctx, &archive, ExportTar); err != nil {
+		t.Fatalf("download of a whole path of the damaged snapshot: %v", err)
+	}
+	if got := untar(t, &archive); len(got) != 1 || got["server.properties"] != "motd=hi\n" {
+		t.Errorf("the download of server.properties holds %q", got)
+	}
+	if got, _ := e.svc.Get(ctx, e.team, first.ID); got.Damage == nil {
+		t.Errorf("a download of one path unmarked the damaged snapshot")
+	}
 
 	// The same files again: the new snapshot stores the chunk anew.
 	e.write(sv.ID, files)

@@ -50,7 +50,7 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 			read.end()
 		}
 	}()
-	if err := s.usable(ctx, snap); err != nil {
+	if err := s.usable(ctx, snap, only); err != nil {
 		return err
 	}
 	if only != "" && only != "." {
@@ -104,7 +104,7 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 		return err
 	}
 	defer read.end()
-	if err := s.usable(ctx, snap); err != nil {
+	if err := s.usable(ctx, snap, ""); err != nil {
 		return err
 	}
 	sv, err := s.servers.Get(ctx, teamID, targetID)
