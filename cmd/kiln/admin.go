@@ -40,6 +40,7 @@ var adminCommands = []adminCommand{
 	{"dbhost", "list", nil, "", "list the database hosts (never their DSNs)"},
 	{"dbhost", "remove", []string{"NAME"}, "", "unregister a database host no dbservice uses"},
 	{"node", "stop-all", nil, "[--timeout D] [--kill]", "stop the game servers kiln serve left running on this data dir (it must not run)"},
+	{"snapshots", "check", nil, "[--read-data] [--blob-url URL]", "verify the snapshot store (every manifest, every chunk it names; --read-data: read and hash them), mark damaged snapshots, exit 1 if any"},
 }
 
 func (c adminCommand) line() string {
@@ -100,8 +101,11 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var sc storeConfig
 	about := strings.ToUpper(cmd.about[:1]) + cmd.about[1:] + "."
-	if subject == "node" {
+	switch subject {
+	case "node":
 		about = nodeStopAllAbout
+	case "snapshots":
+		about = snapshotsCheckAbout
 	}
 	s := newSettings(command{synopsis: cmd.line() + " [flags]", about: about}, stdout, stderr)
 	if subject == "node" {
@@ -113,8 +117,12 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var maxServers, maxMemory, maxDisk, maxSnapshots optionalFlag
 	var engine, dsn, address, secretKey string
 	var timeout time.Duration
-	var kill bool
+	var kill, readData bool
+	var bc blobConfig
 	switch subject + " " + verb {
+	case "snapshots check":
+		bc.register(s)
+		s.fs.BoolVar(&readData, "read-data", false, "also read every chunk and check it against its SHA-256 (reads the whole store once)")
 	case "node stop-all":
 		s.fs.DurationVar(&timeout, "timeout", 30*time.Second, "how long each server has to stop after its stop command before it is killed")
 		s.fs.BoolVar(&kill, "kill", false, "kill the servers at once (SIGKILL), without their stop command")
@@ -168,6 +176,9 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	if subject == "dbhost" {
 		return dbhost(ctx, db, sc, verb, pos, engine, dsn, address, secretKey, stdout)
+	}
+	if subject == "snapshots" {
+		return snapshotsCheck(ctx, db, sc, bc, readData, stdout, stderr)
 	}
 	switch subject + " " + verb {
 	case "team create":

@@ -4,11 +4,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -304,6 +306,131 @@ func TestSnapshotsSurviveKillNine(t *testing.T) {
 			t.Fatalf("after a kill during the download of a deleted snapshot: %d chunks stored, a references %d", len(got), len(want))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if err := p.stop(os.Interrupt); err != nil {
+		t.Errorf("stop: %v\n%s", err, p.Stderr())
+	}
+}
+
+// flipByte flips one bit in the middle of the file at path, in place.
+func flipByte(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x10
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAdminSnapshotsCheck: kiln admin snapshots check, run beside kiln
+// serve, names the snapshots whose manifest is gone (by id, team, server
+// and name) and exits 1; with --read-data it also reads every chunk,
+// finds the one corrupted on disk, names the two snapshots sharing it and
+// moves it to quarantine/; the API then shows them damaged and refuses
+// their restore (409 SNAPSHOT_DAMAGED). A new snapshot of the server
+// stores the chunk again and restores the files byte for byte; the next
+// check finds the two whole again; once the snapshot without a manifest
+// is deleted, it finds nothing and exits 0.
+func TestAdminSnapshotsCheck(t *testing.T) {
+	dir := t.TempDir()
+	ports := serverstest.PortRange(t, 3)
+	p := startServe(t, "--data-dir", dir, "--dev", "--port-range", ports.String(), "--rate-limit", "1000000")
+	token := strings.TrimSpace(string(must(os.ReadFile(filepath.Join(dir, "bootstrap-token")))))
+	server := func(name string) (string, string) {
+		code, out := call(t, p.addr, token, "POST", "/servers", `{"name":"`+name+`","software":"kiln-test","memory_mb":256,"disk_mb":1024}`)
+		if code != 202 {
+			t.Fatalf("create server: %d %v", code, out)
+		}
+		id := out["server"].(map[string]any)["id"].(string)
+		waitServer(t, p.addr, token, id, "offline")
+		return id, filepath.Join(dir, "servers", id)
+	}
+	ready := func(s map[string]any) bool { return s["status"] == "ready" || s["status"] == "failed" }
+	snapshot := func(serverID, name string) map[string]any {
+		code, out := call(t, p.addr, token, "POST", "/snapshots", `{"source_server_id":"`+serverID+`","name":"`+name+`"}`)
+		if code != 202 {
+			t.Fatalf("create snapshot: %d %v", code, out)
+		}
+		s := waitSnap(t, p.addr, token, out["snapshot_id"].(string), "ready", ready)
+		if s["status"] != "ready" || s["damage"] != nil {
+			t.Fatalf("snapshot %s = %v", name, s)
+		}
+		return s
+	}
+	world, root := server("world")
+	fillRandom(t, root, "region", 3, 2<<20)
+	tree := treeHash(t, root)
+	a := snapshot(world, "nightly a")
+	b := snapshot(world, "nightly b") // the same chunks as a
+	lobby, _ := server("lobby")
+	c := snapshot(lobby, "before")
+	if err := os.Remove(filepath.Join(dir, "blobs", "manifests", c["snapshot_uuid"].(string))); err != nil {
+		t.Fatal(err)
+	}
+	chunks := referenced(t, dir, a["snapshot_uuid"].(string))
+	bad := chunks[0]
+	flipByte(t, filepath.Join(dir, "blobs", filepath.FromSlash(bad)))
+
+	// line is a row of the report's table as the check prints it, its
+	// columns apart by two spaces or more (tabwriter).
+	cols := regexp.MustCompile(`\s{2,}`)
+	line := func(s map[string]any, server, problem string) string {
+		return fmt.Sprintf("%s|default|%s|%q|%s", s["snapshot_id"], server, s["name"], problem)
+	}
+	table := func(out string) string { return cols.ReplaceAllString(out, "|") }
+	out, errOut, code := kiln(t, "admin", "snapshots", "check", "--data-dir", dir)
+	if code != 1 || !strings.Contains(out, "checked 3 ready snapshot(s)") || !strings.Contains(out, "1 damaged snapshot(s):") ||
+		!strings.Contains(table(out), line(c, lobby, "manifest missing")) || strings.Contains(out, a["snapshot_id"].(string)) ||
+		!strings.Contains(errOut, "kiln: 1 damaged snapshot(s)") {
+		t.Fatalf("check = exit %d\n%s%s\nwant exit 1 naming %s only", code, out, errOut, c["snapshot_id"])
+	}
+
+	out, errOut, code = kiln(t, "admin", "snapshots", "check", "--data-dir", dir, "--read-data")
+	if code != 1 || !strings.Contains(out, "3 damaged snapshot(s):") || !strings.Contains(table(out), line(a, world, "0 chunk(s) missing, 1 corrupt")) ||
+		!strings.Contains(table(out), line(b, world, "0 chunk(s) missing, 1 corrupt")) || !strings.Contains(table(out), line(c, lobby, "manifest missing")) ||
+		!strings.Contains(out, "  "+bad+" -> quarantine/"+bad+".") {
+		t.Fatalf("check --read-data = exit %d\n%s%s\nwant a, b (the corrupt chunk, moved aside) and c", code, out, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "blobs", filepath.FromSlash(bad))); !os.IsNotExist(err) {
+		t.Errorf("the corrupt chunk is still in chunks/: %v", err)
+	}
+	code, got := call(t, p.addr, token, "GET", "/snapshots/"+a["snapshot_id"].(string), "")
+	if damage, _ := got["snapshot"].(map[string]any)["damage"].(string); code != 200 || !strings.HasPrefix(damage, "Data it holds is missing") {
+		t.Errorf("snapshot a in the API = %d %v; want its damage", code, got)
+	}
+	code, got = call(t, p.addr, token, "POST", "/snapshots/"+a["snapshot_id"].(string)+"/restore", "")
+	if code != 409 || got["code"] != "SNAPSHOT_DAMAGED" || !strings.HasPrefix(got["error"].(string), "the snapshot is damaged: data it holds") {
+		t.Errorf("restore of a = %d %v; want 409 SNAPSHOT_DAMAGED", code, got)
+	}
+
+	// The same files again: the new snapshot stores the chunk anew.
+	d := snapshot(world, "after")
+	fillRandom(t, root, "region", 3, 1<<20) // griefed
+	code, got = call(t, p.addr, token, "POST", "/snapshots/"+d["snapshot_id"].(string)+"/restore", "")
+	if code != 202 {
+		t.Fatalf("restore of d = %d %v", code, got)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for treeHash(t, root) != tree {
+		if time.Now().After(deadline) {
+			t.Fatal("the restore of the snapshot taken after the check did not bring the files back")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	out, errOut, code = kiln(t, "admin", "snapshots", "check", "--data-dir", dir, "--read-data")
+	if code != 1 || !strings.Contains(out, "2 snapshot(s) marked damaged before are whole again (unmarked)") ||
+		!strings.Contains(out, "1 damaged snapshot(s):") || !strings.Contains(table(out), line(c, lobby, "manifest missing")) {
+		t.Fatalf("check after the new snapshot = exit %d\n%s%s\nwant a and b whole, c damaged", code, out, errOut)
+	}
+	if code, out := call(t, p.addr, token, "DELETE", "/snapshots/"+c["snapshot_id"].(string), ""); code != 200 {
+		t.Fatalf("delete c: %d %v", code, out)
+	}
+	out, errOut, code = kiln(t, "admin", "snapshots", "check", "--data-dir", dir)
+	if code != 0 || !strings.Contains(out, "checked 3 ready snapshot(s)") || !strings.Contains(out, "no damage found") {
+		t.Errorf("check once c is deleted = exit %d\n%s%s\nwant exit 0", code, out, errOut)
 	}
 	if err := p.stop(os.Interrupt); err != nil {
 		t.Errorf("stop: %v\n%s", err, p.Stderr())

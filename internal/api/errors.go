@@ -42,6 +42,7 @@ const (
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
 	codeConfigBusy         = "CONFIGURATION_BUSY"
 	codeSnapshotNotFound   = "SNAPSHOT_NOT_FOUND"
+	codeSnapshotDamaged    = "SNAPSHOT_DAMAGED"
 	codeUpstream           = "UPSTREAM_ERROR"
 	codeCatalogNotConfig   = "CATALOG_NOT_CONFIGURED"
 	codeNotPushed          = "NOT_PUSHED"
@@ -103,6 +104,10 @@ func apiError(err error) (int, errorBody) {
 	}
 	if te, ok := errors.AsType[*snapshot.TakingError](err); ok {
 		return http.StatusConflict, errorBody{Error: te.Error(), Code: codeConflict}
+	}
+	if de, ok := errors.AsType[*snapshot.DamagedError](err); ok {
+		// Its own sentence, never the wrapped detail (chunk keys).
+		return http.StatusConflict, errorBody{Error: de.Error(), Code: codeSnapshotDamaged}
 	}
 	if pe, ok := errors.AsType[*servers.PortTakenError](err); ok {
 		return http.StatusConflict, errorBody{Error: pe.Error(), Code: codeConflict}

@@ -32,13 +32,15 @@ type snapshotJSON struct {
 	CreatedAt      int64   `json:"created_at"`
 	StartedAt      *int64  `json:"started_at"`
 	CompletedAt    *int64  `json:"completed_at"`
+	Damage         *string `json:"damage"`
+	DamagedAt      *int64  `json:"damaged_at"`
 }
 
 func toSnapshotJSON(s snapshot.Snapshot) snapshotJSON {
 	return snapshotJSON{SnapshotID: s.ID, SnapshotUUID: s.UUID, SourceServerID: s.SourceServerID, Name: s.Name,
 		Status: s.Status, Ignore: s.Ignore, Error: s.Error, BytesDone: s.BytesDone, BytesTotal: s.BytesTotal,
 		SizeBytes: s.SizeBytes, StoredBytes: s.StoredBytes, CreatedAt: s.CreatedAt, StartedAt: s.StartedAt,
-		CompletedAt: s.CompletedAt}
+		CompletedAt: s.CompletedAt, Damage: s.Damage, DamagedAt: s.DamagedAt}
 }
 
 // uuidField checks a UUID in a body or query field.

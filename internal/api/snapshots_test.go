@@ -323,3 +323,34 @@ func TestReinstallWhileSnapshotted(t *testing.T) {
 		t.Fatalf("reinstall once the reading ended: %d %s", st, body)
 	}
 }
+
+// TestSnapshotManifestMissing: a snapshot whose manifest is gone from the
+// store answers 409 SNAPSHOT_DAMAGED with a sentence to a restore (of the
+// whole or of a path) and a download — before, a restore was accepted and
+// failed in the background, and a download answered 500 — and shows its
+// damage.
+func TestSnapshotManifestMissing(t *testing.T) {
+	h := newHarness(t, storetest.SQLite(t))
+	id, root := h.fileServer(1024)
+	if err := os.WriteFile(filepath.Join(root, "level.dat"), []byte("level"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	snap := h.readySnapshot(id, "lost")
+	_, out := h.sendJSON("GET", "/snapshots/"+snap, nil)
+	uuid := out["snapshot"].(map[string]any)["snapshot_uuid"].(string)
+	if err := os.Remove(filepath.Join(h.blobDir, "manifests", uuid)); err != nil {
+		t.Fatal(err)
+	}
+	const msg = "the snapshot is damaged: its manifest is missing from the snapshot store: it cannot be restored or downloaded."
+	st, _, body := h.do("POST", Prefix+"/snapshots/"+snap+"/restore", h.token, nil)
+	wantError(t, st, body, 409, "SNAPSHOT_DAMAGED", msg)
+	st, body = h.postJSON("/snapshots/"+snap+"/restore", map[string]any{"path": "/level.dat"})
+	wantError(t, st, body, 409, "SNAPSHOT_DAMAGED", msg)
+	st, _, body = h.do("GET", Prefix+"/snapshots/"+snap+"/download?format=tar", h.token, nil)
+	wantError(t, st, body, 409, "SNAPSHOT_DAMAGED", msg)
+	_, out = h.sendJSON("GET", "/snapshots/"+snap, nil)
+	got := out["snapshot"].(map[string]any)
+	if got["status"] != "ready" || got["damage"] != "Its manifest is missing from the snapshot store: it cannot be restored or downloaded." || got["damaged_at"] == nil {
+		t.Errorf("the snapshot = %v; want ready, its damage said", got)
+	}
+}

@@ -73,10 +73,13 @@ type fileBatch struct {
 
 type stagedBlob struct{ tmp, key string }
 
-// Put stages r in a new file and starts its writeback
+// Put stages r in a new file, hashing the bytes as it writes them (a
+// Checked body whose bytes differ from its checksum fails, ErrChecksum,
+// and leaves nothing staged), and starts its writeback
 // (sync_file_range(SYNC_FILE_RANGE_WRITE)), so that little is left to
 // write when Commit syncs.
 func (b *fileBatch) Put(ctx context.Context, key string, r io.Reader, size int64) (created bool, err error) {
+	r, want, check := unwrapChecked(r)
 	if err := checkFileKey(key); err != nil {
 		return false, fmt.Errorf("put: %w", err)
 	}
@@ -110,7 +113,12 @@ func (b *fileBatch) Put(ctx context.Context, key string, r io.Reader, size int64
 	_, _ = rand.Read(rnd[:])
 	tmp := dir + "/b-" + hex.EncodeToString(rnd[:])
 	if br, ok := r.(*bytes.Reader); ok && size >= 0 {
-		direct, err := b.s.stageDirect(tmp, br, size)
+		direct, wrote, err := b.s.stageDirect(tmp, br, size)
+		if err == nil && direct && check {
+			if err = checkWritten(wrote, want); err != nil {
+				unix.Unlinkat(int(b.s.stage.Fd()), tmp, 0)
+			}
+		}
 		if err != nil {
 			return false, fmt.Errorf("put %s: %w", key, err)
 		}
@@ -122,7 +130,11 @@ func (b *fileBatch) Put(ctx context.Context, key string, r io.Reader, size int64
 	if err != nil {
 		return false, fmt.Errorf("put %s: %w", key, err)
 	}
-	err = writeExact(ctx, f, r, size)
+	w := &crcWriter{w: f}
+	err = writeExact(ctx, w, r, size)
+	if err == nil && check {
+		err = checkWritten(w.crc, want)
+	}
 	if err == nil {
 		// Only a hint to start writing: an error here is Commit's to meet.
 		_ = unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE)

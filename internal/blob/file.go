@@ -103,11 +103,14 @@ func (s *fileStore) String() string {
 	return (&url.URL{Scheme: "file", Path: s.dir}).String()
 }
 
-// Put writes r into a new file in the staging directory, syncs it and
-// renames it to key with RENAME_NOREPLACE (or links it, where the file
-// system lacks that flag), so the blob appears whole or not at all and an
-// existing one is never replaced; then it syncs key's directory.
+// Put writes r into a new file in the staging directory, hashing the
+// bytes as it writes them (CRC-32C: a Checked body whose bytes differ
+// from its checksum fails here, ErrChecksum), syncs it and renames it to
+// key with RENAME_NOREPLACE (or links it, where the file system lacks
+// that flag), so the blob appears whole or not at all and an existing
+// one is never replaced; then it syncs key's directory.
 func (s *fileStore) Put(ctx context.Context, key string, r io.Reader, size int64) (created bool, err error) {
+	r, want, check := unwrapChecked(r)
 	if err := checkFileKey(key); err != nil {
 		return false, fmt.Errorf("put: %w", err)
 	}
@@ -134,7 +137,11 @@ func (s *fileStore) Put(ctx context.Context, key string, r io.Reader, size int64
 			unix.Unlinkat(int(s.stage.Fd()), tmp, 0)
 		}
 	}()
-	err = writeExact(ctx, f, r, size)
+	w := &crcWriter{w: f}
+	err = writeExact(ctx, w, r, size)
+	if err == nil && check {
+		err = checkWritten(w.crc, want)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -190,30 +197,37 @@ func (s *fileStore) publish(tmp string, d *os.File, name string) (created bool, 
 	return true, nil
 }
 
-// writeExact writes the size bytes of r (everything for size -1) to f,
-// failing when r holds fewer or more. A *bytes.Reader of the right length
-// (what the snapshot engine hands over: a compressed chunk) is written with
-// one write(2), with nothing written when its length is wrong; any other
-// reader is copied through a 1 MiB buffer (io.Copy would take 32 KiB at a
-// time, since sizeReader hides a WriterTo).
-func writeExact(ctx context.Context, f *os.File, r io.Reader, size int64) error {
+// writeExact writes the size bytes of r (everything for size -1) to w (a
+// file's crcWriter), failing when r holds fewer or more. A *bytes.Reader
+// of the right length (what the snapshot engine hands over: a compressed
+// chunk) is written with one Write, with nothing written when its length
+// is wrong; any other reader is copied through a 1 MiB buffer (io.Copy
+// would take 32 KiB at a time, since sizeReader hides a WriterTo; w hides
+// *os.File's ReadFrom, which would too).
+func writeExact(ctx context.Context, w *crcWriter, r io.Reader, size int64) error {
 	if br, ok := r.(*bytes.Reader); ok && size >= 0 {
 		if n := int64(br.Len()); n != size {
 			return fmt.Errorf("reader holds %d bytes, not the declared %d", n, size)
 		}
-		_, err := br.WriteTo(f)
+		_, err := br.WriteTo(w)
 		return err
 	}
 	bufSize := int64(1 << 20)
 	if size >= 0 && size < bufSize {
 		bufSize = size + 1 // room to see an excess
 	}
-	_, err := io.CopyBuffer(onlyWriter{f}, &sizeReader{ctx: ctx, r: r, size: size}, make([]byte, bufSize))
+	_, err := io.CopyBuffer(w, &sizeReader{ctx: ctx, r: r, size: size}, make([]byte, bufSize))
 	return err
 }
 
-// onlyWriter hides *os.File's ReadFrom, which would copy in 32 KiB pieces.
-type onlyWriter struct{ io.Writer }
+// checkWritten compares the CRC-32C of what a Put wrote with the one its
+// caller gave (Checked).
+func checkWritten(wrote, want uint32) error {
+	if wrote != want {
+		return fmt.Errorf("%w: the bytes written have CRC-32C %08x, the caller's is %08x", ErrChecksum, wrote, want)
+	}
+	return nil
+}
 
 // mkdirs opens the directory dir ("." for the top), creating what is
 // missing and, with sync, syncing the parent of each directory it creates.

@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -171,6 +174,9 @@ func s3Err(err error) error {
 	}
 	var r minio.ErrorResponse
 	switch {
+	case badDigest(err) && errors.As(err, &r):
+		return &Error{Reason: "the object store received bytes that differ from those sent (changed on the way); nothing was stored",
+			Err: fmt.Errorf("s3 %s (%d): %w: %w", r.Code, r.StatusCode, ErrChecksum, err)}
 	case errors.As(err, &r) && r.Code != "":
 		return &Error{Reason: "the object store refused the request (" + refusal(r.Code) + ")",
 			Err: fmt.Errorf("s3 %s (%d): %w", r.Code, r.StatusCode, err)}
@@ -218,6 +224,7 @@ func missing(err error) bool {
 // upload's completion, carries If-None-Match: * so that of racing Puts
 // only one creates the object (see doc.go for servers without it).
 func (s *s3Store) Put(ctx context.Context, key string, r io.Reader, size int64) (created bool, err error) {
+	r, want, check := unwrapChecked(r)
 	if err := s.checkKey(key); err != nil {
 		return false, fmt.Errorf("put: %w", err)
 	}
@@ -227,7 +234,11 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.Reader, size int64) 
 	case !errors.Is(err, ErrNotFound):
 		return false, fmt.Errorf("put %s: %w", key, err)
 	}
-	created, err = s.put(ctx, s.prefix+key, &sizeReader{ctx: ctx, r: r, size: size}, size)
+	var sum *uint32
+	if check {
+		sum = &want
+	}
+	created, err = s.put(ctx, s.prefix+key, &sizeReader{ctx: ctx, r: r, size: size}, size, sum)
 	switch {
 	case err == nil:
 		return created, nil
@@ -238,7 +249,9 @@ func (s *s3Store) Put(ctx context.Context, key string, r io.Reader, size int64) 
 	}
 }
 
-func (s *s3Store) put(ctx context.Context, name string, sr *sizeReader, size int64) (bool, error) {
+// put stores what sr holds under name; want, when set, is the CRC-32C
+// the caller gave for the whole blob (Checked).
+func (s *s3Store) put(ctx context.Context, name string, sr *sizeReader, size int64, want *uint32) (bool, error) {
 	bufSize := int64(s.partSize)
 	if size >= 0 && size < bufSize {
 		bufSize = size
@@ -250,9 +263,9 @@ func (s *s3Store) put(ctx context.Context, name string, sr *sizeReader, size int
 		return false, err
 	}
 	if last {
-		return s.putOne(ctx, name, buf[:n])
+		return s.putOne(ctx, name, buf[:n], want)
 	}
-	return s.putMultipart(ctx, name, br, buf)
+	return s.putMultipart(ctx, name, br, buf, want)
 }
 
 // readPart fills buf from br; last reports that br has nothing more.
@@ -283,6 +296,39 @@ func (s *s3Store) conditional() minio.PutObjectOptions {
 	return opts
 }
 
+// summed is conditional with the body's CRC-32C in x-amz-checksum-crc32c,
+// which the server checks against the bytes it receives (a mismatch is
+// refused: BadDigest). minio-go sends its own checksums only with
+// TrailingHeaders, as a trailer it computes while sending (and not at
+// all over plain http, where it signs each chunk instead); a header from
+// the buffer, computed before the request, goes the same way over both,
+// through Core.PutObject (Client.PutObject refuses checksum headers
+// without TrailingHeaders).
+func (s *s3Store) summed(crc uint32) minio.PutObjectOptions {
+	opts := s.conditional()
+	opts.UserMetadata = map[string]string{"x-amz-checksum-crc32c": crc32cBase64(crc)}
+	return opts
+}
+
+// checksumAttempts is how often a PUT or a part the server refused for
+// its checksum (the bytes changed on the way) is sent again from its
+// buffer before the Put fails with ErrChecksum.
+const checksumAttempts = 3
+
+// badDigest tells a server's refusal of a body that does not match its
+// checksum (Content-MD5, x-amz-checksum-*, or the signed payload hash).
+func badDigest(err error) bool {
+	var r minio.ErrorResponse
+	if !errors.As(err, &r) {
+		return false
+	}
+	switch r.Code {
+	case "BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch":
+		return true
+	}
+	return false
+}
+
 // notImplemented tells a server's refusal of If-None-Match; from then on
 // the store sends none.
 func (s *s3Store) notImplemented(err error, opts minio.PutObjectOptions) bool {
@@ -293,11 +339,26 @@ func (s *s3Store) notImplemented(err error, opts minio.PutObjectOptions) bool {
 	return true
 }
 
-func (s *s3Store) putOne(ctx context.Context, name string, data []byte) (bool, error) {
-	opts := s.conditional()
-	_, err := s.c.PutObject(ctx, s.bucket, name, bytes.NewReader(data), int64(len(data)), opts)
-	if s.notImplemented(err, opts) {
-		_, err = s.c.PutObject(ctx, s.bucket, name, bytes.NewReader(data), int64(len(data)), s.conditional())
+// putOne stores data in one PUT carrying its CRC-32C (summed), checked
+// first against the caller's (want) so that bytes changed between the
+// caller and this buffer are never sent; a PUT the server refuses for its
+// checksum is sent again, checksumAttempts times in all.
+func (s *s3Store) putOne(ctx context.Context, name string, data []byte, want *uint32) (bool, error) {
+	crc := CRC32C(data)
+	if want != nil && crc != *want {
+		return false, fmt.Errorf("%w: the bytes to send have CRC-32C %08x, the caller's is %08x", ErrChecksum, crc, *want)
+	}
+	core := minio.Core{Client: s.c}
+	var err error
+	for range checksumAttempts {
+		opts := s.summed(crc)
+		_, err = core.PutObject(ctx, s.bucket, name, bytes.NewReader(data), int64(len(data)), "", "", opts)
+		if s.notImplemented(err, opts) {
+			_, err = core.PutObject(ctx, s.bucket, name, bytes.NewReader(data), int64(len(data)), "", "", s.summed(crc))
+		}
+		if !badDigest(err) {
+			break
+		}
 	}
 	return putResult(err)
 }
@@ -322,7 +383,11 @@ const maxParts = 10000
 // one multipart upload, and aborts it on any failure. minio-go's own
 // PutObject is not used for this: it leaves If-None-Match out of the
 // completion (v7.4.1, completeUploadOpts), which is where S3 evaluates it.
-func (s *s3Store) putMultipart(ctx context.Context, name string, br *bufio.Reader, buf []byte) (created bool, err error) {
+// Each part carries its Content-MD5, which every S3 server checks (a part
+// refused for it is sent again, checksumAttempts times in all); the
+// blob's CRC-32C, summed over the parts as they are sent, is checked
+// against the caller's (want) before the upload is completed.
+func (s *s3Store) putMultipart(ctx context.Context, name string, br *bufio.Reader, buf []byte, want *uint32) (created bool, err error) {
 	core := minio.Core{Client: s.c}
 	id, err := core.NewMultipartUpload(ctx, s.bucket, name, minio.PutObjectOptions{ContentType: "application/octet-stream"})
 	if err != nil {
@@ -338,12 +403,22 @@ func (s *s3Store) putMultipart(ctx context.Context, name string, br *bufio.Reade
 		}
 	}()
 	var parts []minio.CompletePart
+	var crc uint32
 	n, last := len(buf), false
 	for num := 1; ; num++ {
 		if num > maxParts {
 			return false, fmt.Errorf("more than %d parts of %d bytes", maxParts, len(buf))
 		}
-		p, err := core.PutObjectPart(ctx, s.bucket, name, id, num, bytes.NewReader(buf[:n]), int64(n), minio.PutObjectPartOptions{})
+		crc = crc32.Update(crc, castagnoli, buf[:n])
+		sum := md5.Sum(buf[:n])
+		popts := minio.PutObjectPartOptions{Md5Base64: base64.StdEncoding.EncodeToString(sum[:])}
+		var p minio.ObjectPart
+		for range checksumAttempts {
+			p, err = core.PutObjectPart(ctx, s.bucket, name, id, num, bytes.NewReader(buf[:n]), int64(n), popts)
+			if !badDigest(err) {
+				break
+			}
+		}
 		if err != nil {
 			return false, fmt.Errorf("upload part %d: %w", num, s3Err(err))
 		}
@@ -354,6 +429,9 @@ func (s *s3Store) putMultipart(ctx context.Context, name string, br *bufio.Reade
 		if n, last, err = readPart(br, buf); err != nil {
 			return false, err
 		}
+	}
+	if want != nil && crc != *want {
+		return false, fmt.Errorf("%w: the bytes sent have CRC-32C %08x, the caller's is %08x", ErrChecksum, crc, *want)
 	}
 	opts := s.conditional()
 	_, err = core.CompleteMultipartUpload(ctx, s.bucket, name, id, parts, opts)

@@ -28,6 +28,7 @@ func testStore(t *testing.T, open func(t *testing.T) Store) {
 	t.Run("Delete", func(t *testing.T) { testDelete(t, open(t)) })
 	t.Run("Canceled", func(t *testing.T) { testCanceled(t, open(t)) })
 	t.Run("Batch", func(t *testing.T) { testBatch(t, open(t)) })
+	t.Run("Checked", func(t *testing.T) { testChecked(t, open(t)) })
 }
 
 // chunkKey is the key the snapshot feature gives data: its sha256.

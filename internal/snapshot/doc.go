@@ -9,6 +9,8 @@
 // (downloads), reads.go (readers a delete waits for), guards.go (what
 // may run at once on one server), slots.go (the snapshots taken at once,
 // shared between teams), ledger.go (chunks and the collector),
+// integrity.go (damaged snapshots, corrupt chunks set aside), check.go
+// (kiln admin snapshots check), restores.go (restore records),
 // recover.go.
 //
 // What it must never do: let a manifest reference a missing chunk —
@@ -16,8 +18,11 @@
 // any replica, and wherever a process is killed (ledger.go says how);
 // build a host path from user input (roots come from internal/servers,
 // every file operation goes through internal/files); write outside the
-// server's disk reservation (a restore goes through files.Writing); or
-// show another team's snapshot (404, as a missing one).
+// server's disk reservation (a restore goes through files.Writing); show
+// another team's snapshot (404, as a missing one); or take a store that
+// fails (unreachable, refusing) for damage: only what a read found (a
+// chunk missing or not what its name says, a manifest missing or
+// invalid) marks a snapshot damaged or moves a chunk.
 //
 // Decisions:
 //   - Lifecycle: a record (pending) is written before anything is stored,
@@ -186,6 +191,43 @@
 //     with no row, manifests with no record) once older than Grace (1 h):
 //     what a database restored from an older backup, or a crash between a
 //     manifest's upload and its record's update, leaves.
+//   - Damage (integrity.go): a corrupt chunk used to poison every later
+//     snapshot — a restore found it and refused, but a snapshot looks a
+//     chunk up (Stat) rather than read it, so the next one referenced it
+//     again and was ready yet unrestorable. A restore, a download or a
+//     check that finds a chunk corrupt now moves it aside
+//     (engine.QuarantineChunk, to quarantine/, which the collector never
+//     lists) holding its ledger row (state quarantine, a claim as a
+//     reaper's: one mover at a time, so a second one that read the same
+//     bad bytes cannot move the good copy stored after the first move;
+//     pins add their references and leave the claim; the collector
+//     releases the claim of a dead process), and marks every ready
+//     snapshot the ledger says references it (snapshots.damage, the
+//     sentence the API shows; damaged_at); a chunk found missing marks
+//     them too, a manifest missing or corrupt marks its snapshot. A
+//     marked snapshot's whole restore or download is refused at once
+//     (*DamagedError, 409 SNAPSHOT_DAMAGED; one of a path goes ahead, its
+//     data may be whole, and fails if it is not) unless a check made then (its
+//     manifest read, each chunk looked up) finds it whole again — the
+//     next snapshot of the same files stores the moved chunk again, and
+//     every snapshot naming it is then whole — which drops the mark, as
+//     does a whole restore or download that succeeds and Check. A
+//     snapshot not marked has its manifest looked up before a restore is
+//     accepted, so a deleted manifest is a 409 with a sentence, not a
+//     restore failing in the background or a 500. A mark is a status
+//     beside ready, not a status of its own: a damaged snapshot still
+//     counts against the team's limit, is deleted as any other, and may
+//     become whole again. A snapshot whose walk looked a chunk up just
+//     before it was moved references the moved chunk: a read or a check
+//     finds it damaged like the others.
+//   - Check (check.go, kiln admin snapshots check) verifies the store as
+//     restic check does: every ready snapshot's manifest read whole,
+//     every chunk it references looked up, or with ReadData read and
+//     hashed (once per chunk, whatever number of snapshots share it);
+//     it marks, moves aside and unmarks as above. It runs in another
+//     process beside kiln serve: it registers an instance (node "kiln
+//     admin", a name no kiln serve can have) so that the claims it holds
+//     on chunks it moves are a live process's to kiln serve.
 //   - Snapshots are kept when their server is deleted (source_server_id
 //     stays; a restore needs a target then). A server a snapshot is being
 //     taken of (pending or creating) is not deleted: ServerDeleting, the

@@ -70,6 +70,8 @@ var ErrExportsBusy = errors.New("too many snapshot downloads are running on this
 // its slot (WriteTo does too).
 type Download struct {
 	Snapshot Snapshot
+	s        *Service
+	only     string
 	ex       *engine.Export
 	slots    chan struct{}
 	held     bool
@@ -80,7 +82,8 @@ type Download struct {
 // the Options.MaxExports slots: all of it, or only the path only (clean,
 // relative: files.Clean's) and what is under it. Errors: ErrNotFound,
 // ErrNotReady, ErrExportsBusy, files.ErrNotFound (nothing at only),
-// manifest.ErrInvalid, the store's.
+// *DamagedError (its manifest missing or corrupt, or marked damaged and
+// still so: integrity.go), the store's.
 func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Download, error) {
 	snap, err := s.Get(ctx, teamID, id)
 	if err != nil {
@@ -94,15 +97,19 @@ func (s *Service) Export(ctx context.Context, teamID, id, only string) (*Downloa
 	default:
 		return nil, ErrExportsBusy
 	}
-	d := &Download{Snapshot: snap, slots: s.exports, held: true}
+	d := &Download{Snapshot: snap, s: s, only: only, slots: s.exports, held: true}
 	if d.read, err = s.beginRead(ctx, snap.UUID); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := s.usable(ctx, snap, only); err != nil {
 		d.Close()
 		return nil, err
 	}
 	d.ex, err = engine.OpenExport(ctx, s.store, manifest.Key(snap.UUID), only)
 	if err != nil {
 		d.Close()
-		return nil, fmt.Errorf("download snapshot %s: %w", id, err)
+		return nil, fmt.Errorf("download snapshot %s: %w", id, s.damaged(ctx, snap, err))
 	}
 	return d, nil
 }
@@ -127,9 +134,23 @@ func (d *Download) SizeBytes() int64 { return d.ex.SizeBytes }
 // WriteTo writes the snapshot to w as an archive of format f, then lets
 // go of the slot. An error leaves w with a cut archive (a chunk missing
 // or corrupt, w failing, ctx ending): the caller must not present it as
-// whole.
+// whole. A chunk found missing or corrupt marks the snapshot damaged
+// (and every other one referencing it) and a corrupt one is moved aside
+// (*DamagedError); a whole download of a snapshot marked damaged drops
+// the mark.
 func (d *Download) WriteTo(ctx context.Context, w io.Writer, f ExportFormat) error {
 	defer d.Close()
+	err := d.writeTo(ctx, w, f)
+	if err != nil {
+		return d.s.damaged(ctx, d.Snapshot, err)
+	}
+	if d.only == "" || d.only == "." {
+		d.s.clearDamage(context.WithoutCancel(ctx), d.Snapshot.UUID)
+	}
+	return nil
+}
+
+func (d *Download) writeTo(ctx context.Context, w io.Writer, f ExportFormat) error {
 	var (
 		zw  io.WriteCloser
 		err error

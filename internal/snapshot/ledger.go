@@ -37,6 +37,13 @@ import (
 //     beating, or an earlier process of this node) or it is older than
 //     staleClaim.
 //
+//   - quarantine (integrity.go): a chunk found corrupt is moved aside by
+//     the one process that marked its row quarantine with its claim (taken
+//     over only as a reaper's is); pins add references and leave the row
+//     to it, reapers leave it while the claim lives, and it makes the row
+//     live again once the chunk is moved (or the collector does, once its
+//     process is gone).
+//
 // So a chunk's blob is deleted only by the one reaper holding the row's
 // claim, while the row says deleting, and a row says deleting only if no
 // reference existed when it was marked and none can be added until the
@@ -49,6 +56,9 @@ import (
 const (
 	chunkLive     = "live"
 	chunkDeleting = "deleting"
+	// chunkQuarantine: found corrupt, its blob being moved aside by the
+	// claim's holder (integrity.go); referenced as a live one is.
+	chunkQuarantine = "quarantine"
 )
 
 // lockChunk locks key's row for the rest of tx (PostgreSQL; SQLite's one
@@ -94,6 +104,12 @@ func (s *Service) pin(ctx context.Context, uuid, key string) error {
 					key, chunkLive, now); err != nil {
 					return err
 				}
+			case chunkQuarantine:
+				// Being moved aside: the reference is added and the claim
+				// left to its holder, who makes the row live again. The
+				// snapshot finds the chunk gone and stores it anew, or (a
+				// look-up just before the move) references what was moved:
+				// a snapshot that reads it, or a check, finds it damaged.
 			default:
 				if _, err := tx.ExecContext(ctx, `UPDATE chunks SET state = $1, claim = NULL, updated_at = $2 WHERE key = $3`,
 					chunkLive, now, key); err != nil {
@@ -156,10 +172,10 @@ func (s *Service) reap(ctx context.Context, key string) (freed int64, shared boo
 			shared = true
 			return nil
 		}
-		if state == chunkDeleting && store.Now()-updated < staleClaim.Milliseconds() {
-			// Another reaper's: deleting it here could delete the blob a
-			// snapshot uploads again once that reaper removed the row —
-			// unless that reaper's process is dead.
+		if state != chunkLive && store.Now()-updated < staleClaim.Milliseconds() {
+			// Another reaper's (or a quarantine's): deleting it here could
+			// delete the blob a snapshot uploads again once that reaper
+			// removed the row — unless that reaper's process is dead.
 			var held string
 			if err := tx.QueryRowContext(ctx, `SELECT claim FROM chunks WHERE key = $1`, key).Scan(&held); err != nil {
 				return err
@@ -290,6 +306,9 @@ func (s *Service) collect(ctx context.Context, grace time.Duration) error {
 		return err
 	}
 	if err := s.dropDeadReaders(ctx); err != nil {
+		return err
+	}
+	if err := s.releaseQuarantines(ctx); err != nil {
 		return err
 	}
 	// References of snapshots whose record is gone (a crash during a

@@ -26,7 +26,10 @@ import (
 // until the files are restored. Errors: ErrNotFound, ErrNotReady,
 // ErrBusy, *TakingError (a snapshot of the server is being taken:
 // guards.go), servers.ErrNotFound, servers.ErrInstalling,
-// servers.ErrRestoring.
+// servers.ErrRestoring, *DamagedError (its manifest is gone, or it was
+// found damaged and still is: integrity.go). A restore that fails
+// because the snapshot's storage is damaged marks it so, and moves a
+// corrupt chunk aside.
 func (s *Service) Restore(ctx context.Context, teamID, id, targetID string) (RestoreRecord, error) {
 	return s.RestorePath(ctx, teamID, id, targetID, "")
 }
@@ -49,13 +52,16 @@ func (s *Service) RestorePath(ctx context.Context, teamID, id, targetID, only st
 			read.end()
 		}
 	}()
+	if err := s.usable(ctx, snap, only); err != nil {
+		return RestoreRecord{}, err
+	}
 	if only != "" && only != "." {
 		// A path the snapshot lacks is refused now, before the server is
 		// stopped: OpenExport reads the manifest, checks it and finds the
 		// path (one read more than the restore's two; a manifest is ~0.4
 		// MB a GiB of world).
 		if _, err := engine.OpenExport(ctx, s.store, manifest.Key(snap.UUID), only); err != nil {
-			return RestoreRecord{}, fmt.Errorf("restore snapshot %s: %w", id, err)
+			return RestoreRecord{}, fmt.Errorf("restore snapshot %s: %w", id, s.damaged(ctx, snap, err))
 		}
 	}
 	if targetID == "" {
@@ -116,6 +122,9 @@ func (s *Service) RestoreNow(ctx context.Context, teamID, id, targetID string) e
 		return err
 	}
 	defer read.end()
+	if err := s.usable(ctx, snap, ""); err != nil {
+		return err
+	}
 	sv, err := s.servers.Get(ctx, teamID, targetID)
 	if err != nil {
 		return err
@@ -197,7 +206,10 @@ func (s *Service) restore(ctx context.Context, snap Snapshot, sv servers.Server,
 		a.Disk.Stale() // the restore replaced the tree: measure it again
 	}
 	if rerr != nil {
-		return fmt.Errorf("restore %s into %s: %w", snap.ID, sv.ID, rerr)
+		return fmt.Errorf("restore %s into %s: %w", snap.ID, sv.ID, s.damaged(ctx, snap, rerr))
+	}
+	if only == "" || only == "." {
+		s.clearDamage(context.WithoutCancel(ctx), snap.UUID) // every chunk was read and checked
 	}
 	return nil
 }

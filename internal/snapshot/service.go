@@ -273,15 +273,21 @@ type Snapshot struct {
 	CreatedAt      int64
 	StartedAt      *int64
 	CompletedAt    *int64
+	// Damage says why a ready snapshot cannot be restored or downloaded
+	// whole, as found by a read or a check (integrity.go), and DamagedAt
+	// when; nil for one not known to be damaged.
+	Damage    *string
+	DamagedAt *int64
 }
 
 const columns = `id, uuid, team_id, source_server_id, name, ignore, status, error, bytes_done, bytes_total,
-	size_bytes, stored_bytes, created_at, started_at, completed_at`
+	size_bytes, stored_bytes, created_at, started_at, completed_at, damage, damaged_at`
 
 func scan(row interface{ Scan(...any) error }) (Snapshot, error) {
 	var s Snapshot
 	err := row.Scan(&s.ID, &s.UUID, &s.TeamID, &s.SourceServerID, &s.Name, &s.Ignore, &s.Status, &s.Error,
-		&s.BytesDone, &s.BytesTotal, &s.SizeBytes, &s.StoredBytes, &s.CreatedAt, &s.StartedAt, &s.CompletedAt)
+		&s.BytesDone, &s.BytesTotal, &s.SizeBytes, &s.StoredBytes, &s.CreatedAt, &s.StartedAt, &s.CompletedAt,
+		&s.Damage, &s.DamagedAt)
 	return s, err
 }
 

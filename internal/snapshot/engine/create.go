@@ -947,7 +947,10 @@ func (c *creator) store1(ctx context.Context, j *job) error {
 	// direct write, padding and all (blob's zeroTail).
 	clear(out[len(out):min(cap(out), (len(out)+4095)&^4095)])
 	defer func() { c.outs.put(out) }()
-	created, err := c.batch.Put(ctx, key, bytes.NewReader(out), int64(len(out)))
+	// With its CRC-32C, taken as it leaves the encoder: the store refuses
+	// bytes that change between here and the disk or the S3 server
+	// (blob.Checked, blob.ErrChecksum).
+	created, err := c.batch.Put(ctx, key, blob.Checked(bytes.NewReader(out), blob.CRC32C(out)), int64(len(out)))
 	if err != nil {
 		return fmt.Errorf("store chunk %s: %w", key, err)
 	}

@@ -7,7 +7,10 @@
 // checked, ChunkKeys lists what a manifest references, Export writes a stored snapshot as a tar stream (PAX:
 // exact mtimes; the manifest checked whole first, every chunk checked
 // against its name, workers fetching at most four chunks ahead of the
-// writer, so memory stays bounded whatever the snapshot's size). It owns
+// writer, so memory stays bounded whatever the snapshot's size),
+// ChunkRefs lists a manifest's chunks with their lengths for a check, and
+// QuarantineChunk moves a chunk found corrupt out of the chunk namespace.
+// It owns
 // the chunking, and reads and writes manifests through
 // internal/snapshot/manifest (the format and the checks of what a
 // manifest says); it knows nothing of snapshot records, schedules, HTTP or the database (the
@@ -20,7 +23,8 @@
 // follow a symlink, read a file with other hard links, write into the
 // tree, store a manifest before every chunk it names, replace a blob,
 // trust anything a manifest or a chunk says, stage a whole archive on
-// local disk, or hold memory in proportion to the tree.
+// local disk, hold memory in proportion to the tree, or move a chunk
+// aside that it did not just read corrupt itself.
 //
 // Decisions:
 //   - Chunking: FastCDC (github.com/PlakarKorp/go-cdc-chunkers,
@@ -168,7 +172,31 @@
 //     ChunkKeys for a stored manifest, list what a manifest references.
 //   - Dedup: a chunk already named in this snapshot, one the caller says
 //     is known (CreateOptions.Known), or one Stat finds is not uploaded;
-//     StoredBytes counts only what this snapshot added.
+//     StoredBytes counts only what this snapshot added. A chunk is
+//     uploaded with the CRC-32C of its compressed bytes (blob.Checked), so
+//     the store refuses bytes changed between the encoder and the disk or
+//     the S3 server (blob/doc.go).
+//   - A corrupt chunk poisons every snapshot after it: a look-up (Stat)
+//     finds it, so it is referenced again, never read, and the snapshot
+//     is ready yet cannot be restored. Reads therefore name what they
+//     found wrong: FetchChunk (restore, export, a check) answers
+//     *ChunkError with the chunk's key and reference, corrupt
+//     (ErrCorruptChunk) or missing (blob.ErrNotFound); and
+//     QuarantineChunk reads the chunk again and, still corrupt, moves it
+//     to quarantine/<key>.<ms> (a copy, then the delete): a look-up no
+//     longer finds it and the next snapshot of the same data stores it
+//     again (TestQuarantineChunk), which also makes the older snapshots
+//     naming it whole again, their chunk being under its name once more.
+//     Move rather than delete, so that the operator can look at what the
+//     disk or the bucket did; rather than a mark in the database that
+//     look-ups would consult, because a Put never replaces a blob: the
+//     corrupt bytes must leave the key before the good ones can take it.
+//     The caller holds the chunk while it moves it (internal/snapshot's
+//     ledger): no one else deletes or moves it, so between the read and
+//     the delete no good copy can take its place. Verifying every chunk
+//     a snapshot finds by look-up would read the whole store at every
+//     snapshot; kiln admin snapshots check --read-data does that on
+//     demand instead, as restic check --read-data does.
 //   - Left out of a snapshot (Result.Skipped): files with more than one
 //     hard link (files.ErrHardLink: one name may be outside the root;
 //     Kiln never reads them), symlinks that lead out or could (an
