@@ -451,11 +451,12 @@ func (s *Service) awaitEngine(ctx context.Context, l *live, id string, cause err
 	l.engineAway++
 	l.mu.Unlock()
 	s.log.Warn("the runtime's engine is away; starting the server once it is back", "server_id", id, "err", cause)
-	if n == 0 {
-		l.console.add("[kiln] the container engine is away; the server starts once it is back")
-	}
+	// The status first: whoever reads the console line then reads offline.
 	if err := s.setStatus(ctx, id, StatusOffline); err != nil {
 		s.log.Error("record waiting for the engine", "server_id", id, "err", err)
+	}
+	if n == 0 {
+		l.console.add("[kiln] the container engine is away; the server starts once it is back")
 	}
 	s.goBackground(func(ctx context.Context) {
 		if rt, ok := s.node.Runtime().(interface{ AwaitEngine(context.Context) error }); ok {
