@@ -6,9 +6,12 @@
 //
 // What it keeps:
 //   - The CA (cluster_ca): made by the first kiln serve, its key sealed
-//     with the secret key (internal/secretbox), opened only by kiln
-//     serve. kiln admin needs only its certificate (the fingerprint a
-//     join token carries), not the secret key.
+//     with the secret key (internal/secretbox), opened only by a kiln
+//     serve that serves the node endpoint (--cluster-addr): replicas
+//     sharing PostgreSQL with different secret keys ran before clusters
+//     and still do, as long as they do not serve it. kiln admin needs
+//     only its certificate (the fingerprint a join token carries), not
+//     the secret key.
 //   - One row a node (nodes): the local node of each kiln serve (kind
 //     local, named by --node-name, reported by RunLocal in-process) and
 //     the agents (kind agent). An agent is added with a join token, of

@@ -114,6 +114,11 @@ func TestLoadCA(t *testing.T) {
 		if _, err := LoadCA(ctx, db, box(t, 'x'), time.Now()); err == nil || !strings.Contains(err.Error(), "--secret-key") {
 			t.Errorf("LoadCA with another key = %v, want an error naming --secret-key", err)
 		}
+		// A replica with another key that does not serve the endpoint
+		// needs only the certificate: it runs on.
+		if c, err := EnsureCA(ctx, db, box(t, 'x'), time.Now()); err != nil || cluster.Fingerprint(c) != first.Fingerprint() {
+			t.Errorf("EnsureCA with another key = %v, %v; want the CA's certificate", c, err)
+		}
 		if _, err := CACertificate(ctx, storetest.SQLite(t)); !errors.Is(err, ErrNoCA) {
 			t.Errorf("CACertificate of a database without CA = %v, want ErrNoCA", err)
 		}
