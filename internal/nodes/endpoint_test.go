@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -25,7 +26,7 @@ import (
 
 // serveEndpoint runs f's node endpoint on a loopback port until the test
 // ends, calling a node unreachable after within; it returns its https URL.
-func serveEndpoint(t *testing.T, f *fixture, within time.Duration) string {
+func serveEndpoint(t *testing.T, f *fixture, within time.Duration) (string, *Endpoint) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -41,7 +42,7 @@ func serveEndpoint(t *testing.T, f *fixture, within time.Duration) string {
 			t.Errorf("Serve = %v", err)
 		}
 	})
-	return "https://" + ln.Addr().String()
+	return "https://" + ln.Addr().String(), ep
 }
 
 // client is an HTTP/2 client of the endpoint with cert as its client
@@ -70,7 +71,7 @@ func call(t *testing.T, c *http.Client, url, body string) (int, string) {
 // answers; malformed calls get the error model's bodies.
 func TestEndpointRefuses(t *testing.T) {
 	f := newFixture(t, storetest.SQLite(t))
-	url := serveEndpoint(t, f, 3*time.Second)
+	url, _ := serveEndpoint(t, f, 3*time.Second)
 	c := client(f, nil)
 	for _, tc := range []struct{ path, body, want string }{
 		{cluster.PathSession, `{"type":"hello"}`, `{"error":"this call needs a node's client certificate","code":"NODE_NOT_MEMBER"}`},
@@ -93,7 +94,7 @@ func TestEndpointRefuses(t *testing.T) {
 func TestEndpointCutsRemovedNode(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		f := newFixture(t, db)
-		url := serveEndpoint(t, f, time.Minute)
+		url, ep := serveEndpoint(t, f, time.Minute)
 		ctx := t.Context()
 
 		// A real agent joins and reports.
@@ -171,5 +172,12 @@ func TestEndpointCutsRemovedNode(t *testing.T) {
 		case <-time.After(eventually.Within):
 			t.Fatal("the removed agent never stopped")
 		}
+		// Connections closed are forgotten.
+		c.CloseIdleConnections()
+		eventually.True(t, eventually.Within, "no connection tracked", func() (bool, string) {
+			ep.mu.Lock()
+			defer ep.mu.Unlock()
+			return len(ep.conns) == 0, fmt.Sprintf("%d tracked", len(ep.conns))
+		})
 	})
 }
