@@ -39,6 +39,11 @@ var adminCommands = []adminCommand{
 	{"dbhost", "add", []string{"NAME"}, "--engine postgres|mariadb --dsn URL|- [--address HOST:PORT]", "register a database host for dbservices (logs in first; the DSN is stored sealed)"},
 	{"dbhost", "list", nil, "", "list the database hosts (never their DSNs)"},
 	{"dbhost", "remove", []string{"NAME"}, "", "unregister a database host no dbservice uses"},
+	{"node", "add", []string{"NAME"}, "", "make a one-time join token for a new node (valid 1 hour), print only the token"},
+	{"node", "list", nil, "[--json]", "list the nodes: status, last heartbeat, memory, disk, free ports, servers"},
+	{"node", "drain", []string{"NAME"}, "", "place no new servers on a node"},
+	{"node", "undrain", []string{"NAME"}, "", "place servers on a node again"},
+	{"node", "remove", []string{"NAME"}, "", "remove a node without servers; its certificate is refused at once"},
 	{"node", "stop-all", nil, "[--timeout D] [--kill]", "stop the game servers kiln serve left running on this data dir (it must not run)"},
 	{"snapshots", "check", nil, "[--read-data] [--blob-url URL]", "verify the snapshot store (every manifest, every chunk it names; --read-data: read and hash them), mark damaged snapshots, exit 1 if any"},
 }
@@ -98,6 +103,9 @@ func admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cmd.verb == "" {
 		adminUsage(stderr, "")
 		return usageError{fmt.Sprintf("unknown admin command %q", subject+" "+verb)}
+	}
+	if subject == "node" && verb != "stop-all" {
+		return adminNode(ctx, cmd, rest, stdout, stderr)
 	}
 	var sc storeConfig
 	about := strings.ToUpper(cmd.about[:1]) + cmd.about[1:] + "."

@@ -74,6 +74,7 @@ func usage() string {
 
 Usage:
   kiln serve [flags]                         run the service
+  kiln agent --server URL [flags]            run a game host of a cluster (joins with --join-token)
 `)
 	writeAdminCommands(&b, "")
 	b.WriteString(`  kiln ping HOST:PORT                        a Minecraft server's or proxy's status (Server List Ping)
@@ -160,6 +161,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stdout, stderr)
 	case "admin":
 		return admin(ctx, args[1:], stdout, stderr)
+	case "agent":
+		return agentMain(ctx, args[1:], stdout, stderr)
 	case "testserver":
 		return testServer(ctx, args[1:], stdout, stderr)
 	case "shim":

@@ -12,7 +12,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/connlimit"
 	"github.com/kilnhq/kiln/internal/dbservice"
 	"github.com/kilnhq/kiln/internal/deploy"
@@ -89,10 +89,6 @@ func defaultNodeName(databaseURL string) string {
 	return "local"
 }
 
-// nodeNameRE is what a node name may be: it is stored on every server and
-// shown in the API.
-var nodeNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
-
 // serveConfig is every setting of kiln serve (api.md §9).
 type serveConfig struct {
 	storeConfig
@@ -138,6 +134,9 @@ type serveConfig struct {
 	serverAllow        []node.Allowed
 	ServerEgress       string
 	StopServersOnExit  bool
+	// The cluster (cluster.go).
+	ClusterAddr          string
+	NodeUnreachableAfter time.Duration
 }
 
 var serveCommand = command{
@@ -189,12 +188,16 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.BoolVar(&c.StopServersOnExit, "stop-servers-on-exit", false, "on SIGINT or SIGTERM, stop every game server (its stop command, up to 30 s) before exiting; by default they keep running and the next kiln serve re-attaches to them (kiln admin node stop-all stops them later)")
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
+	registerClusterFlags(s, &c)
 	pos, err := s.parse(args)
 	if err != nil {
 		return c, err
 	}
 	if len(pos) > 0 {
 		return c, usageError{fmt.Sprintf("kiln serve takes no arguments, got %q", pos)}
+	}
+	if err := validateCluster(c); err != nil {
+		return c, err
 	}
 	if err := c.storeConfig.validate(); err != nil {
 		return c, err
@@ -205,8 +208,8 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	if c.NodeName == "" {
 		c.NodeName = defaultNodeName(c.DatabaseURL)
 	}
-	if !nodeNameRE.MatchString(c.NodeName) {
-		return c, usageError{fmt.Sprintf("--node-name %q: want 1-63 letters, digits, '.', '_' or '-'", c.NodeName)}
+	if err := cluster.ValidName(c.NodeName); err != nil {
+		return c, usageError{"--node-name: " + err.Error()}
 	}
 	// internal/ratelimit is tested up to 2^31-1 per minute (35 million a
 	// second per token, no limit in practice); far above it the per-route
@@ -389,6 +392,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer sshLn.Close()
 		sftpPort = sshLn.Addr().(*net.TCPAddr).Port
 	}
+	clusterLn, err := listenCluster(cfg, log)
+	if err != nil {
+		return err
+	}
+	if clusterLn != nil {
+		defer clusterLn.Close()
+	}
 	db, err := cfg.open(ctx)
 	if err != nil {
 		return err
@@ -492,6 +502,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return fmt.Errorf("the key for stored secrets: %w", err)
+	}
+	clusterSvc, err := startCluster(ctx, cfg, db, box, filepath.Join(cfg.DataDir, "servers"), ports, sshLn, rt.Name(), ver, log)
+	if err != nil {
+		return err
 	}
 	// Databases of dbservices: their credentials are sealed with box and
 	// given to the servers attached to them at each start.
@@ -722,6 +736,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		})
 	}
 	g.Go(func() error { return reg.Run(gctx) })
+	g.Go(func() error { return clusterSvc.run(gctx, clusterLn, log) })
 	err = g.Wait()
 	log.Info("stopped")
 	return err

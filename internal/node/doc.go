@@ -7,6 +7,12 @@
 // declares, so that a remote implementation (an HTTP client of `kiln agent`
 // on another host) can stand in later without changing the lifecycle code.
 //
+// ReadCapacity and ListeningPorts measure a host for the cluster's
+// reports (kiln serve's local node and kiln agent alike): memory total and
+// available, the data file system's size and free space, and the ports of
+// a range something listens on, read from /proc/net/tcp{,6} rather than by
+// binding each port (which could take one from a server starting).
+//
 // It must never touch the database: which ports are taken is the servers
 // table's business; a node only says which ports exist.
 //

@@ -31,9 +31,10 @@ func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.First, r.Last
 
 // Capacity is what a node has in total and free.
 type Capacity struct {
-	MemoryBytes   int64
-	DiskBytes     int64
-	DiskFreeBytes int64
+	MemoryBytes     int64
+	MemoryFreeBytes int64 // what the host could still give (MemAvailable)
+	DiskBytes       int64
+	DiskFreeBytes   int64
 }
 
 // Local is the machine kiln serve runs on.
@@ -69,22 +70,32 @@ func (n *Local) Ports() PortRange { return n.ports }
 func (n *Local) Runtime() runtime.Runtime { return n.rt }
 
 // Capacity reads /proc/meminfo and statfs of the roots directory.
-func (n *Local) Capacity(context.Context) (Capacity, error) {
+func (n *Local) Capacity(context.Context) (Capacity, error) { return ReadCapacity(n.rootsDir) }
+
+// ReadCapacity reads this host's memory (/proc/meminfo: MemTotal and
+// MemAvailable) and the size and free space of the file system of dir
+// (statfs; free is what an unprivileged writer may use).
+func ReadCapacity(dir string) (Capacity, error) {
 	var c Capacity
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
 		return c, fmt.Errorf("read memory size: %w", err)
 	}
 	defer f.Close()
+	kB := func(rest string) int64 {
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		return kb * 1024
+	}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			c.MemoryBytes = kb * 1024
+			c.MemoryBytes = kB(rest)
+		} else if rest, ok := strings.CutPrefix(sc.Text(), "MemAvailable:"); ok {
+			c.MemoryFreeBytes = kB(rest)
 		}
 	}
 	var st syscall.Statfs_t
-	if err := syscall.Statfs(n.rootsDir, &st); err != nil {
+	if err := syscall.Statfs(dir, &st); err != nil {
 		return c, fmt.Errorf("read disk size: %w", err)
 	}
 	c.DiskBytes = int64(st.Blocks) * st.Bsize

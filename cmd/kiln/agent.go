@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/kilnhq/kiln/internal/agent"
+	"github.com/kilnhq/kiln/internal/node"
+)
+
+// kiln agent parses its flags here and runs internal/agent, which
+// imports no database code (its imports are tested). It has no flag for
+// a database or the secret key: a game host never holds them.
+
+var agentCommand = command{
+	synopsis: "kiln agent --server URL [--join-token TOKEN] --public-host HOST [flags]",
+	about: `Run a game host of a Kiln cluster. On its first start it joins with the
+join token (kiln admin node add NAME, on the control plane): it checks the
+control plane against the token's CA fingerprint before sending the token,
+then keeps its key, certificate and the cluster's CA in --data-dir (0600).
+Later starts need no token. It connects out to the control plane
+(kiln serve --cluster-addr), so it may sit behind NAT, reports its memory,
+disk and free ports every few seconds, and reconnects with backoff.
+This version runs no game servers on agents yet: servers are placed on
+the local node of kiln serve.`,
+}
+
+// agentConfig is every setting of kiln agent.
+type agentConfig struct {
+	Server     string
+	JoinToken  string
+	DataDir    string
+	PublicHost string
+	PortRange  string
+	SFTPAddr   string
+	Runtime    string
+	LogLevel   string
+	LogFormat  string
+	ports      node.PortRange
+}
+
+func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
+	var c agentConfig
+	s := newSettings(agentCommand, stdout, stderr)
+	s.fs.StringVar(&c.Server, "server", "", "the control plane's node endpoint, https://HOST:PORT (its kiln serve --cluster-addr; required)")
+	s.fs.StringVar(&c.JoinToken, "join-token", "", "the join token of kiln admin node add, on the first start only (prefer KILN_JOIN_TOKEN: it stays out of ps)")
+	s.fs.StringVar(&c.DataDir, "data-dir", "./kiln-agent", "this node's key, certificate and pinned CA")
+	s.fs.StringVar(&c.PublicHost, "public-host", "", "host players and SFTP clients reach this node at (required)")
+	s.fs.StringVar(&c.PortRange, "port-range", "25565-25664", "game ports this node hands out (FIRST-LAST)")
+	s.fs.StringVar(&c.SFTPAddr, "sftp-addr", ":2022", "this node's SFTP listener (host:port)")
+	s.fs.StringVar(&c.Runtime, "runtime", "process", "process or docker: how game servers run on this node")
+	s.fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	pos, err := s.parse(args)
+	if err != nil {
+		return c, err
+	}
+	if len(pos) > 0 {
+		return c, usageError{fmt.Sprintf("kiln agent takes no arguments, got %q", pos)}
+	}
+	u, err := url.Parse(c.Server)
+	if c.Server == "" {
+		return c, usageError{"--server is required: the control plane's https://HOST:PORT (kiln serve --cluster-addr)"}
+	}
+	if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return c, usageError{fmt.Sprintf("--server %q: want https://HOST:PORT", c.Server)}
+	}
+	c.Server = "https://" + u.Host
+	if c.DataDir == "" {
+		return c, usageError{"--data-dir must not be empty"}
+	}
+	if strings.TrimSpace(c.PublicHost) == "" {
+		return c, usageError{"--public-host is required: the host players reach this node at"}
+	}
+	if c.ports, err = node.ParsePortRange(c.PortRange); err != nil {
+		return c, usageError{"--port-range: " + err.Error()}
+	}
+	if _, _, err := net.SplitHostPort(c.SFTPAddr); err != nil {
+		return c, usageError{fmt.Sprintf("--sftp-addr %q: %v", c.SFTPAddr, err)}
+	}
+	if c.Runtime != "process" && c.Runtime != "docker" {
+		return c, usageError{fmt.Sprintf("--runtime %q: want process or docker", c.Runtime)}
+	}
+	return c, nil
+}
+
+func agentMain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseAgent(args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", cfg.LogLevel)}
+	}
+	var h slog.Handler
+	switch cfg.LogFormat {
+	case "text":
+		h = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv})
+	case "json":
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: lv})
+	default:
+		return usageError{fmt.Sprintf("--log-format %q: want text or json", cfg.LogFormat)}
+	}
+	log := slog.New(h)
+	ver := buildVersion()
+	log.Info("kiln agent starting", "version", ver, "server", cfg.Server, "data_dir", cfg.DataDir, "public_host", cfg.PublicHost)
+	err = agent.Run(ctx, agent.Config{
+		ServerURL: cfg.Server, JoinToken: cfg.JoinToken, DataDir: cfg.DataDir, PublicHost: cfg.PublicHost,
+		Ports: cfg.ports, SFTPAddr: cfg.SFTPAddr, Runtime: cfg.Runtime, Version: ver,
+	}, log)
+	if err != nil {
+		return err
+	}
+	log.Info("kiln agent stopped")
+	return nil
+}

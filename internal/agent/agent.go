@@ -1,0 +1,429 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kilnhq/kiln/internal/cluster"
+	"github.com/kilnhq/kiln/internal/node"
+)
+
+// Config is everything kiln agent was told.
+type Config struct {
+	// ServerURL is the control plane's node endpoint: https://HOST:PORT
+	// (kiln serve --cluster-addr).
+	ServerURL string
+	// JoinToken is needed on the first start only (kiln admin node add).
+	JoinToken string
+	// DataDir holds the node's identity (ca.pem, node.key, node.pem).
+	DataDir    string
+	PublicHost string
+	Ports      node.PortRange
+	SFTPAddr   string
+	Runtime    string // process or docker
+	Version    string
+	// MinBackoff and MaxBackoff bound the wait between attempts to reach
+	// the control plane (500 ms, 30 s).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// RefusedError: the control plane answered with a refusal no retry
+// changes (a bad join token, a certificate no longer a member's). The
+// agent stops with its sentence.
+type RefusedError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *RefusedError) Error() string { return e.Message + " (" + e.Code + ")" }
+
+// Run is kiln agent: it joins the cluster on its first start (the join
+// token), then holds a session with the control plane, reconnecting with
+// backoff, until ctx ends (nil) or the control plane refuses this node
+// (*RefusedError, also for enrollment; or *cluster.FingerprintError when
+// the control plane is not the token's).
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if cfg.MinBackoff <= 0 {
+		cfg.MinBackoff = 500 * time.Millisecond
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 30 * time.Second
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("create the data dir: %w", err)
+	}
+	unlock, err := lockDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	id, err := loadIdentity(cfg.DataDir)
+	if errors.Is(err, errNotEnrolled) {
+		if cfg.JoinToken == "" {
+			return errors.New("this agent has not joined a cluster yet: give it --join-token (kiln admin node add NAME on the control plane prints one)")
+		}
+		if id, err = join(ctx, cfg, log); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	} else if cfg.JoinToken != "" {
+		log.Info("joined already; --join-token is not needed and was not used", "node", id.name)
+	}
+	log = log.With("node", id.name)
+	a := &agent{cfg: cfg, id: id, log: log, client: &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   cluster.NodeTLS(id.ca, id.cert),
+		ForceAttemptHTTP2: true,
+		HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 15 * time.Second},
+	}}}
+	defer a.client.CloseIdleConnections()
+	return a.run(ctx)
+}
+
+// join enrolls with the join token, retrying while the control plane
+// cannot be reached; a refusal or a control plane that is not the
+// token's ends it.
+func join(ctx context.Context, cfg Config, log *slog.Logger) (identity, error) {
+	tok, err := cluster.ParseJoinToken(cfg.JoinToken)
+	if err != nil {
+		return identity{}, fmt.Errorf("--join-token: %w", err)
+	}
+	key, err := nodeKey(cfg.DataDir)
+	if err != nil {
+		return identity{}, err
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: tok.Node}}, key)
+	if err != nil {
+		return identity{}, fmt.Errorf("make the certificate request: %w", err)
+	}
+	body, _ := json.Marshal(cluster.EnrollRequest{Token: tok.String(), CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))})
+	tr := &http.Transport{TLSClientConfig: cluster.EnrollTLS(tok.CAFingerprint), ForceAttemptHTTP2: true}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	b := newBackoff(cfg.MinBackoff, cfg.MaxBackoff)
+	for {
+		resp, err := post(ctx, client, cfg.ServerURL+cluster.PathEnroll, body)
+		if fe, ok := errors.AsType[*cluster.FingerprintError](err); ok {
+			return identity{}, fe
+		}
+		if err == nil {
+			return enrolled(cfg.DataDir, tok, key.Public(), resp, log)
+		}
+		if _, ok := errors.AsType[*RefusedError](err); ok || ctx.Err() != nil {
+			return identity{}, fmt.Errorf("join the cluster: %w", err)
+		}
+		d := b.next()
+		log.Warn("cannot reach the control plane to join; trying again", "err", err, "in", d.Round(time.Millisecond))
+		if !sleep(ctx, d) {
+			return identity{}, fmt.Errorf("join the cluster: %w", ctx.Err())
+		}
+	}
+}
+
+// enrolled checks the control plane's answer and keeps it: the CA it
+// sends must be the one the token pins, the certificate of our key and
+// name. The certificate is written last: its presence means enrolled.
+func enrolled(dir string, tok cluster.JoinToken, pub crypto.PublicKey, body []byte, log *slog.Logger) (identity, error) {
+	var er cluster.EnrollResponse
+	if err := json.Unmarshal(body, &er); err != nil {
+		return identity{}, fmt.Errorf("join the cluster: the control plane's answer: %w", err)
+	}
+	ca, err := cluster.ParseCertificatePEM([]byte(er.CA))
+	if err != nil || cluster.Fingerprint(ca) != tok.CAFingerprint {
+		return identity{}, errors.New("join the cluster: the control plane sent a CA other than the join token's")
+	}
+	cert, err := cluster.ParseCertificatePEM([]byte(er.Certificate))
+	if err != nil {
+		return identity{}, fmt.Errorf("join the cluster: the certificate sent: %w", err)
+	}
+	if eq, ok := pub.(interface{ Equal(crypto.PublicKey) bool }); !ok || !eq.Equal(cert.PublicKey) || cert.Subject.CommonName != tok.Node {
+		return identity{}, errors.New("join the cluster: the certificate sent is not of this node's key and name")
+	}
+	if err := checkNodeCert(cert, ca); err != nil {
+		return identity{}, fmt.Errorf("join the cluster: %w", err)
+	}
+	if err := writeFile(filepath.Join(dir, CAFile), []byte(er.CA)); err != nil {
+		return identity{}, err
+	}
+	if err := writeFile(filepath.Join(dir, CertFile), []byte(er.Certificate)); err != nil {
+		return identity{}, err
+	}
+	log.Info("joined the cluster", "node", tok.Node, "ca_fingerprint", tok.CAFingerprint, "certificate_expires", cert.NotAfter.UTC().Format(time.RFC3339))
+	return loadIdentity(dir)
+}
+
+// post sends a JSON body and returns the answer's body when it is 200;
+// an error answer becomes *RefusedError for 4xx, a plain error otherwise.
+func post(ctx context.Context, client *http.Client, url string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, cluster.MaxMessage))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		return data, nil
+	}
+	return nil, answerError(resp.StatusCode, data)
+}
+
+// answerError reads an error answer: *RefusedError when it is a refusal
+// (4xx), a plain error (worth retrying) otherwise.
+func answerError(status int, data []byte) error {
+	var eb cluster.ErrorBody
+	if json.Unmarshal(data, &eb) != nil || eb.Error == "" {
+		eb = cluster.ErrorBody{Error: "HTTP " + strconv.Itoa(status), Code: "HTTP_" + strconv.Itoa(status)}
+	}
+	if status >= 400 && status < 500 {
+		return &RefusedError{Status: status, Code: eb.Code, Message: eb.Error}
+	}
+	return fmt.Errorf("the control plane answered %d: %s", status, eb.Error)
+}
+
+// agent is an enrolled node's connection to the control plane.
+type agent struct {
+	cfg    Config
+	id     identity
+	log    *slog.Logger
+	client *http.Client
+}
+
+// run holds sessions until ctx ends or the control plane refuses the node.
+func (a *agent) run(ctx context.Context) error {
+	b := newBackoff(a.cfg.MinBackoff, a.cfg.MaxBackoff)
+	for {
+		welcomed, err := a.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if re, ok := errors.AsType[*RefusedError](err); ok {
+			return fmt.Errorf("the control plane refused this node: %w", re)
+		}
+		if welcomed {
+			b.reset()
+		}
+		d := b.next()
+		a.log.Warn("session with the control plane ended; reconnecting", "err", err, "in", d.Round(time.Millisecond))
+		if !sleep(ctx, d) {
+			return nil
+		}
+	}
+}
+
+// session opens one session: Hello up, Welcome down, then a heartbeat
+// every interval the control plane asked for, each acknowledged. It ends
+// when either side goes, or when the control plane has acknowledged
+// nothing for three intervals (a control plane that hangs). welcomed
+// says whether the session was open.
+func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.ServerURL+cluster.PathSession, pr)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	enc := json.NewEncoder(pw)
+	hello := cluster.Up{Type: cluster.TypeHello, Hello: &cluster.Hello{
+		Version: a.cfg.Version, PublicHost: a.cfg.PublicHost, SFTPAddr: a.cfg.SFTPAddr,
+		PortFirst: a.cfg.Ports.First, PortLast: a.cfg.Ports.Last, Runtime: a.cfg.Runtime,
+	}}
+	// The body is written as the request goes: the hello now, the beats
+	// once the welcome said how often.
+	intervals := make(chan time.Duration, 1)
+	writeErr := make(chan error, 1)
+	go func() { writeErr <- a.beat(ctx, enc, hello, intervals) }()
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, cluster.MaxMessage))
+		return false, answerError(resp.StatusCode, data)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 4096), cluster.MaxMessage)
+	var interval time.Duration
+	lines := make(chan cluster.Down)
+	readErr := make(chan error, 1)
+	go func() {
+		for sc.Scan() {
+			var d cluster.Down
+			if err := json.Unmarshal(sc.Bytes(), &d); err != nil {
+				readErr <- fmt.Errorf("an unreadable message from the control plane: %w", err)
+				return
+			}
+			select {
+			case lines <- d:
+			case <-ctx.Done():
+				return
+			}
+		}
+		err := sc.Err()
+		if err == nil {
+			err = io.EOF
+		}
+		readErr <- err
+	}()
+	// The welcome comes at once; later, an ack at least every interval.
+	quiet := time.NewTimer(30 * time.Second)
+	defer quiet.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return welcomed, ctx.Err()
+		case err := <-readErr:
+			return welcomed, fmt.Errorf("the control plane ended the session: %w", err)
+		case err := <-writeErr:
+			return welcomed, fmt.Errorf("send to the control plane: %w", err)
+		case <-quiet.C:
+			return welcomed, errors.New("the control plane stopped answering")
+		case d := <-lines:
+			switch {
+			case d.Type == cluster.TypeWelcome && d.Welcome != nil && !welcomed:
+				interval = time.Duration(d.Welcome.HeartbeatIntervalMS) * time.Millisecond
+				interval = min(max(interval, 50*time.Millisecond), time.Minute)
+				welcomed = true
+				intervals <- interval
+				a.log.Info("session with the control plane open", "server", a.cfg.ServerURL, "heartbeat_interval", interval)
+			case d.Type == cluster.TypeAck:
+			default:
+				a.log.Debug("a message from the control plane this agent does not know", "type", d.Type)
+			}
+			if welcomed {
+				quiet.Reset(3 * interval)
+			}
+		}
+	}
+}
+
+// beat writes the hello, then, once the interval is known, a heartbeat
+// at once and every interval until ctx ends.
+func (a *agent) beat(ctx context.Context, enc *json.Encoder, hello cluster.Up, intervals <-chan time.Duration) error {
+	if err := enc.Encode(hello); err != nil {
+		return err
+	}
+	var interval time.Duration
+	select {
+	case <-ctx.Done():
+		return nil
+	case interval = <-intervals:
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	measure := Measure(a.cfg.DataDir, a.cfg.Ports)
+	for seq := int64(1); ; seq++ {
+		hb, err := measure(ctx)
+		if err != nil {
+			a.log.Warn("cannot measure this node", "err", err)
+		}
+		hb.Seq = seq
+		if err := enc.Encode(cluster.Up{Type: cluster.TypeHeartbeat, Heartbeat: &hb}); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Measure reports a node's memory, the disk of dir and the busy ports of
+// its range (node.ReadCapacity, node.ListeningPorts); kiln serve's local
+// node reports the same way.
+func Measure(dir string, ports node.PortRange) func(context.Context) (cluster.Heartbeat, error) {
+	return func(context.Context) (cluster.Heartbeat, error) {
+		c, err := node.ReadCapacity(dir)
+		if err != nil {
+			return cluster.Heartbeat{}, err
+		}
+		busy, err := node.ListeningPorts(ports)
+		if err != nil {
+			return cluster.Heartbeat{}, err
+		}
+		return cluster.Heartbeat{MemoryTotal: c.MemoryBytes, MemoryFree: c.MemoryFreeBytes, DiskTotal: c.DiskBytes,
+			DiskFree: c.DiskFreeBytes, PortsBusy: busy}, nil
+	}
+}
+
+// backoff doubles a wait from min to max, with ±20 % jitter so that
+// agents cut at once do not all come back at once.
+type backoff struct{ cur, min, max time.Duration }
+
+func newBackoff(lo, hi time.Duration) *backoff { return &backoff{cur: lo, min: lo, max: hi} }
+
+func (b *backoff) next() time.Duration {
+	d := b.cur
+	b.cur = min(b.cur*2, b.max)
+	return time.Duration(float64(d) * (0.8 + 0.4*mrand.Float64()))
+}
+
+func (b *backoff) reset() { b.cur = b.min }
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// lockDir takes the data dir's lock (agent.lock, flock, not waiting): one
+// agent per data dir. It goes with the process.
+func lockDir(dir string) (func(), error) {
+	path := filepath.Join(dir, "agent.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		f.Close()
+		return nil, fmt.Errorf("data dir %s is in use by another kiln agent", dir)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}

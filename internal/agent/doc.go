@@ -1,0 +1,25 @@
+// Package agent is kiln agent: a game host of a Kiln cluster, the node
+// side of the protocol of internal/cluster. It joins once with a join
+// token, keeps its identity in its data dir, and holds a session with the
+// control plane: it reports what the host has and reconnects with backoff
+// when the session ends.
+//
+// Phase 1 (this version): identity and membership only. It runs no game
+// servers yet; the next phases add them (the runtime, files, console,
+// SFTP, snapshots) behind commands that come down the session.
+//
+// Its data dir: ca.pem (the cluster CA, pinned at enrollment), node.key
+// (its private key, made here and never sent: the control plane gets a
+// certificate request), node.pem (its certificate; written last, so its
+// presence means enrolled), all 0600, and agent.lock (one agent per data
+// dir). The key is written before the request is sent: an agent killed
+// before it stored the certificate asks again with the same key and the
+// same token, and the control plane answers that key again.
+//
+// What it must never do: import the database layer or the secret key's
+// box (TestAgentImportsNoDatabase over go list -deps), send the join
+// token to a control plane whose CA is not the token's (the check is in
+// the TLS handshake: cluster.EnrollTLS), or trust any other CA once one
+// is pinned. A control plane's refusal of the node (removed, a used or
+// expired token) ends Run with its sentence instead of retrying forever.
+package agent

@@ -1,0 +1,55 @@
+// Package nodes is the control plane's record of the cluster's nodes and
+// its side of the node protocol (internal/cluster): the CA's custody, the
+// nodes table, join tokens, enrollment, reports, and the node endpoint
+// agents dial (kiln serve --cluster-addr). kiln admin node … works on the
+// same tables, also while kiln serve runs.
+//
+// What it keeps:
+//   - The CA (cluster_ca): made by the first kiln serve, its key sealed
+//     with the secret key (internal/secretbox), opened only by a kiln
+//     serve that serves the node endpoint (--cluster-addr): replicas
+//     sharing PostgreSQL with different secret keys ran before clusters
+//     and still do, as long as they do not serve it. kiln admin needs
+//     only its certificate (the fingerprint a join token carries), not
+//     the secret key.
+//   - One row a node (nodes): the local node of each kiln serve (kind
+//     local, named by --node-name, reported by RunLocal in-process) and
+//     the agents (kind agent). An agent is added with a join token, of
+//     which only the SHA-256 of its secret is kept, for an hour; it is
+//     used by the first key that enrolls with it: that key may fetch its
+//     certificate again (an agent killed between the control plane's
+//     answer and its own write), any other is refused. The row holds
+//     the serial of the node's current certificate: that is what makes
+//     a certificate the CA signed a member's. Removing the row revokes
+//     it, with no list to distribute: every call checks the serial, and
+//     the endpoint checks the connections it holds every second, so a
+//     removal by kiln admin (another process, maybe another machine)
+//     cuts an open connection at once.
+//   - Reports: each heartbeat sets heartbeat_at and reachable_until =
+//     now + the silence after which the control plane that took it calls
+//     the node unreachable (--node-unreachable-after): a status is read
+//     from the row alone, by kiln admin too, with no knowledge of the
+//     flag and no process marking nodes down. Pending (not enrolled),
+//     unreachable (past reachable_until), draining, ready — in that
+//     order.
+//   - Free ports are counted here: the ports of a node's range, less
+//     those its servers hold and those its report says something on the
+//     host listens on.
+//
+// It reads the servers table (internal/servers owns it) only to count
+// what a node holds — servers, allocated memory, ports — for listing and
+// to refuse removing a node with servers (in the delete's own statement,
+// so a server placed meanwhile keeps its node). It never writes it.
+//
+// What it must never do: send the CA's key anywhere, keep a join token's
+// secret or log it, trust what a node says of itself beyond checking it
+// (Hello and Heartbeat are validated: a game host runs code from the
+// internet), or take a certificate the CA signed for a member's without
+// its serial matching the row.
+//
+// Not yet (the next phases): placement over the nodes (today servers are
+// created on the local node of the kiln serve asked; draining is
+// recorded and listed), commands down the session, several control-plane
+// replicas sharing agents (an agent holds one session, with the replica
+// it reached).
+package nodes

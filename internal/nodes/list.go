@@ -1,0 +1,154 @@
+package nodes
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+)
+
+// Node is one node as listed. Sizes are bytes as the node last reported
+// them; Servers and MemoryAllocatedMB are of the servers placed on it.
+type Node struct {
+	Name              string
+	Kind              Kind
+	Status            Status
+	Draining          bool
+	Address           string // where its connection came from (agents); "" for a local node
+	PublicHost        string
+	SFTPAddr          string
+	PortFirst         int
+	PortLast          int
+	Runtime           string
+	Version           string
+	MemoryTotal       int64
+	MemoryFree        int64
+	DiskTotal         int64
+	DiskFree          int64
+	MemoryAllocatedMB int64
+	Servers           int
+	PortsFree         int
+	LastHeartbeatAt   *int64 // Unix ms; nil: never
+	JoinExpiresAt     *int64 // pending nodes: when the join token stops working
+	CertExpiresAt     *int64 // agents: when their certificate expires
+	EnrolledAt        *int64
+	CreatedAt         int64
+}
+
+// usage is what the servers placed on a node take.
+type usage struct {
+	servers  int
+	memoryMB int64
+	ports    map[int]bool
+}
+
+// List returns every node, by name, with its status as of now:
+// pending until it enrolls; unreachable when its last report is older
+// than the silence its control plane allows (or it never reported);
+// else draining or ready.
+func (s *Service) List(ctx context.Context) ([]Node, error) {
+	use, err := s.usage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT name, kind, cert_serial, join_expires_at, cert_expires_at, drained_at, address, public_host,
+sftp_addr, port_first, port_last, runtime, version, memory_total, memory_free, disk_total, disk_free, ports_busy, heartbeat_at,
+reachable_until, created_at, enrolled_at FROM nodes ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	defer rows.Close()
+	now := s.now().UnixMilli()
+	var out []Node
+	for rows.Next() {
+		var n Node
+		var serial sql.NullString
+		var joinExp, certExp, drained, beat, until, enrolled sql.NullInt64
+		var busy string
+		if err := rows.Scan(&n.Name, &n.Kind, &serial, &joinExp, &certExp, &drained, &n.Address, &n.PublicHost, &n.SFTPAddr,
+			&n.PortFirst, &n.PortLast, &n.Runtime, &n.Version, &n.MemoryTotal, &n.MemoryFree, &n.DiskTotal, &n.DiskFree, &busy,
+			&beat, &until, &n.CreatedAt, &enrolled); err != nil {
+			return nil, fmt.Errorf("list nodes: %w", err)
+		}
+		n.Draining = drained.Valid
+		n.LastHeartbeatAt, n.CertExpiresAt, n.EnrolledAt = ptr(beat), ptr(certExp), ptr(enrolled)
+		switch {
+		case n.Kind == KindAgent && !serial.Valid:
+			n.Status = StatusPending
+			n.JoinExpiresAt = ptr(joinExp)
+		case !until.Valid || until.Int64 <= now:
+			n.Status = StatusUnreachable
+		case n.Draining:
+			n.Status = StatusDraining
+		default:
+			n.Status = StatusReady
+		}
+		u := use[n.Name]
+		if u == nil {
+			u = &usage{}
+		}
+		n.Servers, n.MemoryAllocatedMB = u.servers, u.memoryMB
+		if n.PortFirst > 0 {
+			var ports []int
+			_ = json.Unmarshal([]byte(busy), &ports) // written by Beat: a list of ints
+			taken := map[int]bool{}
+			for p := range u.ports {
+				taken[p] = true
+			}
+			for _, p := range ports {
+				taken[p] = true
+			}
+			n.PortsFree = n.PortLast - n.PortFirst + 1
+			for p := range taken {
+				if p >= n.PortFirst && p <= n.PortLast {
+					n.PortsFree--
+				}
+			}
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	return out, nil
+}
+
+// usage sums the servers of each node. It reads the servers table (owned
+// by internal/servers) and never writes it: what a node holds is what
+// listing and removing a node must know.
+func (s *Service) usage(ctx context.Context) (map[string]*usage, error) {
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT node, port, memory_mb FROM servers`)
+	if err != nil {
+		return nil, fmt.Errorf("count servers per node: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]*usage{}
+	for rows.Next() {
+		var node string
+		var port int
+		var mem int64
+		if err := rows.Scan(&node, &port, &mem); err != nil {
+			return nil, fmt.Errorf("count servers per node: %w", err)
+		}
+		u := out[node]
+		if u == nil {
+			u = &usage{ports: map[int]bool{}}
+			out[node] = u
+		}
+		u.servers++
+		u.memoryMB += mem
+		u.ports[port] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count servers per node: %w", err)
+	}
+	return out, nil
+}
+
+func ptr(v sql.NullInt64) *int64 {
+	if !v.Valid {
+		return nil
+	}
+	x := v.Int64
+	return &x
+}
