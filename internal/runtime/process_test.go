@@ -134,8 +134,9 @@ func (c *console) wait(t *testing.T, prefix string) string {
 	for {
 		c.mu.Lock()
 		if i := slices.IndexFunc(c.lines, func(l string) bool { return strings.HasPrefix(l, prefix) }); i >= 0 {
+			line := c.lines[i] // read under the lock: add appends to lines
 			c.mu.Unlock()
-			return c.lines[i]
+			return line
 		}
 		if c.changed == nil {
 			c.changed = make(chan struct{})
