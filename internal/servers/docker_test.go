@@ -76,15 +76,11 @@ func testNetwork(t *testing.T, host string) string {
 	return name
 }
 
-// TestDockerLifecycle runs a kiln-test server as a container: install,
-// start → running (the status ping answers through the published port),
-// command, stop, start again, kill, delete (the container goes with it).
-func TestDockerLifecycle(t *testing.T) {
-	d := dockerRuntime(t)
-	db := storetest.SQLite(t)
-	teamID := team(t, db)
-	env := serverstest.New(t, db, serverstest.Options{Runtime: d, KilnBin: docker.KilnImageBinary})
-	svc := env.Service
+// runningInDocker makes a kiln-test server of the team on the docker
+// runtime d, removed from the engine when the test ends, starts it and
+// waits for it to run.
+func runningInDocker(t *testing.T, svc *servers.Service, d *docker.Docker, teamID string) servers.Server {
+	t.Helper()
 	sv := newTestServer(t, svc, teamID)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -95,6 +91,19 @@ func TestDockerLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	return sv
+}
+
+// TestDockerLifecycle runs a kiln-test server as a container: install,
+// start → running (the status ping answers through the published port),
+// command, stop, start again, kill, delete (the container goes with it).
+func TestDockerLifecycle(t *testing.T) {
+	d := dockerRuntime(t)
+	db := storetest.SQLite(t)
+	teamID := team(t, db)
+	env := serverstest.New(t, db, serverstest.Options{Runtime: d, KilnBin: docker.KilnImageBinary})
+	svc := env.Service
+	sv := runningInDocker(t, svc, d, teamID)
 	ref := runtimeRef(t, db, sv.ID)
 	if len(ref) != 64 {
 		t.Errorf("runtime_ref = %q, want a container id", ref)

@@ -61,16 +61,7 @@ func engineRestart(t *testing.T, sig syscall.Signal) {
 	env := serverstest.New(t, db, serverstest.Options{Runtime: d, KilnBin: docker.KilnImageBinary,
 		Servers: servers.Options{RestartBackoff: 50 * time.Millisecond}})
 	svc := env.Service
-	sv := newTestServer(t, svc, teamID)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = d.Remove(ctx, sv.ID)
-	})
-	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	sv := runningInDocker(t, svc, d, teamID)
 	before := runtimeRef(t, db, sv.ID)
 	events, stop, err := svc.Stream(t.Context(), teamID, sv.ID)
 	if err != nil {
@@ -164,16 +155,7 @@ func TestDockerEngineAwayLong(t *testing.T) {
 	}
 	env := serverstest.New(t, db, opts(d))
 	svc := env.Service
-	sv := newTestServer(t, svc, teamID)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_ = d.Remove(ctx, sv.ID)
-	})
-	if err := svc.Power(t.Context(), teamID, sv.ID, "start"); err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, svc, teamID, sv.ID, servers.StatusRunning)
+	sv := runningInDocker(t, svc, d, teamID)
 	const waiting = "[kiln] the container engine is away; the server starts once it is back"
 	away := func(svc *servers.Service, times int) {
 		t.Helper()

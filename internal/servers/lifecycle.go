@@ -44,7 +44,7 @@ type live struct {
 	readers       int                // snapshots reading the root whole (Reading)
 	changes       uint64             // how many times status changed in this process (Reader.Changed)
 	reinstalling  bool               // a reinstall from its check to its install's end (Reinstall)
-	engineAway    int                // starts failed in a row because the runtime's engine is away (awaitEngine)
+	engineAway    bool               // waiting for the runtime's engine since the last start (awaitEngine): the console said so
 }
 
 // endReinstall ends what Reinstall marked: Reading may begin again.
@@ -381,7 +381,7 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 		}
 	}
 	l.inst = inst
-	l.engineAway = 0
+	l.engineAway = false
 	l.startedAt = time.Now()
 	if st, ok := inst.(interface{ StartedAt() time.Time }); ok {
 		// A re-adopted instance's uptime counts from its start, not ours.
@@ -426,8 +426,8 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 }
 
 func (s *Service) failStart(ctx context.Context, l *live, id string, err error) {
-	if errors.Is(err, runtime.ErrEngineAway) && s.ctx.Err() == nil {
-		s.awaitEngine(ctx, l, id, err)
+	if rt, ok := s.node.Runtime().(engineAwaiter); ok && errors.Is(err, runtime.ErrEngineAway) && s.ctx.Err() == nil {
+		s.awaitEngine(ctx, l, id, rt, err)
 		return
 	}
 	s.log.Warn("server failed to start", "server_id", id, "err", err)
@@ -441,39 +441,35 @@ func (s *Service) failStart(ctx context.Context, l *live, id string, err error) 
 // because the runtime's engine is away (runtime.ErrEngineAway) longer than
 // the runtime waits for it: not a crash of the server. It stays offline,
 // its desired state running, and the crash budget untouched; once the
-// engine answers again (the runtime's AwaitEngine, as long as kiln runs)
+// engine answers again (rt.AwaitEngine, as long as kiln runs)
 // it is started once, if its desired state is still running. A kiln
 // restarted meanwhile starts it as any offline server whose desired
 // state is running. The console tells it once per absence.
-func (s *Service) awaitEngine(ctx context.Context, l *live, id string, cause error) {
+func (s *Service) awaitEngine(ctx context.Context, l *live, id string, rt engineAwaiter, cause error) {
 	l.mu.Lock()
-	n := l.engineAway
-	l.engineAway++
+	said := l.engineAway
+	l.engineAway = true
 	l.mu.Unlock()
 	s.log.Warn("the runtime's engine is away; starting the server once it is back", "server_id", id, "err", cause)
 	// The status first: whoever reads the console line then reads offline.
 	if err := s.setStatus(ctx, id, StatusOffline); err != nil {
 		s.log.Error("record waiting for the engine", "server_id", id, "err", err)
 	}
-	if n == 0 {
+	if !said {
 		l.console.add("[kiln] the container engine is away; the server starts once it is back")
 	}
 	s.goBackground(func(ctx context.Context) {
-		if rt, ok := s.node.Runtime().(interface{ AwaitEngine(context.Context) error }); ok {
-			if rt.AwaitEngine(ctx) != nil {
-				return // shutting down
-			}
-		} else {
-			t := time.NewTimer(min(s.opts.RestartBackoff<<min(n, 10), engineRetryMax))
-			defer t.Stop()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
+		if rt.AwaitEngine(ctx) != nil {
+			return // shutting down
 		}
 		s.start(ctx, id)
 	})
+}
+
+// engineAwaiter is a runtime whose engine may go away (docker): it can
+// say when the engine answers again.
+type engineAwaiter interface {
+	AwaitEngine(ctx context.Context) error
 }
 
 // supervise waits for the instance to answer a status ping (→ running) and
@@ -567,8 +563,8 @@ func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
 		s.setStatus(ctx, sv.ID, StatusOffline)
 		return
 	}
-	if errors.Is(exit.Err, runtime.ErrEngineAway) {
-		s.awaitEngine(ctx, l, sv.ID, exit.Err)
+	if rt, ok := s.node.Runtime().(engineAwaiter); ok && errors.Is(exit.Err, runtime.ErrEngineAway) {
+		s.awaitEngine(ctx, l, sv.ID, rt, exit.Err)
 		return
 	}
 	l.console.add("[kiln] server exited unexpectedly (" + desc + ")")

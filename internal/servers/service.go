@@ -154,10 +154,6 @@ const (
 	// deleteTimeout bounds a delete, which its caller going away does
 	// not end (remove).
 	deleteTimeout = 5 * time.Minute
-	// engineRetryMax bounds the pause between two starts of a server
-	// whose runtime's engine is away, for a runtime that cannot say when
-	// it is back (no AwaitEngine; each start waits for it too).
-	engineRetryMax = 30 * time.Second
 )
 
 // TempNamesPurpose is what the key of Options.TempNames is derived for
