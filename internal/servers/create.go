@@ -363,11 +363,7 @@ func (s *Service) install(ctx context.Context, id string, startAfter bool) {
 		s.log.Warn("measure disk after install", "server_id", id, "err", err)
 	}
 	s.DiskChanged(id)
-	_, err = s.db.Write().ExecContext(ctx, `
-		UPDATE servers SET version = $1, java_major = $2, jar = $3, args_file = $4, install_error = NULL,
-		       status = $5, updated_at = $6
-		WHERE id = $7`, res.Version, res.JavaMajor, res.Jar, res.ArgsFile, StatusOffline, store.Now(), id)
-	if err != nil {
+	if err := s.records.Installed(ctx, id, res); err != nil {
 		s.log.Error("record install", "server_id", id, "err", err)
 		return
 	}
@@ -384,10 +380,7 @@ func (s *Service) installFailed(ctx context.Context, l *live, id string, cause e
 	reason := s.tell(id, cause)
 	s.log.Warn("install failed", "server_id", id, "err", cause)
 	l.console.add("[kiln] install failed: " + reason)
-	_, err := s.db.Write().ExecContext(ctx,
-		`UPDATE servers SET install_error = $1, status = $2, updated_at = $3 WHERE id = $4`,
-		reason, StatusOffline, store.Now(), id)
-	if err != nil {
+	if err := s.records.InstallFailed(ctx, id, reason); err != nil {
 		s.log.Error("record install failure", "server_id", id, "err", err)
 	}
 	l.setStatus(StatusOffline)

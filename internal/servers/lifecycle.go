@@ -20,7 +20,6 @@ import (
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/slp"
-	"github.com/kilnhq/kiln/internal/store"
 )
 
 // live is what the service keeps in memory for one server: its console, its
@@ -222,12 +221,7 @@ func (s *Service) checkEULA(sv Server) error {
 }
 
 func (s *Service) setDesired(ctx context.Context, id, desired string) error {
-	_, err := s.db.Write().ExecContext(ctx,
-		`UPDATE servers SET desired_state = $1, updated_at = $2 WHERE id = $3`, desired, store.Now(), id)
-	if err != nil {
-		return fmt.Errorf("set desired state of %s: %w", id, err)
-	}
-	return nil
+	return s.records.SetDesired(ctx, id, desired)
 }
 
 // goBackground runs fn on the service's context, tracked for Close. A
@@ -391,7 +385,7 @@ func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.I
 	}
 	l.res = Resources{}
 	l.mu.Unlock()
-	if _, err := s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = $1 WHERE id = $2`, inst.Ref(), sv.ID); err != nil {
+	if err := s.records.SetRuntimeRef(ctx, sv.ID, inst.Ref()); err != nil {
 		s.log.Error("record runtime ref", "server_id", sv.ID, "err", err)
 	}
 	// Every supervised instance is known until it has ended, so that
@@ -531,7 +525,7 @@ func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
 	// exit must still be recorded.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1 AND runtime_ref = $2`, sv.ID, inst.Ref()); err != nil {
+	if err := s.records.ClearRuntimeRef(ctx, sv.ID, inst.Ref()); err != nil {
 		s.log.Error("clear runtime ref", "server_id", sv.ID, "err", err)
 	}
 	desc := describeExit(exit)

@@ -38,21 +38,8 @@ func (s *Service) Run(ctx context.Context) error {
 
 // recoverAll brings every server of this node back to a coherent state.
 func (s *Service) recoverAll(ctx context.Context) error {
-	rows, err := s.db.Read().QueryContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE node = $1`, s.node.Name())
+	all, err := s.records.NodeServers(ctx, s.node.Name())
 	if err != nil {
-		return err
-	}
-	var all []Server
-	for rows.Next() {
-		sv, err := s.scan(rows)
-		if err != nil {
-			rows.Close()
-			return err
-		}
-		all = append(all, sv)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	known := map[string]bool{}
@@ -115,7 +102,9 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 				s.log.Warn("re-adopt failed", "server_id", sv.ID, "err", err)
 			}
 		}
-		_, _ = s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1`, sv.ID)
+		if err := s.records.ClearRuntimeRef(ctx, sv.ID, ""); err != nil {
+			s.log.Warn("forget an instance not re-adopted", "server_id", sv.ID, "err", err)
+		}
 	}
 	// A server that crashed past its restart budget stays crashed, across
 	// restarts of kiln too; the user starts it by hand.

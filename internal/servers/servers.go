@@ -134,6 +134,7 @@ func (s *Service) scan(row scanner) (Server, error) {
 // Service owns server records and their lifecycle on one node.
 type Service struct {
 	db         *store.DB
+	records    Records
 	log        *slog.Logger
 	publicHost string
 	node       Node
@@ -361,14 +362,7 @@ func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
 
 // getAny reads a server of any team (background work).
 func (s *Service) getAny(ctx context.Context, id string) (Server, error) {
-	sv, err := s.scan(s.db.Read().QueryRowContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE id = $1`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Server{}, ErrNotFound
-	}
-	if err != nil {
-		return Server{}, fmt.Errorf("get server %s: %w", id, err)
-	}
-	return sv, nil
+	return s.records.Server(ctx, id)
 }
 
 // getRetried reads a server's record for background work that must not
@@ -419,10 +413,8 @@ func (s *Service) CountByStatus(ctx context.Context) (map[string]int, error) {
 
 // setStatus stores a status change and tells console subscribers.
 func (s *Service) setStatus(ctx context.Context, id, status string) error {
-	_, err := s.db.Write().ExecContext(ctx,
-		`UPDATE servers SET status = $1, updated_at = $2 WHERE id = $3`, status, store.Now(), id)
-	if err != nil {
-		return fmt.Errorf("set status of %s to %s: %w", id, status, err)
+	if err := s.records.SetStatus(ctx, id, status); err != nil {
+		return err
 	}
 	s.liveOf(id).setStatus(status)
 	return nil

@@ -171,6 +171,7 @@ func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options,
 		live: map[string]*live{}, supervised: map[runtime.Instance]string{}, lists: map[string]listCache{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
 		remeasure: make(chan string, 64), started: time.Now(),
 	}
+	svc.records = sqlRecords{db: db, scan: svc.scan}
 	if !opts.Users.IsZero() {
 		// The node keeps every root in one directory: Root of any id.
 		svc.users = &users{rng: opts.Users, dir: filepath.Dir(n.Root("x"))}
