@@ -81,6 +81,7 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 	l.setStatus(sv.Status)
 	if sv.Status == StatusInstalling {
 		// The install was interrupted: run it again (installs are idempotent).
+		s.said(sv, "server install resumed")
 		s.goBackground(func(ctx context.Context) { s.install(ctx, sv.ID, sv.DesiredState == "running") })
 		return
 	}
@@ -91,9 +92,11 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 			if err == nil {
 				l.console.add("[kiln] re-attached to the running server")
 				if sv.DesiredState == "running" {
+					s.said(sv, "server re-adopted: it ran on while kiln was down")
 					s.attach(ctx, l, sv, inst)
 					return
 				}
+				s.said(sv, "server re-adopted and being stopped: its desired state is stopped")
 				s.attach(ctx, l, sv, inst)
 				s.goBackground(func(ctx context.Context) { s.stop(ctx, sv.ID, false) })
 				return
@@ -110,13 +113,29 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 	// restarts of kiln too; the user starts it by hand.
 	if sv.DesiredState == "running" && sv.InstallError == nil && sv.Status != StatusCrashed {
 		// Its instance is gone: until the start begins it is offline.
+		s.said(sv, "server being started again: its desired state is running and nothing of it runs")
 		_ = s.setStatus(ctx, sv.ID, StatusOffline)
 		s.goBackground(func(ctx context.Context) { s.start(ctx, sv.ID) })
 		return
 	}
+	switch {
+	case sv.DesiredState != "running":
+		s.said(sv, "server left stopped, as asked")
+	case sv.InstallError != nil:
+		s.said(sv, "server left stopped: its last install failed")
+	default:
+		s.said(sv, "server left crashed: it crashed past its restart budget; a start by hand brings it back")
+	}
 	if sv.Status != StatusOffline && sv.Status != StatusCrashed {
 		_ = s.setStatus(ctx, sv.ID, StatusOffline)
 	}
+}
+
+// said logs, at info level, one line saying what kiln serve did with a
+// server at its start or its stop (issue 33: an operator reads in the
+// log, one line a server, what a restart of kiln did to their servers).
+func (s *Service) said(sv Server, what string) {
+	s.log.Info(what, "server_id", sv.ID, "name", sv.Name)
 }
 
 // Recovered is closed once Run has brought every server's stored state in
@@ -276,7 +295,18 @@ func (s *Service) shutdown() {
 	s.mu.Unlock()
 	for inst, id := range all {
 		if !s.stopsAtExit(inst) {
+			select {
+			case <-inst.Done():
+				continue // ended already: nothing is left running
+			default:
+			}
+			s.log.Info("server left running: it runs on without kiln and the next start re-adopts it", "server_id", id)
 			continue
+		}
+		if s.opts.StopServersOnExit {
+			s.log.Info("server being stopped: --stop-servers-on-exit; the next start starts it again", "server_id", id)
+		} else {
+			s.log.Info("server being stopped: its process ends with kiln; the next start starts it again", "server_id", id)
 		}
 		l := s.liveOf(id)
 		l.mu.Lock()
