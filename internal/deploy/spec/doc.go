@@ -43,6 +43,13 @@
 //     default, written or not, is left out of the normalized form, so a
 //     spec written before the field keeps its hash and a dbservice applied
 //     before it is not planned as changed.
+//   - node (a server's or a proxy's, optional): the name of the node to
+//     run on, syntax only here (a node's name: 1-63 letters, digits, '.',
+//     '_' or '-', starting with a letter or digit; cluster.ValidName);
+//     internal/deploy checks at push that it names a node of the cluster,
+//     and placement spreads the servers that name none. Left out of the
+//     normalized form when not given, so a spec written before the field
+//     keeps its hash.
 //   - Sizes are a whole number and M, G or T, binary whatever the spelling
 //     (M, Mi, MB, MiB, either case: "2GB" is 2 GiB, as "binary units" says);
 //     a bare number is refused, since "memory: 2048" reads as megabytes to
@@ -68,7 +75,7 @@
 //
 //	{"version":1,
 //	 "servers":{"<name>":{"software","version","memory","disk","cpu","image",
-//	            "env":{},"properties":{},"files":[{"path","content"}],"state"}},
+//	            "env":{},"properties":{},"files":[{"path","content"}],"state","node"?}},
 //	 "proxies":{"<name>":{…the server fields…,"port","servers":[],"try":[],"forwarding"}},
 //	 "dbservices":{"<name>":{"engine","attach":[],"max_connections"}}}
 //

@@ -12,6 +12,7 @@ import (
 	yaml "go.yaml.in/yaml/v4"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -319,7 +320,7 @@ func (p *parser) spec(doc *yaml.Node) *Spec {
 
 // serverFields are the fields of a server; a proxy has them too, but
 // properties.
-var serverFields = []string{"software", "version", "memory", "disk", "cpu", "image", "env", "properties", "files", "state"}
+var serverFields = []string{"software", "version", "memory", "disk", "cpu", "image", "env", "properties", "files", "state", "node"}
 
 // server reads a server, or the server part of a proxy (category Proxy;
 // extra are the proxy's own fields, returned for the caller to read).
@@ -388,6 +389,16 @@ func (p *parser) server(n *yaml.Node, at string, category catalog.Category, extr
 		case "state":
 			sv.State, ok = p.oneOf(f.node, fat, StateRunning, StateStopped)
 			good = good && ok
+		case "node":
+			v, ok := p.scalar(f.node, fat)
+			if ok {
+				if err := cluster.ValidName(v); err != nil {
+					p.add(fat, "must be a node's name: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+					ok = false
+				}
+			}
+			good = good && ok
+			sv.Node = v
 		}
 	}
 	for _, req := range []string{"software", "memory"} {

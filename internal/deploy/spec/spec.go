@@ -42,6 +42,11 @@ type Server struct {
 	Properties map[string]string `json:"properties"`
 	Files      []File            `json:"files"` // sorted by path
 	State      string            `json:"state"` // StateRunning or StateStopped
+	// Node names the node to run on; "" leaves it to placement, which
+	// spreads a configuration's servers. Left out of the JSON form when
+	// empty, so the hash of a spec that names no node is what it was
+	// before nodes could be named.
+	Node string `json:"node,omitempty"`
 }
 
 // Proxy is a proxy of the spec: a server of a proxy profile (without

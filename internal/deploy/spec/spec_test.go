@@ -167,6 +167,12 @@ func TestParseRules(t *testing.T) {
 			[]string{"servers.a.software: velocity is a proxy, not a server"}},
 		{"server software for a proxy", srv + "proxies:\n  p:\n    software: paper\n    memory: 1G\n    servers: [a]\n",
 			[]string{"proxies.p.software: paper is a server, not a proxy"}},
+		{"node not a name", "version: 1\nservers:\n  a:\n    software: paper\n    memory: 1G\n    node: \"game 1\"\n",
+			[]string{"servers.a.node: must be a node's name"}},
+		{"node of a proxy not a name", srv + "proxies:\n  p:\n    software: velocity\n    memory: 1G\n    servers: [a]\n    node: -x\n",
+			[]string{"proxies.p.node: must be a node's name"}},
+		{"node not a scalar", "version: 1\nservers:\n  a:\n    software: paper\n    memory: 1G\n    node: [a]\n",
+			[]string{"servers.a.node: must be a"}},
 		{"software and memory required", "version: 1\nservers:\n  a: {}\n",
 			[]string{"servers.a.software: is required", "servers.a.memory: is required"}},
 		{"memory too small", "version: 1\nservers:\n  a:\n    software: paper\n    memory: 128M\n",
@@ -379,5 +385,43 @@ func TestParseSize(t *testing.T) {
 		if got := FormatSize(b); got != want {
 			t.Errorf("FormatSize(%d) = %q, want %q", b, got, want)
 		}
+	}
+}
+
+// TestParseNode: a server or a proxy may name its node; the JSON form
+// (and so the hash) of a spec naming none is what it was before nodes
+// could be named (TestParseExample pins that hash), and naming one
+// changes it.
+func TestParseNode(t *testing.T) {
+	const base = "version: 1\nservers:\n  a:\n    software: paper\n    memory: 1G\n"
+	without, err := Parse([]byte(base), testCatalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := Parse([]byte(base+"    node: game-1\nproxies:\n  p:\n    software: velocity\n    memory: 1G\n    servers: [a]\n    node: game.2\n"), testCatalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := with.Servers["a"].Node; got != "game-1" {
+		t.Errorf("servers.a.node = %q, want game-1", got)
+	}
+	if got := with.Proxies["p"].Node; got != "game.2" {
+		t.Errorf("proxies.p.node = %q, want game.2", got)
+	}
+	j, _ := json.Marshal(without.Servers["a"])
+	if strings.Contains(string(j), "node") {
+		t.Errorf("a server naming no node has node in its JSON form: %s", j)
+	}
+	j, _ = json.Marshal(with.Servers["a"])
+	if !strings.Contains(string(j), `"node":"game-1"`) {
+		t.Errorf("a server naming a node lacks it in its JSON form: %s", j)
+	}
+	h1, _ := without.Hash()
+	withA, err := Parse([]byte(base+"    node: game-1\n"), testCatalog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2, _ := withA.Hash(); h1 == h2 {
+		t.Error("naming a node does not change the spec's hash")
 	}
 }
