@@ -13,9 +13,18 @@
 // through a symlink or a hard link (writes are temp file + rename, or a
 // new file created O_EXCL|O_NOFOLLOW in a staging directory), read a
 // device or a FIFO, or enforce a disk limit on a size someone claimed
-// rather than on the bytes it wrote.
+// rather than on the bytes it wrote, or import internal/servers or
+// anything else that links the database: it runs on the node that holds
+// the roots (internal/serverroot's TestNodeLocalImportsNoDatabase).
 //
 // Decisions:
+//   - A root is reached through Servers.Access, which answers a
+//     serverroot.Access (the root, its disk ledger, Kiln's temporary
+//     names, a restore's hold) or serverroot's errors; *servers.Service
+//     is the implementation in kiln serve (servers.Access is an alias of
+//     the same type). files names nothing of servers, so archives and
+//     the snapshot manifest, engine and restore, which import files, link
+//     no database code either.
 //   - Kiln's names: a path with a segment starting with ".kiln-tmp-"
 //     (quota.Reserved) is refused by Clean, so no user path (the files
 //     API, SFTP, archive entries, remote downloads, mod and modpack

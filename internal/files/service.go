@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/quota"
-	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/serverroot"
 )
 
-// Servers is what file operations need of the servers package.
+// Servers is what file operations need of whoever keeps the servers
+// (*servers.Service in kiln serve): the root of a team's server.
 type Servers interface {
-	// Access returns the server's root and, for a write, its disk ledger.
-	Access(ctx context.Context, teamID, id string, write bool) (servers.Access, error)
+	// Access returns the server's root and, for a write, its disk ledger
+	// (serverroot.ErrNotFound, ErrInstalling, ErrRestoring).
+	Access(ctx context.Context, teamID, id string, write bool) (serverroot.Access, error)
 	// DiskChanged makes the next write measure the root again.
 	DiskChanged(id string)
 }
@@ -28,7 +30,7 @@ type Servers interface {
 // both). The reservation is committed when op succeeds; when op fails it
 // is released, and if op had changed something, the ledger is made stale
 // so the next write measures the root again.
-func Writing(a servers.Access, op func(r *Root, res *quota.Reservation) error) error {
+func Writing(a serverroot.Access, op func(r *Root, res *quota.Reservation) error) error {
 	if a.Disk == nil {
 		return errors.New("files: a write needs the server's disk ledger (Access with write)")
 	}
@@ -58,10 +60,10 @@ func Writing(a servers.Access, op func(r *Root, res *quota.Reservation) error) e
 
 // heldIsRestoring names quota.ErrHeld as the servers package does: a
 // writer whose Access came before a snapshot restore held the root is
-// refused as a new one is (servers.ErrRestoring).
+// refused as a new one is (serverroot.ErrRestoring).
 func heldIsRestoring(err error) error {
 	if errors.Is(err, quota.ErrHeld) {
-		return servers.ErrRestoring
+		return serverroot.ErrRestoring
 	}
 	return err
 }
@@ -99,7 +101,7 @@ const (
 )
 
 // open checks access and opens the server's root.
-func (s *Service) open(ctx context.Context, teamID, id string, write bool) (*Root, servers.Access, error) {
+func (s *Service) open(ctx context.Context, teamID, id string, write bool) (*Root, serverroot.Access, error) {
 	a, err := s.servers.Access(ctx, teamID, id, write)
 	if err != nil {
 		return nil, a, err

@@ -24,7 +24,7 @@ const interrupted = "interrupted: kiln serve stopped during the download"
 // be a plain name and defaults to the last segment of the URL's path.
 //
 // Errors: *validate.Error (fields "url", "directory", "filename"),
-// servers.ErrNotFound, servers.ErrInstalling, ErrTooMany, ErrClosed.
+// serverroot.ErrNotFound, serverroot.ErrInstalling, ErrTooMany, ErrClosed.
 // Whether the address may be reached is decided when connecting; a refused
 // one makes the download fail, it is not an error of Start.
 func (m *Manager) Start(ctx context.Context, teamID, serverID, rawURL, directory, filename string) (Download, error) {
@@ -79,7 +79,7 @@ func (m *Manager) start(ctx context.Context, teamID, serverID, rawURL, directory
 // finished within ListWindow, newest first, at most MaxList. Downloads
 // this process is running show their live byte count.
 //
-// Errors: servers.ErrNotFound.
+// Errors: serverroot.ErrNotFound.
 func (m *Manager) List(ctx context.Context, teamID, serverID string) ([]Download, error) {
 	if _, err := m.servers.Access(ctx, teamID, serverID, false); err != nil {
 		return nil, err
@@ -114,7 +114,7 @@ func (m *Manager) overlay(d *Download) {
 // Get returns one download of the team's server, with live figures when
 // this process runs it.
 //
-// Errors: servers.ErrNotFound, ErrNotFound.
+// Errors: serverroot.ErrNotFound, ErrNotFound.
 func (m *Manager) Get(ctx context.Context, teamID, serverID, id string) (Download, error) {
 	if _, err := m.servers.Access(ctx, teamID, serverID, false); err != nil {
 		return Download{}, err
@@ -136,7 +136,7 @@ func (m *Manager) Get(ctx context.Context, teamID, serverID, id string) (Downloa
 // while Cancel ran) is left as it is and returned without an error: Cancel
 // never removes a completed file.
 //
-// Errors: servers.ErrNotFound, ErrNotFound (no such download on that
+// Errors: serverroot.ErrNotFound, ErrNotFound (no such download on that
 // server of that team), ErrClosed.
 func (m *Manager) Cancel(ctx context.Context, teamID, serverID, id string) (Download, error) {
 	if _, err := m.servers.Access(ctx, teamID, serverID, false); err != nil {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/netguard"
-	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/serverroot"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -30,8 +30,8 @@ const (
 
 // Errors callers tell apart. Invalid input is a *validate.Error naming the
 // field ("url", "directory", "filename"); an unknown server or one of
-// another team is servers.ErrNotFound, a server being installed
-// servers.ErrInstalling (both from Servers.Access, passed through).
+// another team is serverroot.ErrNotFound, a server being installed
+// serverroot.ErrInstalling (both from Servers.Access, passed through).
 var (
 	// ErrNotFound: no such download on that server of that team.
 	ErrNotFound = errors.New("download not found")
@@ -105,9 +105,9 @@ func (d Download) File() string {
 // implements it.
 type Servers interface {
 	// Access checks that one of the team's servers exists and returns its
-	// root and, with write, its disk ledger (servers.ErrNotFound,
-	// servers.ErrInstalling).
-	Access(ctx context.Context, teamID, id string, write bool) (servers.Access, error)
+	// root and, with write, its disk ledger (serverroot.ErrNotFound,
+	// serverroot.ErrInstalling).
+	Access(ctx context.Context, teamID, id string, write bool) (serverroot.Access, error)
 }
 
 // Options tune the Manager; zero values take the defaults.

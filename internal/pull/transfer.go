@@ -16,7 +16,7 @@ import (
 	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
-	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/serverroot"
 )
 
 // Causes of a transfer's context ending.
@@ -356,11 +356,11 @@ func (m *Manager) outcome(ctx context.Context, t *transfer, err error, log *slog
 		return StatusFailed, fmt.Sprintf("the server redirected more than %d times", netguard.MaxRedirects)
 	case errors.Is(err, netguard.ErrUnsupportedScheme):
 		return StatusFailed, "the server redirected to a URL that is not http or https"
-	case errors.Is(err, servers.ErrNotFound):
+	case errors.Is(err, serverroot.ErrNotFound):
 		return StatusFailed, "the server was deleted"
-	case errors.Is(err, servers.ErrInstalling):
+	case errors.Is(err, serverroot.ErrInstalling):
 		return StatusFailed, "the server is being installed"
-	case errors.Is(err, servers.ErrRestoring):
+	case errors.Is(err, serverroot.ErrRestoring):
 		return StatusFailed, "a snapshot is being restored into the server"
 	case errors.Is(err, files.ErrNotDirectory):
 		return StatusFailed, fmt.Sprintf("%s cannot be created: part of it is not a directory", t.d.Directory)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/serverroot"
 )
 
 // Disk is a server's disk limit and what its root holds, for the
@@ -30,19 +31,26 @@ func (s *Service) Root(ctx context.Context, teamID, id string) (string, error) {
 }
 
 // Access is what an operation on a server's files needs: its root and, for
-// a write, its disk ledger, from which every writer reserves before it
-// writes (quota.Account).
-type Access struct {
-	Root string
-	Disk *quota.Account // nil unless the access was for a write
-	// Names are Kiln's temporary names in the root (Options.TempNames):
-	// how an operation finds the leftover of its own crash.
-	Names quota.TempNames
-	// Hold is set on the holder's access (Held.Access): while a root is
-	// held its ledger refuses every other new reservation, and the holder
-	// reserves through Hold (files.Writing does).
-	Hold *quota.Hold
-}
+// a write, its disk ledger. It is serverroot's, which the node-local
+// packages (files, archives, snapshot restore) import instead of this one
+// and its database (serverroot's doc.go); the name stays here for the
+// callers that already hold a *Service.
+type Access = serverroot.Access
+
+// Errors of a server's root, serverroot's very values (errors.Is matches
+// either name): ErrNotFound (the server does not exist or belongs to
+// another team), ErrInstalling (the operation must wait until the install
+// ends), ErrRestoring (a snapshot is being restored into the server, Hold:
+// writing to its files, starting it and reinstalling it wait until the
+// restore ends), ErrSnapshotting (a reinstall of a server a snapshot is
+// reading whole, Reading: its installer would change files under the
+// walk).
+var (
+	ErrNotFound     = serverroot.ErrNotFound
+	ErrInstalling   = serverroot.ErrInstalling
+	ErrRestoring    = serverroot.ErrRestoring
+	ErrSnapshotting = serverroot.ErrSnapshotting
+)
 
 // Access checks that one of the team's servers exists and returns its
 // root; with write, also its disk ledger (limit set from disk_mb), and

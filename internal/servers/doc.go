@@ -99,7 +99,12 @@
 //     plus Kiln's own writes since, and asks the sampler for a new walk
 //     when that figure is older than 5 s: a save never waits for a walk of
 //     a big world, at the price of a limit checked against a figure up to
-//     one walk late for what the game server itself wrote.
+//     one walk late for what the game server itself wrote. Access and
+//     the errors of a root (ErrNotFound, ErrInstalling, ErrRestoring,
+//     ErrSnapshotting) are internal/serverroot's, aliased here (the same
+//     type and values): files, archives, snapshot restore, pull's
+//     transfers and sftp's handlers import serverroot, not this package
+//     and its database.
 //   - Ownership (owned.go): a server a deployment run makes carries its
 //     configuration id and resource key ("server/lobby"); CreateOwned finds
 //     the one made for a key before making one, and the partial unique

@@ -17,19 +17,8 @@ import (
 	"github.com/kilnhq/kiln/internal/store"
 )
 
-// Errors callers tell apart.
+// Errors callers tell apart (and those of a server's root: disk.go).
 var (
-	// ErrNotFound: the server does not exist or belongs to another team.
-	ErrNotFound = errors.New("server not found")
-	// ErrInstalling: the operation must wait until the install ends.
-	ErrInstalling = errors.New("the server is being installed")
-	// ErrRestoring: a snapshot is being restored into the server (Hold):
-	// writing to its files, starting it and reinstalling it wait until
-	// the restore ends.
-	ErrRestoring = errors.New("a snapshot is being restored into the server")
-	// ErrSnapshotting: a reinstall of a server a snapshot is reading
-	// whole (Reading): its installer would change files under the walk.
-	ErrSnapshotting = errors.New("a snapshot of the server is being taken")
 	// ErrOffline: a console command was sent to a server that is not running.
 	ErrOffline = errors.New("the server is not running")
 	// ErrOwned: a deployment owns the server; change it through the deployment.

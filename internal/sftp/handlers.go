@@ -19,7 +19,7 @@ import (
 
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/quota"
-	"github.com/kilnhq/kiln/internal/servers"
+	"github.com/kilnhq/kiln/internal/serverroot"
 	"github.com/kilnhq/kiln/internal/validate"
 )
 
@@ -502,7 +502,7 @@ func (f *fsys) status(err error) error {
 	}
 	var ve *validate.Error
 	switch {
-	case errors.Is(err, files.ErrNotFound), errors.Is(err, servers.ErrNotFound):
+	case errors.Is(err, files.ErrNotFound), errors.Is(err, serverroot.ErrNotFound):
 		return os.ErrNotExist
 	case errors.Is(err, files.ErrQuota), errors.Is(err, quota.ErrQuota):
 		return f.overLimit()
@@ -518,9 +518,9 @@ func (f *fsys) status(err error) error {
 		return fmt.Errorf("%w: is a symbolic link (not acted through)", sftp.ErrSSHFxPermissionDenied)
 	case errors.Is(err, files.ErrHardLink):
 		return fmt.Errorf("%w: hard links are not supported", sftp.ErrSSHFxPermissionDenied)
-	case errors.Is(err, servers.ErrInstalling):
+	case errors.Is(err, serverroot.ErrInstalling):
 		return fmt.Errorf("%w: the server is being installed; try again when it is done", sftp.ErrSSHFxFailure)
-	case errors.Is(err, servers.ErrRestoring), errors.Is(err, quota.ErrHeld):
+	case errors.Is(err, serverroot.ErrRestoring), errors.Is(err, quota.ErrHeld):
 		return fmt.Errorf("%w: a snapshot is being restored into the server; try again when it is done", sftp.ErrSSHFxFailure)
 	case errors.Is(err, syscall.ENOTEMPTY):
 		return fmt.Errorf("%w: directory not empty", sftp.ErrSSHFxFailure)
