@@ -507,6 +507,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	placement, err := startPlacement(ctx, cfg, clusterSvc, log)
+	if err != nil {
+		return err
+	}
 	// Databases of dbservices: their credentials are sealed with box and
 	// given to the servers attached to them at each start.
 	dbs := dbservice.NewService(db, box, log)
@@ -521,7 +525,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users, StopTimeout: stopGrace,
-		StopServersOnExit: cfg.StopServersOnExit,
+		StopServersOnExit: cfg.StopServersOnExit, Placement: placement,
 	}, log)
 	// Snapshots: taken, restored and deleted in the background; the
 	// executor takes one before a replace or delete.

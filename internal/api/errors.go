@@ -131,7 +131,7 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeEULANotAccepted}
 	case errors.As(err, new(*servers.TeamLimitError)):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeTeamLimit}
-	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrNoPort), errors.Is(err, servers.ErrInstallFailed):
+	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrInstallFailed):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	case errors.Is(err, archive.ErrUnsupported):
 		msg := "not an archive of a supported format (zip, jar, tar, tar.gz, tgz, tar.zst, tar.xz, gz), or corrupt"
