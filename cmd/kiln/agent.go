@@ -41,7 +41,10 @@ type agentConfig struct {
 	Runtime    string
 	LogLevel   string
 	LogFormat  string
+	NodeMemory string
+	NodeDisk   string
 	ports      node.PortRange
+	offer      node.Offer
 }
 
 func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
@@ -56,6 +59,7 @@ func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
 	s.fs.StringVar(&c.Runtime, "runtime", "process", "process or docker: how game servers run on this node")
 	s.fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	registerOfferFlags(s, &c.NodeMemory, &c.NodeDisk, "this node")
 	pos, err := s.parse(args)
 	if err != nil {
 		return c, err
@@ -86,6 +90,9 @@ func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
 	if c.Runtime != "process" && c.Runtime != "docker" {
 		return c, usageError{fmt.Sprintf("--runtime %q: want process or docker", c.Runtime)}
 	}
+	if c.offer, err = parseOffer(c.NodeMemory, c.NodeDisk); err != nil {
+		return c, err
+	}
 	return c, nil
 }
 
@@ -112,7 +119,7 @@ func agentMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	log.Info("kiln agent starting", "version", ver, "server", cfg.Server, "data_dir", cfg.DataDir, "public_host", cfg.PublicHost)
 	err = agent.Run(ctx, agent.Config{
 		ServerURL: cfg.Server, JoinToken: cfg.JoinToken, DataDir: cfg.DataDir, PublicHost: cfg.PublicHost,
-		Ports: cfg.ports, SFTPAddr: cfg.SFTPAddr, Runtime: cfg.Runtime, Version: ver,
+		Ports: cfg.ports, SFTPAddr: cfg.SFTPAddr, Runtime: cfg.Runtime, Version: ver, Offer: cfg.offer,
 	}, log)
 	if err != nil {
 		return err

@@ -102,7 +102,7 @@ func startCluster(ctx context.Context, cfg serveConfig, db *store.DB, box nodes.
 	if err != nil {
 		return nil, err
 	}
-	p := &clusterParts{svc: svc, local: cfg.NodeName, measure: agent.Measure(roots, ports), within: cfg.NodeUnreachableAfter}
+	p := &clusterParts{svc: svc, local: cfg.NodeName, measure: agent.Measure(roots, ports, cfg.nodeOffer), within: cfg.NodeUnreachableAfter}
 	if cfg.ClusterAddr != "" {
 		p.endpoint = nodes.NewEndpoint(svc, ca, nodes.EndpointOptions{UnreachableAfter: cfg.NodeUnreachableAfter}, log)
 	}

@@ -137,6 +137,11 @@ type serveConfig struct {
 	// The cluster (cluster.go).
 	ClusterAddr          string
 	NodeUnreachableAfter time.Duration
+	// Placement (placement.go).
+	MemoryOvercommit float64
+	NodeMemory       string
+	NodeDisk         string
+	nodeOffer        node.Offer
 }
 
 var serveCommand = command{
@@ -189,6 +194,7 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 	s.fs.Var(&c.JavaHome, "java-home", "MAJOR=JAVA_HOME of a Java installation process-runtime servers and installers of that Java major use, e.g. 17=/usr/lib/jvm/java-17-openjdk-amd64 (repeatable; added to those found under /usr/lib/jvm and on PATH)")
 	s.fs.Var(&c.PullAllowCIDR, "pull-allow-cidr", "address range remote downloads, mod catalogs and custom jar URLs may reach despite the SSRF rules (repeatable, or comma-separated)")
 	registerClusterFlags(s, &c)
+	registerPlacementFlags(s, &c)
 	pos, err := s.parse(args)
 	if err != nil {
 		return c, err
@@ -197,6 +203,9 @@ func parseServe(args []string, stdout, stderr io.Writer) (serveConfig, error) {
 		return c, usageError{fmt.Sprintf("kiln serve takes no arguments, got %q", pos)}
 	}
 	if err := validateCluster(c); err != nil {
+		return c, err
+	}
+	if err := validatePlacement(&c); err != nil {
 		return c, err
 	}
 	if err := c.storeConfig.validate(); err != nil {
@@ -485,6 +494,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	localNode.SetOffer(cfg.nodeOffer)
 	// Containers have their roots mounted: only process-runtime servers'
 	// users pass through the data dir.
 	if err := secureDataDir(cfg.DataDir, !users.IsZero() && cfg.Runtime == "process"); err != nil {
@@ -507,6 +517,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	placement, err := startPlacement(ctx, cfg, clusterSvc, log)
+	if err != nil {
+		return err
+	}
 	// Databases of dbservices: their credentials are sealed with box and
 	// given to the servers attached to them at each start.
 	dbs := dbservice.NewService(db, box, log)
@@ -521,7 +535,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users, StopTimeout: stopGrace,
-		StopServersOnExit: cfg.StopServersOnExit,
+		StopServersOnExit: cfg.StopServersOnExit, Placement: placement,
 	}, log)
 	// Snapshots: taken, restored and deleted in the background; the
 	// executor takes one before a replace or delete.

@@ -41,6 +41,9 @@ type Config struct {
 	SFTPAddr   string
 	Runtime    string // process or docker
 	Version    string
+	// Offer is what the node offers its servers (--node-memory,
+	// --node-disk; zero: the machine's), as its reports say.
+	Offer node.Offer
 	// MinBackoff and MaxBackoff bound the wait between attempts to reach
 	// the control plane (500 ms, 30 s).
 	MinBackoff, MaxBackoff time.Duration
@@ -342,7 +345,7 @@ func (a *agent) beat(ctx context.Context, enc *json.Encoder, hello cluster.Up, i
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	measure := Measure(a.cfg.DataDir, a.cfg.Ports)
+	measure := Measure(a.cfg.DataDir, a.cfg.Ports, a.cfg.Offer)
 	for seq := int64(1); ; seq++ {
 		hb, err := measure(ctx)
 		if err != nil {
@@ -361,14 +364,16 @@ func (a *agent) beat(ctx context.Context, enc *json.Encoder, hello cluster.Up, i
 }
 
 // Measure reports a node's memory, the disk of dir and the busy ports of
-// its range (node.ReadCapacity, node.ListeningPorts); kiln serve's local
-// node reports the same way.
-func Measure(dir string, ports node.PortRange) func(context.Context) (cluster.Heartbeat, error) {
+// its range (node.ReadCapacity, node.ListeningPorts), the sizes as offer
+// says (--node-memory, --node-disk); kiln serve's local node reports the
+// same way.
+func Measure(dir string, ports node.PortRange, offer node.Offer) func(context.Context) (cluster.Heartbeat, error) {
 	return func(context.Context) (cluster.Heartbeat, error) {
 		c, err := node.ReadCapacity(dir)
 		if err != nil {
 			return cluster.Heartbeat{}, err
 		}
+		c = offer.Apply(c)
 		busy, err := node.ListeningPorts(ports)
 		if err != nil {
 			return cluster.Heartbeat{}, err

@@ -98,6 +98,15 @@
 //     a configuration with an open run is 409 CONFIGURATION_BUSY (its runs
 //     would go with it), decided in the delete's transaction
 //     (deploy.ErrBusy).
+//   - Placement (POST /servers, optional node): a server no node takes is
+//     409 NO_CAPACITY, whose body adds details, one {node, reason} a node
+//     (nodes.NoCapacityError's refusals, in name order; present, maybe
+//     empty, on that code only) — what api.md §10 asks, "a sentence per
+//     node", kept apart from the sentence so a client reads it without
+//     parsing; error joins them as "node NAME: reason". A node asked that
+//     does not exist is a validation issue at node (400), as a field of
+//     the body naming nothing is; "" is refused there too, absent or null
+//     lets placement choose.
 //
 // It must never contain domain logic or SQL, and never log a token, a
 // request body or an Authorization header.

@@ -12,6 +12,7 @@ import (
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/modcatalog"
+	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -37,6 +38,7 @@ const (
 	codeFileTooLarge       = "FILE_TOO_LARGE"
 	codeQuotaExceeded      = "QUOTA_EXCEEDED"
 	codeTeamLimit          = "TEAM_LIMIT_REACHED"
+	codeNoCapacity         = "NO_CAPACITY"
 	codeDownloadNotFound   = "DOWNLOAD_NOT_FOUND"
 	codeConfigNotFound     = "CONFIGURATION_NOT_FOUND"
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
@@ -64,6 +66,15 @@ type errorBody struct {
 	Error  string           `json:"error"`
 	Code   string           `json:"code"`
 	Issues []validate.Issue `json:"issues,omitempty"`
+	// Details are NO_CAPACITY's: why each node cannot take the server
+	// (present, maybe empty, on that code only).
+	Details []refusalJSON `json:"details,omitzero"`
+}
+
+// refusalJSON is why one node cannot take a new server.
+type refusalJSON struct {
+	Node   string `json:"node"`
+	Reason string `json:"reason"`
 }
 
 // httpError is an error that already knows its answer: errors the HTTP layer
@@ -112,6 +123,16 @@ func apiError(err error) (int, errorBody) {
 	if pe, ok := errors.AsType[*servers.PortTakenError](err); ok {
 		return http.StatusConflict, errorBody{Error: pe.Error(), Code: codeConflict}
 	}
+	if ne, ok := errors.AsType[*nodes.NoCapacityError](err); ok {
+		d := make([]refusalJSON, len(ne.Refusals))
+		for i, r := range ne.Refusals {
+			d[i] = refusalJSON{Node: r.Node, Reason: r.Reason}
+		}
+		return http.StatusConflict, errorBody{Error: ne.Error(), Code: codeNoCapacity, Details: d}
+	}
+	if ue, ok := errors.AsType[*nodes.UnknownNodeError](err); ok {
+		return apiError(validationf("node", "%s", ue.Error()))
+	}
 	switch {
 	case errors.Is(err, auth.ErrInvalidToken):
 		return http.StatusUnauthorized, errorBody{Error: "missing, malformed, unknown or revoked bearer token", Code: codeInvalidToken}
@@ -131,7 +152,7 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeEULANotAccepted}
 	case errors.As(err, new(*servers.TeamLimitError)):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeTeamLimit}
-	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrNoPort), errors.Is(err, servers.ErrInstallFailed):
+	case errors.Is(err, servers.ErrOwned), errors.Is(err, servers.ErrInstallFailed):
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	case errors.Is(err, archive.ErrUnsupported):
 		msg := "not an archive of a supported format (zip, jar, tar, tar.gz, tgz, tar.zst, tar.xz, gz), or corrupt"

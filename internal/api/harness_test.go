@@ -147,6 +147,12 @@ type harnessOpt func(*Config, *Deps)
 
 func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 	t.Helper()
+	return newHarnessOn(t, db, serverstest.Options{}, opts...)
+}
+
+// newHarnessOn is newHarness with the servers service of so.
+func newHarnessOn(t *testing.T, db *store.DB, so serverstest.Options, opts ...harnessOpt) *harness {
+	t.Helper()
 	ctx := t.Context()
 	a, err := auth.NewService(ctx, db)
 	if err != nil {
@@ -164,7 +170,7 @@ func newHarness(t *testing.T, db *store.DB, opts ...harnessOpt) *harness {
 		limiter = ratelimit.NewPostgres(db.Write())
 	}
 	cfg := Config{RateLimit: 1000}
-	env := serverstest.New(t, db, serverstest.Options{})
+	env := serverstest.New(t, db, so)
 	// Remote downloads may reach 127.0.0.1 only (the tests' upstreams), as
 	// with --pull-allow-cidr 127.0.0.1/32; test names resolve locally.
 	allow, _ := netguard.ParseAllowList([]string{"127.0.0.1/32"})

@@ -98,6 +98,8 @@ type createServerRequest struct {
 	DiskMB     int               `json:"disk_mb"`
 	CPUPercent int               `json:"cpu_percent"`
 	Env        map[string]string `json:"env"`
+	// Node is the node asked for; absent (or null) lets placement choose.
+	Node *string `json:"node"`
 }
 
 func (s *Server) createServer(w http.ResponseWriter, r *http.Request) error {
@@ -105,9 +107,16 @@ func (s *Server) createServer(w http.ResponseWriter, r *http.Request) error {
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
+	var node string
+	if req.Node != nil {
+		if *req.Node == "" {
+			return validationf("node", "must be a node's name; leave node out to let Kiln choose one")
+		}
+		node = *req.Node
+	}
 	sv, err := s.deps.Servers.Create(r.Context(), principal(r).TeamID, servers.NewServer{
 		Name: req.Name, Software: req.Software, Version: req.Version, MemoryMB: req.MemoryMB,
-		DiskMB: req.DiskMB, CPUPercent: req.CPUPercent, Env: req.Env,
+		DiskMB: req.DiskMB, CPUPercent: req.CPUPercent, Env: req.Env, Node: node,
 	})
 	if err != nil {
 		return err

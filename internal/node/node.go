@@ -37,12 +37,34 @@ type Capacity struct {
 	DiskFreeBytes   int64
 }
 
+// Offer is what the operator says a node offers its servers
+// (--node-memory, --node-disk), in bytes; 0 leaves the machine's.
+type Offer struct {
+	MemoryBytes int64
+	DiskBytes   int64
+}
+
+// Apply is c as offered: a total the offer sets replaces the machine's,
+// and the matching free figure is at most it.
+func (o Offer) Apply(c Capacity) Capacity {
+	if o.MemoryBytes > 0 {
+		c.MemoryBytes = o.MemoryBytes
+		c.MemoryFreeBytes = min(c.MemoryFreeBytes, o.MemoryBytes)
+	}
+	if o.DiskBytes > 0 {
+		c.DiskBytes = o.DiskBytes
+		c.DiskFreeBytes = min(c.DiskFreeBytes, o.DiskBytes)
+	}
+	return c
+}
+
 // Local is the machine kiln serve runs on.
 type Local struct {
 	name     string
 	rootsDir string
 	ports    PortRange
 	rt       runtime.Runtime
+	offer    Offer
 }
 
 // NewLocal describes this host; server roots go under rootsDir.
@@ -69,8 +91,18 @@ func (n *Local) Ports() PortRange { return n.ports }
 // Runtime starts servers on this node.
 func (n *Local) Runtime() runtime.Runtime { return n.rt }
 
-// Capacity reads /proc/meminfo and statfs of the roots directory.
-func (n *Local) Capacity(context.Context) (Capacity, error) { return ReadCapacity(n.rootsDir) }
+// SetOffer makes Capacity report o; call it before the node is used.
+func (n *Local) SetOffer(o Offer) { n.offer = o }
+
+// Capacity reads /proc/meminfo and statfs of the roots directory, as
+// offered (SetOffer).
+func (n *Local) Capacity(context.Context) (Capacity, error) {
+	c, err := ReadCapacity(n.rootsDir)
+	if err != nil {
+		return c, err
+	}
+	return n.offer.Apply(c), nil
+}
 
 // ReadCapacity reads this host's memory (/proc/meminfo: MemTotal and
 // MemAvailable) and the size and free space of the file system of dir

@@ -37,8 +37,8 @@
 //     host listens on.
 //
 // It reads the servers table (internal/servers owns it) only to count
-// what a node holds — servers, allocated memory, ports — for listing and
-// to refuse removing a node with servers (in the delete's own statement,
+// what a node holds — servers, allocated memory, ports — for listing,
+// placement and to refuse removing a node with servers (in the delete's own statement,
 // so a server placed meanwhile keeps its node). It never writes it.
 //
 // What it must never do: send the CA's key anywhere, keep a join token's
@@ -47,9 +47,45 @@
 // internet), or take a certificate the CA signed for a member's without
 // its serial matching the row.
 //
-// Not yet (the next phases): placement over the nodes (today servers are
-// created on the local node of the kiln serve asked; draining is
-// recorded and listed), commands down the session, several control-plane
-// replicas sharing agents (an agent holds one session, with the replica
-// it reached).
+// Placement (placement.go) is the one place the node of a new server is
+// chosen (servers.Create and CreateOwned call it):
+//   - Candidates are the nodes this process can drive, a parameter of
+//     NewPlacer: today the local node of the kiln serve asked. Agents join
+//     them when game servers run on agents (remote execution, the next
+//     phase); until then naming one answers a NoCapacityError saying game
+//     servers on agents are not supported by this version yet, and
+//     another replica's local node one saying so.
+//   - Of the candidates, a node takes a server when it is ready (not
+//     pending, unreachable or draining) and: memory — its servers'
+//     memory_mb (the heap asked; the JVM's own quarter is the margin an
+//     operator leaves with --node-memory or an overcommit below 1) plus
+//     the request at most its reported total (--node-memory, or the
+//     machine's) × --memory-overcommit; disk — the request at most its
+//     disk's total, not its free space: disk_mb is a ceiling the disk
+//     ledger enforces, not space taken at creation, so limits add up past
+//     the disk as a thin-provisioned volume's do, and a node whose disk is
+//     full refuses writes (ENOSPC, 507) rather than servers; a game port
+//     of its range that no server holds, its last report does not call
+//     busy and the caller did not find taken (Request.Taken), or the one
+//     asked; its runtime, when the request needs one. Of those, the most
+//     memory free, then the first by name.
+//   - None fits: *NoCapacityError, one refusal a node by name, every node
+//     listed (the team learns why, as the API's NO_CAPACITY says). The
+//     node asked for: *UnknownNodeError when there is none (400 at
+//     node), else its own refusal.
+//   - Place reads outside any transaction; the insert's transaction calls
+//     Reserve, which takes the node's lock (a PostgreSQL advisory lock;
+//     SQLite has one writer) and checks again what its servers hold, so
+//     servers placed at once by several requests or replicas never take
+//     more memory than the node has (ErrNoLongerFits: place again). The
+//     unique (node, port) index settles a port.
+//   - The software's runtime: every catalog profile runs on both
+//     runtimes today (each lists docker images, and the process runtime
+//     runs its start command with the host's Java; a chosen image is what
+//     a docker node runs and a process node ignores), so servers asks for
+//     none; Request.Runtime is honoured for the day one does.
+//
+// Not yet (the next phases): commands down the session (so agents as
+// candidates), several control-plane replicas sharing agents (an agent
+// holds one session, with the replica it reached).
 package nodes

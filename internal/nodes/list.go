@@ -47,19 +47,39 @@ type usage struct {
 // than the silence its control plane allows (or it never reported);
 // else draining or ready.
 func (s *Service) List(ctx context.Context) ([]Node, error) {
-	use, err := s.usage(ctx)
+	list, _, err := s.list(ctx, s.db.Read(), "")
+	return list, err
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// list is List on q, of node only when it is not "" (then none or one),
+// with the ports of each node's range that are taken: held by its servers
+// or, as its report says, by something else on the host.
+func (s *Service) list(ctx context.Context, q querier, only string) ([]Node, map[string]map[int]bool, error) {
+	use, err := s.usage(ctx, q, only)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rows, err := s.db.Read().QueryContext(ctx, `SELECT name, kind, cert_serial, join_expires_at, cert_expires_at, drained_at, address, public_host,
+	query := `SELECT name, kind, cert_serial, join_expires_at, cert_expires_at, drained_at, address, public_host,
 sftp_addr, port_first, port_last, runtime, version, memory_total, memory_free, disk_total, disk_free, ports_busy, heartbeat_at,
-reachable_until, created_at, enrolled_at FROM nodes ORDER BY name`)
+reachable_until, created_at, enrolled_at FROM nodes`
+	var args []any
+	if only != "" {
+		query += ` WHERE name = $1`
+		args = append(args, only)
+	}
+	rows, err := q.QueryContext(ctx, query+` ORDER BY name`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
+		return nil, nil, fmt.Errorf("list nodes: %w", err)
 	}
 	defer rows.Close()
 	now := s.now().UnixMilli()
 	var out []Node
+	taken := map[string]map[int]bool{}
 	for rows.Next() {
 		var n Node
 		var serial sql.NullString
@@ -68,7 +88,7 @@ reachable_until, created_at, enrolled_at FROM nodes ORDER BY name`)
 		if err := rows.Scan(&n.Name, &n.Kind, &serial, &joinExp, &certExp, &drained, &n.Address, &n.PublicHost, &n.SFTPAddr,
 			&n.PortFirst, &n.PortLast, &n.Runtime, &n.Version, &n.MemoryTotal, &n.MemoryFree, &n.DiskTotal, &n.DiskFree, &busy,
 			&beat, &until, &n.CreatedAt, &enrolled); err != nil {
-			return nil, fmt.Errorf("list nodes: %w", err)
+			return nil, nil, fmt.Errorf("list nodes: %w", err)
 		}
 		n.Draining = drained.Valid
 		n.LastHeartbeatAt, n.CertExpiresAt, n.EnrolledAt = ptr(beat), ptr(certExp), ptr(enrolled)
@@ -91,33 +111,40 @@ reachable_until, created_at, enrolled_at FROM nodes ORDER BY name`)
 		if n.PortFirst > 0 {
 			var ports []int
 			_ = json.Unmarshal([]byte(busy), &ports) // written by Beat: a list of ints
-			taken := map[int]bool{}
+			held := map[int]bool{}
 			for p := range u.ports {
-				taken[p] = true
+				held[p] = true
 			}
 			for _, p := range ports {
-				taken[p] = true
+				held[p] = true
 			}
 			n.PortsFree = n.PortLast - n.PortFirst + 1
-			for p := range taken {
+			for p := range held {
 				if p >= n.PortFirst && p <= n.PortLast {
 					n.PortsFree--
 				}
 			}
+			taken[n.Name] = held
 		}
 		out = append(out, n)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
+		return nil, nil, fmt.Errorf("list nodes: %w", err)
 	}
-	return out, nil
+	return out, taken, nil
 }
 
 // usage sums the servers of each node. It reads the servers table (owned
 // by internal/servers) and never writes it: what a node holds is what
 // listing and removing a node must know.
-func (s *Service) usage(ctx context.Context) (map[string]*usage, error) {
-	rows, err := s.db.Read().QueryContext(ctx, `SELECT node, port, memory_mb FROM servers`)
+func (s *Service) usage(ctx context.Context, q querier, only string) (map[string]*usage, error) {
+	query := `SELECT node, port, memory_mb FROM servers`
+	var args []any
+	if only != "" {
+		query += ` WHERE node = $1`
+		args = append(args, only)
+	}
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("count servers per node: %w", err)
 	}

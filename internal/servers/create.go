@@ -18,6 +18,8 @@ import (
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/cluster"
+	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/validate"
 )
@@ -37,6 +39,8 @@ type NewServer struct {
 	// Port is the game port asked for (a deployment's proxy port); 0 for
 	// the lowest free one of the node's range.
 	Port int
+	// Node is the node asked for; "" lets placement choose.
+	Node string
 }
 
 // Limits of api.md §3 / deployment-spec.md §1.
@@ -107,6 +111,9 @@ func (s *Service) checkSpec(ns *NewServer) (catalog.Profile, error) {
 	if ns.CPUPercent < MinCPU || ns.CPUPercent > MaxCPU {
 		c.Add("cpu_percent", "must be between %d and %d", MinCPU, MaxCPU)
 	}
+	if ns.Node != "" && cluster.ValidName(ns.Node) != nil {
+		c.Add("node", "must be a node's name: 1-63 letters, digits, '.', '_' or '-', starting with a letter or digit")
+	}
 	if r := s.node.Ports(); ns.Port != 0 && (ns.Port < r.First || ns.Port > r.Last) {
 		c.Add("port", "must be within the node's port range %d-%d", r.First, r.Last)
 	}
@@ -135,9 +142,11 @@ func (s *Service) checkSpec(ns *NewServer) (catalog.Profile, error) {
 	return p, c.Err()
 }
 
-// Create records a new server, allocates its port and root, and installs its
-// software in the background (status installing → offline). Errors:
-// *validate.Error, *TeamLimitError, ErrNoPort.
+// Create records a new server on the node and port placement chooses
+// (Options.Placement), makes its root, and installs its software in the
+// background (status installing → offline). Errors: *validate.Error,
+// *nodes.UnknownNodeError (the node asked for), *nodes.NoCapacityError,
+// *TeamLimitError.
 func (s *Service) Create(ctx context.Context, teamID string, ns NewServer) (Server, error) {
 	sv, _, err := s.create(ctx, teamID, ns, nil)
 	return sv, err
@@ -157,7 +166,12 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 	if _, err := s.checkSpec(&ns); err != nil {
 		return Server{}, false, err
 	}
-	if err := s.checkNodeDisk(ctx, ns.DiskMB); err != nil {
+	if s.opts.Placement == nil {
+		return Server{}, false, errors.New("servers: no placement (Options.Placement) to create servers with")
+	}
+	req := nodes.Request{MemoryMB: ns.MemoryMB, DiskMB: ns.DiskMB, Port: ns.Port, Node: ns.Node, Taken: map[string]map[int]bool{}}
+	pl, err := s.place(ctx, req)
+	if err != nil {
 		return Server{}, false, err
 	}
 	env, err := s.storedEnv(ns.Software, ns.Env)
@@ -183,28 +197,27 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 		cfgID = sql.NullString{String: owner.ConfigurationID, Valid: true}
 		key = sql.NullString{String: owner.ResourceKey, Valid: true}
 	}
-	// The host is probed for free ports before the transaction, never
-	// inside it (a probe holds the single SQLite writer, or a PostgreSQL
-	// row lock, for nothing). A port taken between the probe and the
-	// insert — by another request or replica — fails the insert on the
-	// unique (node, port) index: the next candidate is tried. An owned
-	// server made meanwhile for the same key fails it on servers_owned:
-	// that one is the answer.
-	var taken map[int]bool
+	// Placement reads, and the host is probed for the port, before the
+	// transaction, never inside it (a probe holds the single SQLite
+	// writer, or a PostgreSQL row lock, for nothing). In it, Reserve
+	// checks the node's room again under the node's lock; a port taken
+	// between the probe and the insert — by another request or replica —
+	// fails the insert on the unique (node, port) index. Either way
+	// placement is asked again. An owned server made meanwhile for the
+	// same key fails it on servers_owned: that one is the answer.
 	for attempt := 0; ; attempt++ {
-		port, err := s.freePort(ctx, taken, ns.Port)
-		if err != nil {
-			return Server{}, false, err
-		}
 		err = s.db.Tx(ctx, func(tx *sql.Tx) error {
 			if err := s.checkTeamLimits(ctx, tx, teamID, ns.MemoryMB, ns.DiskMB); err != nil {
+				return err
+			}
+			if err := s.opts.Placement.Reserve(ctx, tx, pl, req); err != nil {
 				return err
 			}
 			_, err := tx.ExecContext(ctx, `
 				INSERT INTO servers (id, team_id, name, software, version, status, node, port, memory_mb, disk_mb,
 				                     cpu_percent, env, desired_state, created_at, updated_at, configuration_id, resource_key, image)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, 'stopped', $13, $13, $14, $15, $16)`,
-				id, teamID, ns.Name, ns.Software, ns.Version, StatusInstalling, s.node.Name(), port,
+				id, teamID, ns.Name, ns.Software, ns.Version, StatusInstalling, pl.Node, pl.Port,
 				ns.MemoryMB, ns.DiskMB, ns.CPUPercent, env, now, cfgID, key, ns.Image)
 			if err != nil {
 				return fmt.Errorf("insert server: %w", err)
@@ -216,11 +229,13 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 				return sv, false, nil
 			}
 		}
-		if store.IsUniqueViolation(err) && attempt < 20 {
-			if taken == nil {
-				taken = map[int]bool{}
+		if (store.IsUniqueViolation(err) || errors.Is(err, nodes.ErrNoLongerFits)) && attempt < 20 {
+			if store.IsUniqueViolation(err) {
+				markTaken(req, pl)
 			}
-			taken[port] = true
+			if pl, err = s.place(ctx, req); err != nil {
+				return Server{}, false, err
+			}
 			continue
 		}
 		if err != nil {
@@ -237,8 +252,39 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 	return sv, true, err
 }
 
+// place asks placement for a node and port for req and probes the port
+// on this host (every interface): one something listens on that no
+// report called busy yet is marked taken in req and placement asked
+// again (each time one port more is taken, so this ends: with a port, or
+// placement's *nodes.NoCapacityError). The node must be this service's:
+// it is placement's only candidate until servers run on agents.
+func (s *Service) place(ctx context.Context, req nodes.Request) (nodes.Placement, error) {
+	for {
+		pl, err := s.opts.Placement.Place(ctx, req)
+		if err != nil {
+			return nodes.Placement{}, err
+		}
+		if pl.Node != s.node.Name() {
+			return nodes.Placement{}, fmt.Errorf("servers: placement chose node %q, but this process drives node %q", pl.Node, s.node.Name())
+		}
+		if portFree(pl.Port) {
+			return pl, nil
+		}
+		markTaken(req, pl)
+	}
+}
+
+// markTaken records in req that pl's port is taken.
+func markTaken(req nodes.Request, pl nodes.Placement) {
+	if req.Taken[pl.Node] == nil {
+		req.Taken[pl.Node] = map[int]bool{}
+	}
+	req.Taken[pl.Node][pl.Port] = true
+}
+
 // checkNodeDisk refuses a disk_mb larger than the node's disk: a limit
-// the node could never hold is no limit.
+// the node could never hold is no limit (a server's new limits; a new
+// server's are placement's).
 func (s *Service) checkNodeDisk(ctx context.Context, diskMB int) error {
 	c, err := s.node.Capacity(ctx)
 	if err != nil || c.DiskBytes <= 0 {
@@ -250,41 +296,20 @@ func (s *Service) checkNodeDisk(ctx context.Context, diskMB int) error {
 	return nil
 }
 
-// freePort returns the lowest game port of the node that no server holds,
-// that skip does not name, and that no other program listens on (probed on
-// every interface, so a port held on any address is skipped). It reads
-// the database outside any transaction; the insert's unique (node, port)
-// index settles a race.
-func (s *Service) freePort(ctx context.Context, skip map[int]bool, want int) (int, error) {
-	rows, err := s.db.Read().QueryContext(ctx, `SELECT port FROM servers WHERE node = $1`, s.node.Name())
+// checkPort refuses a game port that a server of this node holds or that
+// another program of the host listens on (probed on every interface), for
+// a server of this node moving to it. It reads the database outside any
+// transaction; the update's unique (node, port) index settles a race.
+func (s *Service) checkPort(ctx context.Context, port int) error {
+	var n int
+	err := s.db.Read().QueryRowContext(ctx, `SELECT count(*) FROM servers WHERE node = $1 AND port = $2`, s.node.Name(), port).Scan(&n)
 	if err != nil {
-		return 0, fmt.Errorf("read used ports: %w", err)
+		return fmt.Errorf("read used ports: %w", err)
 	}
-	defer rows.Close()
-	used := map[int]bool{}
-	for rows.Next() {
-		var p int
-		if err := rows.Scan(&p); err != nil {
-			return 0, fmt.Errorf("read used ports: %w", err)
-		}
-		used[p] = true
+	if n > 0 || !portFree(port) {
+		return &PortTakenError{Port: port}
 	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("read used ports: %w", err)
-	}
-	r := s.node.Ports()
-	if want != 0 {
-		if used[want] || skip[want] || !portFree(want) {
-			return 0, &PortTakenError{Port: want}
-		}
-		return want, nil
-	}
-	for p := r.First; p <= r.Last; p++ {
-		if !used[p] && !skip[p] && portFree(p) {
-			return p, nil
-		}
-	}
-	return 0, ErrNoPort
+	return nil
 }
 
 // PortTakenError refuses a port asked for that another server (or another

@@ -80,9 +80,20 @@
 //     process runtime without holders) always are: their stop command,
 //     then a kill after StopTimeout. Their desired state stays running,
 //     so the next start brings them back.
-//   - Ports: the lowest port of the node's range that no server holds and
-//     nothing on the host listens on; a unique (node, port) index guards
-//     against a race between replicas.
+//   - Placement (Options.Placement, internal/nodes' Placer) chooses the
+//     node and game port of every new server, made by hand or by a run
+//     (Create, CreateOwned; NewServer.Node asks for one): servers never
+//     chooses them itself. Its only candidate is this service's node until
+//     servers run on agents. The port is the lowest of the node's range
+//     that no server holds and the node's last report does not call busy;
+//     servers then probes it on this host (every interface), and one that
+//     is busy is marked taken and placement asked again. The insert's
+//     transaction calls Reserve, which checks the node's room again under
+//     the node's lock, and the unique (node, port) index settles a race
+//     between replicas for a port: either way placement is asked again.
+//     A disk_mb beyond the node's disk finds no node at creation; a change
+//     of an owned server's limits is checked against its node's disk
+//     (checkNodeDisk).
 //   - Memory: memory_mb is the Java heap (Xms = Xmx); the runtime's hard
 //     limit adds a quarter (at least 128 MiB) for the JVM's own needs.
 //   - Console: a ring buffer of the last 2,000 lines per server (kept only

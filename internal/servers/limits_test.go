@@ -3,14 +3,15 @@ package servers_test
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/store"
 	"github.com/kilnhq/kiln/internal/store/storetest"
-	"github.com/kilnhq/kiln/internal/validate"
 )
 
 // TestTeamLimits: each operator-set limit refuses the server that would
@@ -121,8 +122,8 @@ func TestCreatePortsUnderConcurrency(t *testing.T) {
 	})
 }
 
-// TestDiskLimitWithinNode: a disk_mb the node's disk cannot hold is a
-// validation error that names what the disk holds.
+// TestDiskLimitWithinNode: a disk_mb the node's disk cannot hold finds
+// no node, and the refusal names what the disk holds.
 func TestDiskLimitWithinNode(t *testing.T) {
 	db := storetest.SQLite(t)
 	teamID := team(t, db)
@@ -136,10 +137,9 @@ func TestDiskLimitWithinNode(t *testing.T) {
 		t.Skipf("SKIP DISK LIMIT: this host's disk holds %d MB, at least MaxDiskMB (%d): no disk_mb the API takes is too large for it", holds, servers.MaxDiskMB)
 	}
 	_, err = env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "big", Software: "kiln-test", MemoryMB: 256, DiskMB: int(holds) + 1})
-	ve, ok := errors.AsType[*validate.Error](err)
-	want := fmt.Sprintf("must be at most %d: that is all the node's disk holds", holds)
-	if !ok || len(ve.Issues) != 1 || ve.Issues[0].Path != "disk_mb" || ve.Issues[0].Message != want {
-		t.Fatalf("Create with disk_mb %d on a %d MB disk = %v, want one disk_mb issue %q", holds+1, holds, err, want)
+	want := &nodes.NoCapacityError{Refusals: []nodes.Refusal{{Node: "local", Reason: fmt.Sprintf("a disk of %d MiB, %d asked", holds, holds+1)}}}
+	if !reflect.DeepEqual(err, want) {
+		t.Fatalf("Create with disk_mb %d on a %d MB disk = %v, want %v", holds+1, holds, err, want)
 	}
 	if _, err := env.Service.Create(t.Context(), teamID, servers.NewServer{Name: "fits", Software: "kiln-test", MemoryMB: 256, DiskMB: servers.MinDiskMB}); err != nil {
 		t.Errorf("Create with disk_mb %d = %v, want it made", servers.MinDiskMB, err)

@@ -44,7 +44,8 @@ func (e *OwnedError) Is(target error) bool { return target == ErrOwned }
 // second one (the unique index servers_owned settles a race). A server
 // made for o on another node (a run resumed by another replica) is
 // *OtherNodeError: this process cannot finish its install or start it.
-// Errors: *validate.Error, *TeamLimitError, ErrNoPort, *OtherNodeError.
+// Errors: *validate.Error, *nodes.UnknownNodeError,
+// *nodes.NoCapacityError, *TeamLimitError, *OtherNodeError.
 func (s *Service) CreateOwned(ctx context.Context, teamID string, o Owner, ns NewServer) (sv Server, created bool, err error) {
 	if o.ConfigurationID == "" || o.ResourceKey == "" {
 		return Server{}, false, errors.New("servers: an owned server needs a configuration and a resource key")
@@ -115,9 +116,10 @@ func (s *Service) UpdateOwned(ctx context.Context, teamID string, o Owner, c Cha
 		if _, err := s.checkSpec(&ns); err != nil {
 			return Server{}, err
 		}
-		if port, err = s.freePort(ctx, nil, *c.Port); err != nil {
+		if err := s.checkPort(ctx, *c.Port); err != nil {
 			return Server{}, err
 		}
+		port = *c.Port
 	}
 	if c.MemoryMB != nil {
 		ns.MemoryMB = *c.MemoryMB

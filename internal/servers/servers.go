@@ -23,8 +23,6 @@ var (
 	ErrOffline = errors.New("the server is not running")
 	// ErrOwned: a deployment owns the server; change it through the deployment.
 	ErrOwned = errors.New("the server is owned by a deployment configuration; change or delete it through the configuration")
-	// ErrNoPort: every game port of the node is taken.
-	ErrNoPort = errors.New("no free game port on the node")
 )
 
 // MaxList bounds every list answer (api.md §0).

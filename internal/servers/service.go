@@ -2,12 +2,14 @@ package servers
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"path/filepath"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/secretbox"
@@ -22,6 +24,16 @@ type Node interface {
 	Ports() node.PortRange
 	Runtime() runtime.Runtime
 	Capacity(ctx context.Context) (node.Capacity, error)
+}
+
+// Placer chooses the node and game port of every new server
+// (*nodes.Placer): servers never chooses them itself.
+type Placer interface {
+	// Place chooses; it reads outside any transaction.
+	Place(ctx context.Context, r nodes.Request) (nodes.Placement, error)
+	// Reserve checks the choice again in tx, the insert's transaction
+	// (nodes.ErrNoLongerFits: place again).
+	Reserve(ctx context.Context, tx *sql.Tx, p nodes.Placement, r nodes.Request) error
 }
 
 // Catalog finds software profiles.
@@ -43,6 +55,9 @@ type Installer interface {
 
 // Options tune the lifecycle; zero values take the defaults.
 type Options struct {
+	// Placement chooses the node and port of new servers; its candidates
+	// must be the node this service drives. Without it Create refuses.
+	Placement Placer
 	// KilnBinary is the kiln executable as the runtime sees it, for profiles
 	// that run kiln itself (kiln-test): the running executable for the
 	// process runtime (the default), its path inside the image for docker.

@@ -23,6 +23,7 @@ import (
 	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/deploy/spec"
 	"github.com/kilnhq/kiln/internal/files"
+	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/servers"
@@ -877,14 +878,18 @@ func classify(err error) *stepError {
 	if pe, ok := errors.AsType[*servers.PortTakenError](err); ok {
 		return fail(runs.FailCapacity, "%v", pe)
 	}
+	if ne, ok := errors.AsType[*nodes.NoCapacityError](err); ok {
+		return fail(runs.FailCapacity, "%v", ne)
+	}
+	if ue, ok := errors.AsType[*nodes.UnknownNodeError](err); ok {
+		return fail(runs.FailValidation, "%v", ue)
+	}
 	if he, ok := errors.AsType[*dbservice.HostError](err); ok {
 		// The team reads the sentence; the driver's message (the admin
 		// role, the maintenance database, the address) is the log's.
 		return &stepError{class: runs.FailDependency, msg: he.Public(), transient: true, detail: err}
 	}
 	switch {
-	case errors.Is(err, servers.ErrNoPort):
-		return fail(runs.FailCapacity, "no game port is free on the node")
 	case errors.Is(err, quota.ErrQuota), quota.IsDiskFull(err):
 		return fail(runs.FailCapacity, "%v", err)
 	case errors.Is(err, servers.ErrInstalling):

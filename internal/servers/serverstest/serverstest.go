@@ -21,7 +21,9 @@ import (
 
 	"github.com/kilnhq/kiln/internal/catalog"
 	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/secretbox"
@@ -115,6 +117,12 @@ type Options struct {
 	DataDir   string          // default: t.TempDir()
 	NodeName  string          // default: "local"
 	Log       *slog.Logger    // default: the test's output
+	// NodeMemory is the memory the node offers placement, in bytes
+	// (default 1 TiB: tests make more servers than a test host holds);
+	// its disk is the host's. Overcommit is --memory-overcommit (default
+	// 1). Servers.Placement, when set, replaces this placement.
+	NodeMemory int64
+	Overcommit float64
 }
 
 // Env is a running service and what it stands on.
@@ -191,6 +199,9 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 		so.Secrets = box
 	}
 	so.TempNames = quota.NewTempNames(so.Secrets.Derive(servers.TempNamesPurpose))
+	if so.Placement == nil {
+		so.Placement = Placement(t, db, n, o.NodeMemory, o.Overcommit)
+	}
 	svc := servers.NewService(db, n, cat, inst, so, o.Log)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -212,6 +223,37 @@ func New(t testing.TB, db *store.DB, o Options) *Env {
 		EndHolders(t, stateDir)
 	})
 	return &Env{Service: svc, Node: n, Catalog: cat, DataDir: o.DataDir, StateDir: stateDir, stop: stop}
+}
+
+// Placement lists n as kiln serve lists its local node, reporting
+// memory bytes of memory (1 TiB when 0) and the host's disk, reachable
+// for a day, and returns placement on it alone with overcommit (1 when
+// 0).
+func Placement(t testing.TB, db *store.DB, n *node.Local, memory int64, overcommit float64) *nodes.Placer {
+	t.Helper()
+	if memory == 0 {
+		memory = 1 << 40
+	}
+	if overcommit == 0 {
+		overcommit = 1
+	}
+	ns := nodes.New(db, nil)
+	ctx := t.Context()
+	err := ns.RegisterLocal(ctx, n.Name(), cluster.Hello{PublicHost: "127.0.0.1", PortFirst: n.Ports().First, PortLast: n.Ports().Last,
+		Runtime: n.Runtime().Name()})
+	if err != nil {
+		t.Fatalf("list the node: %v", err)
+	}
+	c, err := n.Capacity(ctx)
+	if err != nil {
+		t.Fatalf("the node's capacity: %v", err)
+	}
+	err = ns.BeatLocal(ctx, n.Name(), cluster.Heartbeat{MemoryTotal: memory, MemoryFree: memory, DiskTotal: c.DiskBytes, DiskFree: c.DiskFreeBytes},
+		24*time.Hour)
+	if err != nil {
+		t.Fatalf("report the node: %v", err)
+	}
+	return nodes.NewPlacer(ns, []string{n.Name()}, overcommit)
 }
 
 // EndHolders kills the servers under holders in stateDir (none when it is
