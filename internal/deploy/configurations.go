@@ -99,11 +99,14 @@ func checkText(c *validate.Collector, field, v string, max int, required, multil
 
 // parse checks yaml as a spec. Its issues keep the spec's own paths
 // ("servers.lobby.memory", as api.md's example shows); one about the
-// whole spec (a syntax error, too many resources) is at "yaml".
-func (s *Service) parse(c *validate.Collector, yaml string) *spec.Spec {
+// whole spec (a syntax error, too many resources) is at "yaml". The
+// nodes a spec names must exist, and a proxy's port must be within the
+// game ports of the node it names (of the local node when it names
+// none); the error is the database's, reading the nodes.
+func (s *Service) parse(ctx context.Context, c *validate.Collector, yaml string) (*spec.Spec, error) {
 	if strings.TrimSpace(yaml) == "" {
 		c.Add("yaml", "is required")
-		return nil
+		return nil, nil
 	}
 	sp, err := spec.Parse([]byte(yaml), s.cat)
 	var ve *validate.Error
@@ -116,15 +119,19 @@ func (s *Service) parse(c *validate.Collector, yaml string) *spec.Spec {
 			}
 			c.Add(at, "%s", is.Message)
 		}
-		return nil
+		return nil, nil
 	case err != nil:
 		c.Add("yaml", "%v", err)
-		return nil
+		return nil, nil
 	}
-	if !s.checkPorts(c, specPorts(sp)) {
-		return nil
+	ranges, ok, err := s.checkNodes(ctx, c, sp)
+	if err != nil || !ok {
+		return nil, err
 	}
-	return sp
+	if !s.checkPorts(c, specPorts(sp), ranges) {
+		return nil, nil
+	}
+	return sp, nil
 }
 
 // Create adds a configuration to the team. Errors: *validate.Error (name,
@@ -134,7 +141,10 @@ func (s *Service) Create(ctx context.Context, teamID, name, description, yaml st
 	var c validate.Collector
 	checkText(&c, "name", name, MaxName, true, false)
 	checkText(&c, "description", description, MaxDescription, false, true)
-	sp := s.parse(&c, yaml)
+	sp, err := s.parse(ctx, &c, yaml)
+	if err != nil {
+		return Configuration{}, err
+	}
 	if err := c.Err(); err != nil {
 		return Configuration{}, err
 	}
@@ -270,7 +280,10 @@ func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Confi
 	}
 	var sp *spec.Spec
 	if p.YAML != nil {
-		sp = s.parse(&c, *p.YAML)
+		var err error
+		if sp, err = s.parse(ctx, &c, *p.YAML); err != nil {
+			return Configuration{}, err
+		}
 	}
 	if err := c.Err(); err != nil {
 		return Configuration{}, err
@@ -405,7 +418,12 @@ func (s *Service) push(ctx context.Context, tx *sql.Tx, teamID, id, actor, messa
 	// restart with another --port-range): a version that could only fail
 	// at apply is refused here.
 	var c validate.Collector
-	if !s.checkPorts(&c, yamlPorts(cfg.YAML)) {
+	ports := yamlPorts(cfg.YAML)
+	known, err := s.nodesOf(ctx, ports)
+	if err != nil {
+		return Version{}, false, fmt.Errorf("push: %w", err)
+	}
+	if !s.checkPorts(&c, ports, known) {
 		return Version{}, false, c.Err()
 	}
 	number, base := 1, ""

@@ -31,6 +31,12 @@ type Request struct {
 	Runtime string
 	// Node is the node asked for; "" lets Place choose.
 	Node string
+	// Spread names the deployment configuration the server is made for
+	// (its id; "" for a server made by hand): when Place chooses, it
+	// prefers the fitting node holding the fewest servers of that
+	// configuration, so a network's servers spread over the nodes
+	// (deployment-spec.md §1) rather than filling the roomiest first.
+	Spread string
 	// Taken are ports found taken since the tables were read (an insert
 	// that lost a race for the port, a probe of the host), by node: Place
 	// hands none of them out.
@@ -126,6 +132,10 @@ func (p *Placer) Place(ctx context.Context, r Request) (Placement, error) {
 		}
 		return Placement{}, &UnknownNodeError{Name: r.Node}
 	}
+	spread, err := p.spread(ctx, r.Spread)
+	if err != nil {
+		return Placement{}, fmt.Errorf("place: %w", err)
+	}
 	var best *Node
 	refusals := []Refusal{}
 	for i, n := range list { // by name: of equals, the first stays best
@@ -133,7 +143,8 @@ func (p *Placer) Place(ctx context.Context, r Request) (Placement, error) {
 			refusals = append(refusals, Refusal{Node: n.Name, Reason: why})
 			continue
 		}
-		if best == nil || p.freeMiB(n) > p.freeMiB(*best) {
+		if best == nil || spread[n.Name] < spread[best.Name] ||
+			spread[n.Name] == spread[best.Name] && p.freeMiB(n) > p.freeMiB(*best) {
 			best = &list[i]
 		}
 	}
@@ -141,6 +152,32 @@ func (p *Placer) Place(ctx context.Context, r Request) (Placement, error) {
 		return Placement{}, &NoCapacityError{Refusals: refusals}
 	}
 	return Placement{Node: best.Name, Port: v.port(*best)}, nil
+}
+
+// spread counts, by node, the servers of the configuration cfg (none
+// when cfg is "").
+func (p *Placer) spread(ctx context.Context, cfg string) (map[string]int, error) {
+	out := map[string]int{}
+	if cfg == "" {
+		return out, nil
+	}
+	rows, err := p.svc.db.Read().QueryContext(ctx, `SELECT node, count(*) FROM servers WHERE configuration_id = $1 GROUP BY node`, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("count the configuration's servers by node: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var node string
+		var n int
+		if err := rows.Scan(&node, &n); err != nil {
+			return nil, fmt.Errorf("count the configuration's servers by node: %w", err)
+		}
+		out[node] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count the configuration's servers by node: %w", err)
+	}
+	return out, nil
 }
 
 // Reserve checks pl again in tx, the transaction that inserts the

@@ -273,3 +273,40 @@ VALUES ($1, 'team_a', $1, 'paper', '1.21.4', 'offline', $2, $3, $4, 1024, 100, 1
 		}
 	})
 }
+
+// TestPlaceSpread: the servers of one deployment configuration spread
+// over the nodes that can take them — the node holding the fewest of its
+// servers first, then the most memory free — while a server made by hand
+// still goes where the most memory is free.
+func TestPlaceSpread(t *testing.T) {
+	f := newFixture(t, storetest.SQLite(t))
+	f.local(t, "big", "process", 25565, 25664, &cluster.Heartbeat{MemoryTotal: gib(16), DiskTotal: gib(100)})
+	f.local(t, "small", "process", 25565, 25664, &cluster.Heartbeat{MemoryTotal: gib(4), DiskTotal: gib(100)})
+	p := NewPlacer(f.svc, []string{"big", "small"}, 1)
+	owned := func(node string, port int, cfg string) {
+		t.Helper()
+		f.server(t, node, port, 1024)
+		if _, err := f.db.Write().ExecContext(t.Context(), `UPDATE servers SET configuration_id = $1 WHERE node = $2 AND port = $3`,
+			cfg, node, port); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, want := range []string{"big", "small", "big", "small"} {
+		got, err := p.Place(t.Context(), Request{MemoryMB: 1024, DiskMB: 1024, Spread: "cfg_1"})
+		if err != nil || got.Node != want {
+			t.Fatalf("server %d of the configuration: Place = %+v, %v; want node %s", i+1, got, err, want)
+		}
+		owned(got.Node, got.Port, "cfg_1")
+	}
+	// Another configuration's servers and servers made by hand do not
+	// count: big has the most memory free.
+	for _, r := range []Request{{MemoryMB: 1024, DiskMB: 1024, Spread: "cfg_2"}, {MemoryMB: 1024, DiskMB: 1024}} {
+		if got, err := p.Place(t.Context(), r); err != nil || got.Node != "big" {
+			t.Errorf("Place(%+v) = %+v, %v; want node big", r, got, err)
+		}
+	}
+	// A node that cannot take the server is never chosen for spreading.
+	if got, err := p.Place(t.Context(), Request{MemoryMB: 3072, DiskMB: 1024, Spread: "cfg_1"}); err != nil || got.Node != "big" {
+		t.Errorf("a server too big for small: Place = %+v, %v; want node big", got, err)
+	}
+}

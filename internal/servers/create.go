@@ -170,6 +170,9 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 		return Server{}, false, errors.New("servers: no placement (Options.Placement) to create servers with")
 	}
 	req := nodes.Request{MemoryMB: ns.MemoryMB, DiskMB: ns.DiskMB, Port: ns.Port, Node: ns.Node, Taken: map[string]map[int]bool{}}
+	if owner != nil {
+		req.Spread = owner.ConfigurationID // a network's servers spread over the nodes
+	}
 	pl, err := s.place(ctx, req)
 	if err != nil {
 		return Server{}, false, err

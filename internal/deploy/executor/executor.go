@@ -766,7 +766,8 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	switch st.Action {
 	case plan.Create, plan.Replace:
 		sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port})
+			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port,
+			Node: want.Node})
 	case plan.Update:
 		var before spec.Server
 		_ = json.Unmarshal(st.Before, &before)
@@ -774,6 +775,13 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 		// restart it makes reads them; an attachment made or undone
 		// changes what the server gets in its environment at start.
 		if cur, ferr := x.e.servers.FindOwned(ctx, r.TeamID, o); ferr == nil {
+			if want.Node != "" && cur.Node != want.Node {
+				// Naming the node a server already runs on changes
+				// nothing; another one would move it, which needs a
+				// transfer of its files (issue 32), not an update.
+				return cur.ID, fail(runs.FailValidation, "it runs on node %s: moving it to node %s needs a transfer, which this version does not do; name node %s or none",
+					cur.Node, want.Node, cur.Node)
+			}
 			if cur.Status == servers.StatusInstalling {
 				return cur.ID, classify(servers.ErrInstalling)
 			}
@@ -794,7 +802,8 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 			// Deleted by hand meanwhile (it cannot be through the API):
 			// make it again.
 			sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port})
+				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port,
+				Node: want.Node})
 		}
 	}
 	if serr := classify(err); serr != nil {

@@ -1,0 +1,35 @@
+package nodes
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/store"
+)
+
+// Known reads the cluster's nodes by name, each with its game ports (the
+// zero range for a node that has not said yet: an agent not joined, a
+// local node not started). internal/deploy checks with it that a spec
+// names nodes that exist and asks for a proxy port within its node's
+// range, without the rest of a listing.
+func Known(ctx context.Context, db *store.DB) (map[string]node.PortRange, error) {
+	rows, err := db.Read().QueryContext(ctx, `SELECT name, port_first, port_last FROM nodes`)
+	if err != nil {
+		return nil, fmt.Errorf("read the nodes: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]node.PortRange{}
+	for rows.Next() {
+		var name string
+		var r node.PortRange
+		if err := rows.Scan(&name, &r.First, &r.Last); err != nil {
+			return nil, fmt.Errorf("read the nodes: %w", err)
+		}
+		out[name] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the nodes: %w", err)
+	}
+	return out, nil
+}
