@@ -33,6 +33,15 @@
 #           reported next to the floor's, not checked against 5 ms: on this
 #           2-core VM the floor's own max is 7-8 ms (5-7.6 ms without the
 #           fsync), see docs/benchmarks.md.
+#   download GET /servers/{id}/files/download?file=/dl.bin of a DL_SIZE (1G)
+#           file (the region files of `worldgen.py make --size DL_SIZE
+#           --small 0`, one after another) vs GET of the same file from
+#           bench/bare -files, which answers it with http.ServeFile; both
+#           fetched by curl into /dev/null on a fresh connection, RUNS times
+#           alternating, warm (the file in the page cache) and, as root,
+#           cold (sync and drop_caches before each fetch of either side).
+#           Target: median(bare) / median(kiln) ≥ TARGET_DL_RATIO (0.9),
+#           warm and cold; the bytes fetched are checked.
 #
 # Kiln's side is timed by a tiny Go client (written to and built in the temp
 # dir: net/http, one keep-alive connection, opened by an untimed request
@@ -50,7 +59,7 @@
 # (KEEP=1 keeps it); kiln is stopped on exit.
 #
 # Settings (environment):
-#   SECTIONS="search list rt"   which sections, in this order
+#   SECTIONS="search list rt download"   which sections, in this order
 #   FILES=100000 PATTERN='f*77.jar' RUNS=7
 #   LIST_FILES=10000 LIST_N=20 RT_N=50 RT_BYTES=1048576
 #   RATE_LIMIT=60000000 PORT_RANGE=30000-30499 LOG_LEVEL=warn
@@ -61,7 +70,9 @@
 set -euo pipefail
 export LC_ALL=C
 
-SECTIONS=${SECTIONS:-search list rt}
+SECTIONS=${SECTIONS:-search list rt download}
+DL_SIZE=${DL_SIZE:-1G}
+TARGET_DL_RATIO=${TARGET_DL_RATIO:-0.9}
 FILES=${FILES:-100000}
 PATTERN=${PATTERN:-f*77.jar}
 RUNS=${RUNS:-7}
@@ -89,7 +100,7 @@ BENCH_NAME=files-ops
 . "$ROOT/bench/lib.sh" # die, stop_pid, unset_kiln_env, kiln_source, wait_port, wait_quiet, busy_ticks, check, lt, finish
 
 for s in $SECTIONS; do
-  case $s in search | list | rt) ;; *) die "SECTIONS: unknown section $s (want search, list, rt)" ;; esac
+  case $s in search | list | rt | download) ;; *) die "SECTIONS: unknown section $s (want search, list, rt, download)" ;; esac
 done
 for v in RUNS LIST_FILES LIST_N RT_N RT_BYTES FILES; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer"
@@ -127,7 +138,7 @@ unset_kiln_env
 kiln_source
 echo "== building kiln ($KILN_FROM), bench/bare and the timing client into $TMP"
 (cd "$KILN_SRC" && go build -trimpath -o "$TMP/kiln" ./cmd/kiln) || die "go build ./cmd/kiln failed"
-(cd "$KILN_SRC" && go build -trimpath -o "$TMP/bare" ./bench/bare) || die "go build ./bench/bare failed"
+(cd "$ROOT" && go build -trimpath -o "$TMP/bare" ./bench/bare) || die "go build ./bench/bare failed" # the reference: always the work tree's
 
 mkdir -p "$TMP/client"
 cat >"$TMP/client/go.mod" <<'EOF'
@@ -438,6 +449,52 @@ section_rt() {
   check "write+contents 1 MiB median < ${TARGET_RT_MS} ms" "$(lt "$(ms "$med")" "$TARGET_RT_MS")" "$(ms "$med") ms"
   check "contents returns what was written" "$([ "$oks" = "$RT_N" ] && echo 1 || echo 0)" ""
   SUMMARY+=("rt      $RT_BYTES bytes: median $(ms "$med") ms, p90 $(ms "$p90") ms, max $(ms "$mx") ms ($RT_N pairs); floor median $(ms "$fmed") ms, p90 $(ms "$fp90") ms, max $(ms "$fmx") ms")
+}
+
+# --- download ---------------------------------------------------------------
+# fetch URL: curl's seconds for the whole body into /dev/null and the bytes.
+fetch() {
+  curl -sS -f -m 600 -H "Authorization: Bearer $TOKEN" -o /dev/null -w '%{time_total} %{size_download}' "$1" ||
+    die "curl $1 failed"
+}
+section_download() {
+  echo "== download: a $DL_SIZE file of region data (worldgen.py make --size $DL_SIZE --small 0)"
+  python3 "$WORLDGEN" make "$TMP/dlworld" --size "$DL_SIZE" --small 0 >/dev/null || die "worldgen.py make failed"
+  find "$TMP/dlworld" -name '*.mca' -print0 | sort -z | xargs -0 cat >"$SRV/dl.bin"
+  rm -rf "$TMP/dlworld"
+  local size
+  size=$(stat -c %s "$SRV/dl.bin")
+  "$TMP/bare" --addr 127.0.0.1:0 -files "$SRV" >"$TMP/bare.stdout" 2>"$TMP/bare.stderr" &
+  BARE_PID=$!
+  local bport
+  bport=$(wait_port "$BARE_PID" "$TMP/bare.stderr" 10)
+  local kurl="$BASE/servers/$SID/files/download?file=%2Fdl.bin" burl="http://127.0.0.1:$bport/files/download?file=dl.bin"
+  local modes=(warm)
+  if [ "$(id -u)" = 0 ] && [ -w /proc/sys/vm/drop_caches ]; then modes+=(cold); else echo "  (not root: the cold runs are skipped)"; fi
+  fetch "$kurl" >/dev/null; fetch "$burl" >/dev/null # warm both, and the connection paths
+  local mode i out kiln bare bad=0
+  for mode in "${modes[@]}"; do
+    kiln=(); bare=()
+    section_start
+    for i in $(seq "$RUNS"); do
+      for side in $([ $((i % 2)) = 1 ] && echo "kiln bare" || echo "bare kiln"); do
+        if [ "$mode" = cold ]; then sync; echo 3 >/proc/sys/vm/drop_caches; fi
+        if [ "$side" = kiln ]; then out=$(fetch "$kurl"); kiln+=("${out% *}"); else out=$(fetch "$burl"); bare+=("${out% *}"); fi
+        [ "${out#* }" = "$size" ] || { echo "  $side fetched ${out#* } bytes, not $size"; bad=1; }
+      done
+      printf '  %s run %d  bare %6.3f s   kiln %6.3f s\n' "$mode" "$i" "${bare[-1]}" "${kiln[-1]}"
+    done
+    section_end "kiln + bench/bare + curl"
+    local k b r
+    k=$(median "${kiln[@]}"); b=$(median "${bare[@]}"); r=$(ratio "$b" "$k")
+    echo "  $mode median: bare $b s, kiln $k s"
+    check "download $DL_SIZE $mode ≥ ${TARGET_DL_RATIO}× http.ServeFile" "$(le "$TARGET_DL_RATIO" "$r")" "${r}× (kiln $k s vs bare $b s, medians of $RUNS)"
+    SUMMARY+=("download $DL_SIZE $mode: bare $b s | kiln $k s | ratio ${r}×")
+  done
+  check "download sends the whole file" "$([ "$bad" = 0 ] && echo 1 || echo 0)" ""
+  stop_pid "$BARE_PID" 5
+  BARE_PID=''
+  rm -f "$SRV/dl.bin"
 }
 
 for s in $SECTIONS; do "section_$s"; done

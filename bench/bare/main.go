@@ -11,7 +11,10 @@
 // DIR/rt.txt (what Kiln's write does, without the checks); a GET whose
 // path contains "/files/contents" answers DIR/rt.txt between two quotes,
 // sent by the kernel (sendfile) and not JSON-escaped — less work than Kiln,
-// which escapes — with its length; any other GET answers "{}".
+// which escapes — with its length; a GET whose path contains
+// "/files/download" answers the file its "file" query names in DIR with
+// http.ServeFile (bench/files-ops.sh, section download); any other GET
+// answers "{}".
 //
 // It listens on --addr (127.0.0.1:0 picks a free port) and prints the
 // address it got as "listening <host:port>" on stdout.
@@ -92,6 +95,8 @@ func filesFloor(dir string) http.HandlerFunc {
 			}
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write([]byte("{}\n"))
+		case strings.Contains(r.URL.Path, "/files/download"):
+			http.ServeFile(w, r, filepath.Join(dir, filepath.Base(r.URL.Query().Get("file"))))
 		case strings.Contains(r.URL.Path, "/files/contents"):
 			f, err := os.Open(target)
 			if err != nil {

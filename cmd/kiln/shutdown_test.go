@@ -349,7 +349,7 @@ func TestRecoveryFailureExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, errOut, code := kiln(t, append([]string{"serve", "--addr", "127.0.0.1:0", "--sftp-addr", "127.0.0.1:0"}, args...)...)
-	if code != 1 || !strings.Contains(errOut, "kiln: servers: recover servers: server "+id+" env") {
+	if code != 1 || !strings.Contains(errOut, "kiln: servers: recover servers: read the servers of node local: server "+id+" env") {
 		t.Errorf("kiln serve with a server it cannot recover: exit %d, stderr:\n%s\nwant exit 1 and the reason", code, errOut)
 	}
 	if strings.Contains(errOut, "kiln serving") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -95,3 +96,16 @@ func (w *streamWriter) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach Flush and deadlines.
 func (w *streamWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// ReadFrom passes a body copied from a file to the writer below, so that
+// net/http's sendfile path stays open under this wrapper (a file's
+// download).
+func (w *streamWriter) ReadFrom(src io.Reader) (int64, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(src)
+	}
+	return io.Copy(struct{ io.Writer }{w.ResponseWriter}, src)
+}

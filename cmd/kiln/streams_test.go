@@ -1,10 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"testing/synctest"
 )
@@ -78,4 +82,56 @@ func TestStreamsEndCancelsLiveStream(t *testing.T) {
 			t.Errorf("the stream's context ended with %v, want context.Canceled", cause)
 		}
 	})
+}
+
+// countingWriter counts the bytes that reach net/http's writer through
+// ReadFrom, the path on which it sends a file with sendfile(2).
+type countingWriter struct {
+	http.ResponseWriter
+	viaReadFrom int64
+}
+
+func (w *countingWriter) ReadFrom(src io.Reader) (int64, error) {
+	n, err := w.ResponseWriter.(io.ReaderFrom).ReadFrom(src)
+	w.viaReadFrom += n
+	return n, err
+}
+
+// TestStreamsKeepSendfile: the streams wrapper of kiln serve passes a
+// file's body on through ReadFrom, so a download under it still reaches
+// net/http's sendfile path (issue 33).
+func TestStreamsKeepSendfile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "world.bin")
+	want := bytes.Repeat([]byte("kiln"), 1<<20)
+	if err := os.WriteFile(path, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inner := newStreams().wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer f.Close()
+		_, _ = io.Copy(w, f)
+	}))
+	var seen int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cw := &countingWriter{ResponseWriter: w}
+		inner.ServeHTTP(cw, r)
+		seen = cw.viaReadFrom
+	}))
+	defer ts.Close()
+	resp, err := http.Get(ts.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes, want the file's %d", len(got), len(want))
+	}
+	if seen != int64(len(want)) {
+		t.Errorf("%d bytes reached net/http through ReadFrom, want %d", seen, len(want))
+	}
 }
