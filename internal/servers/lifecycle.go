@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/gameserver"
 	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
@@ -139,7 +140,7 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 		// The EULA first: whatever else is wrong, a server whose user has
 		// not accepted it never starts, and saying so first saves a
 		// reinstall that would not help.
-		if err := s.checkEULA(sv); err != nil {
+		if err := s.checkEULA(sv.record()); err != nil {
 			return err
 		}
 		if sv.InstallError != nil {
@@ -165,7 +166,7 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 		}
 		s.goBackground(func(ctx context.Context) { s.stop(ctx, id, true) })
 	case "restart":
-		if err := s.checkEULA(sv); err != nil {
+		if err := s.checkEULA(sv.record()); err != nil {
 			return err
 		}
 		if sv.InstallError != nil {
@@ -213,7 +214,7 @@ func (e *EULAError) Is(target error) bool { return target == ErrEULANotAccepted 
 
 // checkEULA returns an *EULAError when sv may not start for want of the
 // EULA.
-func (s *Service) checkEULA(sv Server) error {
+func (s *Service) checkEULA(sv gameserver.Record) error {
 	if p, ok := s.catalog.Get(sv.Software); ok && !p.EULAAccepted(sv.Env) {
 		return &EULAError{Software: sv.Software}
 	}
@@ -363,7 +364,7 @@ func (s *Service) start(ctx context.Context, id string) {
 }
 
 // attach records a running instance and supervises it.
-func (s *Service) attach(ctx context.Context, l *live, sv Server, inst runtime.Instance) {
+func (s *Service) attach(ctx context.Context, l *live, sv gameserver.Record, inst runtime.Instance) {
 	l.mu.Lock()
 	if old := l.inst; old != nil {
 		select {
@@ -468,7 +469,7 @@ type engineAwaiter interface {
 
 // supervise waits for the instance to answer a status ping (→ running) and
 // then for it to end, and applies the restart policy to unasked exits.
-func (s *Service) supervise(sv Server, l *live, inst runtime.Instance) {
+func (s *Service) supervise(sv gameserver.Record, l *live, inst runtime.Instance) {
 	ctx := s.ctx
 	addr := net.JoinHostPort(s.opts.PublicHost, strconv.Itoa(sv.Port))
 	tick := time.NewTicker(s.opts.PingInterval)
@@ -506,7 +507,7 @@ func (s *Service) supervise(sv Server, l *live, inst runtime.Instance) {
 }
 
 // exited records the end of an instance and restarts it when it crashed.
-func (s *Service) exited(sv Server, l *live, inst runtime.Instance) {
+func (s *Service) exited(sv gameserver.Record, l *live, inst runtime.Instance) {
 	exit := inst.Exit()
 	l.mu.Lock()
 	current := l.inst == inst
@@ -657,7 +658,7 @@ func (s *Service) stopInstance(ctx context.Context, id string, l *live, inst run
 // spec builds what the runtime needs from the record and its profile: the
 // profile's variables (defaults filled in) plus the platform variables, the
 // start command expanded from them, and the image for the installed Java.
-func (s *Service) spec(sv Server) (runtime.Spec, error) {
+func (s *Service) spec(sv gameserver.Record) (runtime.Spec, error) {
 	p, ok := s.catalog.Get(sv.Software)
 	if !ok {
 		return runtime.Spec{}, fmt.Errorf("software %q is not in the catalog", sv.Software)
@@ -672,7 +673,7 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 			return runtime.Spec{}, fmt.Errorf("find the kiln binary: %w", err)
 		}
 	}
-	res := catalog.Result{Jar: sv.jar, ArgsFile: sv.argsFile}
+	res := catalog.Result{Jar: sv.Jar, ArgsFile: sv.ArgsFile}
 	for k, v := range res.Vars() {
 		vars[k] = v
 	}
@@ -685,7 +686,7 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 	process := s.node.Runtime().Name() == "process"
 	javaHome := ""
 	if process && s.opts.Javas != nil && p.Java.Source != catalog.JavaNone {
-		major := sv.javaMajor
+		major := sv.JavaMajor
 		if major == 0 {
 			major = p.JavaFor(sv.Version)
 		}
@@ -724,11 +725,11 @@ func (s *Service) spec(sv Server) (runtime.Spec, error) {
 // inject appends the variables Options.Injected gives an owned server to
 // env, leaving out any the environment already sets (a profile's own
 // variable of the same name wins).
-func (s *Service) inject(ctx context.Context, sv Server, env []string) ([]string, error) {
-	if s.opts.Injected == nil || sv.ConfigurationID == nil {
+func (s *Service) inject(ctx context.Context, sv gameserver.Record, env []string) ([]string, error) {
+	if s.opts.Injected == nil || sv.ConfigurationID == "" {
 		return env, nil
 	}
-	extra, err := s.opts.Injected.InjectedEnv(ctx, *sv.ConfigurationID, sv.resourceKey.String)
+	extra, err := s.opts.Injected.InjectedEnv(ctx, sv.ConfigurationID, sv.ResourceKey)
 	if err != nil {
 		return nil, fmt.Errorf("environment of %s: %w", sv.ID, err)
 	}
@@ -747,16 +748,16 @@ func (s *Service) inject(ctx context.Context, sv Server, env []string) ([]string
 
 // imageOf is the docker image sv runs in: the one chosen for it, else
 // its profile's for the Java the game needs.
-func imageOf(p catalog.Profile, sv Server) string {
+func imageOf(p catalog.Profile, sv gameserver.Record) string {
 	if sv.Image != "" {
 		return sv.Image
 	}
-	return p.Image(sv.javaMajor).Value
+	return p.Image(sv.JavaMajor).Value
 }
 
 // configure writes the server's listen address and environment settings
 // into its software's config file (see Installer.Configure).
-func (s *Service) configure(ctx context.Context, sv Server) error {
+func (s *Service) configure(ctx context.Context, sv gameserver.Record) error {
 	p, ok := s.catalog.Get(sv.Software)
 	if !ok {
 		return fmt.Errorf("software %q is not in the catalog", sv.Software)

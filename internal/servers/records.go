@@ -7,47 +7,12 @@ import (
 	"fmt"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/gameserver"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
-// Records is what a node's lifecycle reads and writes of its servers'
-// records: the server it acts on, the servers of its node at recovery,
-// and what it learns (a status, the desired state, an install's outcome,
-// the runtime's reference to the instance). It is the seam between the
-// node-local lifecycle (supervision, installs, recovery, the restart
-// policy) and where the records live: the database, through sqlRecords,
-// for the local node of kiln serve; the control plane, over the node
-// protocol, for a game server on an agent (issue 31), which holds no
-// database credentials. The control plane's own work on records
-// (create, list, team limits, ownership, env) stays on the database.
-//
-// Every method is of a server of any team: the team was checked by the
-// caller that named the server. Each write is stored before it returns,
-// so the lifecycle announces only what is recorded.
-type Records interface {
-	// Server reads one server (ErrNotFound when it is gone).
-	Server(ctx context.Context, id string) (Server, error)
-	// NodeServers reads every server of node.
-	NodeServers(ctx context.Context, node string) ([]Server, error)
-	// SetStatus records a status.
-	SetStatus(ctx context.Context, id, status string) error
-	// SetDesired records what the user asked for (running or stopped).
-	SetDesired(ctx context.Context, id, desired string) error
-	// Installed records an install's outcome: what was installed, no
-	// install error, status offline.
-	Installed(ctx context.Context, id string, res catalog.Result) error
-	// InstallFailed records a failed install's reason (a sentence for the
-	// team) and status offline.
-	InstallFailed(ctx context.Context, id, reason string) error
-	// SetRuntimeRef records the reference of the instance that runs the
-	// server (a holder's or a container's), for its re-adoption.
-	SetRuntimeRef(ctx context.Context, id, ref string) error
-	// ClearRuntimeRef forgets the instance's reference; with ref set, only
-	// if the record still names that instance (a later start's is kept).
-	ClearRuntimeRef(ctx context.Context, id, ref string) error
-}
-
-// sqlRecords keeps the records in the servers table.
+// sqlRecords keeps the records in the servers table: the
+// gameserver.Records of the local node's lifecycle.
 type sqlRecords struct {
 	db *store.DB
 	// scan reads a row into a Server (the Service's: it opens sealed
@@ -55,30 +20,30 @@ type sqlRecords struct {
 	scan func(scanner) (Server, error)
 }
 
-func (r sqlRecords) Server(ctx context.Context, id string) (Server, error) {
+func (r sqlRecords) Server(ctx context.Context, id string) (gameserver.Record, error) {
 	sv, err := r.scan(r.db.Read().QueryRowContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE id = $1`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return Server{}, ErrNotFound
+		return gameserver.Record{}, ErrNotFound
 	}
 	if err != nil {
-		return Server{}, fmt.Errorf("get server %s: %w", id, err)
+		return gameserver.Record{}, fmt.Errorf("get server %s: %w", id, err)
 	}
-	return sv, nil
+	return sv.record(), nil
 }
 
-func (r sqlRecords) NodeServers(ctx context.Context, node string) ([]Server, error) {
+func (r sqlRecords) NodeServers(ctx context.Context, node string) ([]gameserver.Record, error) {
 	rows, err := r.db.Read().QueryContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE node = $1`, node)
 	if err != nil {
 		return nil, fmt.Errorf("read the servers of node %s: %w", node, err)
 	}
 	defer rows.Close()
-	var all []Server
+	var all []gameserver.Record
 	for rows.Next() {
 		sv, err := r.scan(rows)
 		if err != nil {
 			return nil, fmt.Errorf("read the servers of node %s: %w", node, err)
 		}
-		all = append(all, sv)
+		all = append(all, sv.record())
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read the servers of node %s: %w", node, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/kilnhq/kiln/internal/gameserver"
 	"github.com/kilnhq/kiln/internal/runtime"
 )
 
@@ -76,7 +77,7 @@ func (s *Service) endOrphanHolders(ctx context.Context, known map[string]bool) {
 	}
 }
 
-func (s *Service) recoverOne(ctx context.Context, sv Server) {
+func (s *Service) recoverOne(ctx context.Context, sv gameserver.Record) {
 	l := s.liveOf(sv.ID)
 	l.setStatus(sv.Status)
 	if sv.Status == StatusInstalling {
@@ -85,10 +86,10 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 		s.goBackground(func(ctx context.Context) { s.install(ctx, sv.ID, sv.DesiredState == "running") })
 		return
 	}
-	if sv.runtimeRef.Valid {
+	if sv.RuntimeRef != "" {
 		spec, err := s.spec(sv)
 		if err == nil {
-			inst, err := s.node.Runtime().Adopt(ctx, spec, sv.runtimeRef.String, l.console.add)
+			inst, err := s.node.Runtime().Adopt(ctx, spec, sv.RuntimeRef, l.console.add)
 			if err == nil {
 				l.console.add("[kiln] re-attached to the running server")
 				if sv.DesiredState == "running" {
@@ -134,7 +135,7 @@ func (s *Service) recoverOne(ctx context.Context, sv Server) {
 // said logs, at info level, one line saying what kiln serve did with a
 // server at its start or its stop (issue 33: an operator reads in the
 // log, one line a server, what a restart of kiln did to their servers).
-func (s *Service) said(sv Server, what string) {
+func (s *Service) said(sv gameserver.Record, what string) {
 	s.log.Info(what, "server_id", sv.ID, "name", sv.Name)
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kilnhq/kiln/internal/gameserver"
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/store"
 )
@@ -31,15 +32,15 @@ const MaxList = 1000
 // Statuses are every value of a server's status (api.md §3).
 var Statuses = []string{StatusInstalling, StatusOffline, StatusStarting, StatusRunning, StatusStopping, StatusCrashed, StatusUnknown}
 
-// Server statuses.
+// Server statuses, gameserver's (the lifecycle writes them).
 const (
-	StatusInstalling = "installing"
-	StatusOffline    = "offline"
-	StatusStarting   = "starting"
-	StatusRunning    = "running"
-	StatusStopping   = "stopping"
-	StatusCrashed    = "crashed"
-	StatusUnknown    = "unknown"
+	StatusInstalling = gameserver.StatusInstalling
+	StatusOffline    = gameserver.StatusOffline
+	StatusStarting   = gameserver.StatusStarting
+	StatusRunning    = gameserver.StatusRunning
+	StatusStopping   = gameserver.StatusStopping
+	StatusCrashed    = gameserver.StatusCrashed
+	StatusUnknown    = gameserver.StatusUnknown
 )
 
 // Resources are live usage figures.
@@ -83,6 +84,20 @@ type Server struct {
 	argsFile    string
 }
 
+// record is what the lifecycle reads of sv.
+func (sv Server) record() gameserver.Record {
+	r := gameserver.Record{
+		ID: sv.ID, Name: sv.Name, Software: sv.Software, Version: sv.Version, Status: sv.Status,
+		DesiredState: sv.DesiredState, Node: sv.Node, Port: sv.Port, MemoryMB: sv.MemoryMB, DiskMB: sv.DiskMB,
+		CPUPercent: sv.CPUPercent, Env: sv.Env, Image: sv.Image, ResourceKey: sv.resourceKey.String,
+		RuntimeRef: sv.runtimeRef.String, InstallError: sv.InstallError, JavaMajor: sv.javaMajor, Jar: sv.jar, ArgsFile: sv.argsFile,
+	}
+	if sv.ConfigurationID != nil {
+		r.ConfigurationID = *sv.ConfigurationID
+	}
+	return r
+}
+
 const serverColumns = `id, team_id, name, software, version, status, node, port,
 	memory_mb, disk_mb, cpu_percent, configuration_id, env, desired_state,
 	runtime_ref, install_error, java_major, jar, args_file, created_at, updated_at, image, resource_key`
@@ -121,7 +136,7 @@ func (s *Service) scan(row scanner) (Server, error) {
 // Service owns server records and their lifecycle on one node.
 type Service struct {
 	db         *store.DB
-	records    Records
+	records    gameserver.Records
 	log        *slog.Logger
 	publicHost string
 	node       Node
@@ -348,7 +363,7 @@ func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
 }
 
 // getAny reads a server of any team (background work).
-func (s *Service) getAny(ctx context.Context, id string) (Server, error) {
+func (s *Service) getAny(ctx context.Context, id string) (gameserver.Record, error) {
 	return s.records.Server(ctx, id)
 }
 
@@ -357,7 +372,7 @@ func (s *Service) getAny(ctx context.Context, id string) (Server, error) {
 // of an exit): ErrNotFound at once, any other error tried again, 100 ms
 // doubling to 5 s apart, until ctx ends (then that error). What the work
 // leaves undone at shutdown the next start's recovery does.
-func (s *Service) getRetried(ctx context.Context, id string) (Server, error) {
+func (s *Service) getRetried(ctx context.Context, id string) (gameserver.Record, error) {
 	wait := 100 * time.Millisecond
 	for {
 		sv, err := s.getAny(ctx, id)
@@ -369,7 +384,7 @@ func (s *Service) getRetried(ctx context.Context, id string) (Server, error) {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return Server{}, err
+			return gameserver.Record{}, err
 		case <-t.C:
 		}
 		wait = min(2*wait, 5*time.Second)

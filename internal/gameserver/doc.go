@@ -1,0 +1,2 @@
+// Package gameserver runs the game servers of one node.
+package gameserver
