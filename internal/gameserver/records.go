@@ -91,6 +91,10 @@ type Records interface {
 	// InstallFailed records a failed install's reason (a sentence for the
 	// team) and status offline.
 	InstallFailed(ctx context.Context, id, reason string) error
+	// Reinstalling records a reinstall begun: the software, version and
+	// env (secrets in the clear, as in Record) to install, no install
+	// error, status installing.
+	Reinstalling(ctx context.Context, id, software, version string, env map[string]string) error
 	// SetRuntimeRef records the reference of the instance that runs the
 	// server (a holder's or a container's), for its re-adoption.
 	SetRuntimeRef(ctx context.Context, id, ref string) error

@@ -17,7 +17,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/kilnhq/kiln/internal/catalog"
-	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/store"
@@ -49,7 +48,6 @@ const (
 	MinDiskMB, MaxDiskMB     = 1 << 10, 2 << 20
 	MinCPU, MaxCPU           = 10, 6400
 	maxNameLen               = 100
-	maxCommandLen            = 1000
 )
 
 var versionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,63}$`)
@@ -68,18 +66,6 @@ func validName(name string) bool {
 		}
 	}
 	return true
-}
-
-func validCommand(line string) error {
-	if line == "" || len(line) > maxCommandLen {
-		return validationf("command", "must be 1-%d characters", maxCommandLen)
-	}
-	for _, r := range line {
-		if unicode.IsControl(r) {
-			return validationf("command", "must be a single line without control characters")
-		}
-	}
-	return nil
 }
 
 // checkSpec validates what is asked and fills defaults. Errors are
@@ -247,11 +233,10 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 		break
 	}
 	inserted = true
-	s.liveOf(id).setStatus(StatusInstalling)
 	// Read the record before the install starts: the answer shows the
 	// server as created (installing), however fast the install is.
 	sv, err := s.Get(ctx, teamID, id)
-	s.goBackground(func(ctx context.Context) { s.install(ctx, id, false) })
+	s.driver.Install(id, false)
 	return sv, true, err
 }
 
@@ -333,87 +318,6 @@ func portFree(p int) bool {
 	return true
 }
 
-// install runs the installer into the server's root and records the
-// outcome. A failure leaves a clear reason in install_error; the installer
-// itself never leaves a half-written artifact.
-func (s *Service) install(ctx context.Context, id string, startAfter bool) {
-	l := s.liveOf(id)
-	l.op.Lock()
-	defer l.op.Unlock()
-	sv, err := s.getRetried(ctx, id)
-	if err != nil {
-		// Deleted, or shutting down: it stays installing, and the next
-		// start's recovery installs it again.
-		return
-	}
-	p, ok := s.catalog.Get(sv.Software)
-	if !ok {
-		s.installFailed(ctx, l, id, fmt.Errorf("software %q is not in the catalog", sv.Software))
-		return
-	}
-	l.console.add(fmt.Sprintf("[kiln] installing %s %s", p.Name, sv.Version))
-	// Delete cancels an install in flight instead of waiting for it.
-	ictx, cancel := context.WithCancel(ctx)
-	l.mu.Lock()
-	l.cancelInstall = cancel
-	l.mu.Unlock()
-	defer func() {
-		cancel()
-		l.mu.Lock()
-		l.cancelInstall = nil
-		l.mu.Unlock()
-	}()
-	res, err := s.installer.Install(ictx, p, sv.Version, s.node.Root(id), sv.Env)
-	if err != nil {
-		if ictx.Err() != nil {
-			return // deleted, or shutting down: the next start installs again
-		}
-		s.installFailed(ctx, l, id, err)
-		return
-	}
-	// The software's config (listen address, settings from the
-	// environment) exists from the install on, for the user to read and
-	// edit before a first start; every start writes it again. A player
-	// list that cannot be written yet (a name Mojang cannot be asked
-	// about) does not fail the install: the install is fine, and the
-	// start that needs the list says so.
-	if err := s.configure(ctx, sv); err != nil {
-		if _, players := errors.AsType[*install.PlayersError](err); !players {
-			s.installFailed(ctx, l, id, err)
-			return
-		}
-		l.console.add("[kiln] " + err.Error() + " (written again at every start)")
-	}
-	// The list shows what the install wrote now, not after the next
-	// periodic disk walk; the first write still measures afresh (files may
-	// be copied in beside Kiln before it).
-	if _, err := s.measure(id); err != nil {
-		s.log.Warn("measure disk after install", "server_id", id, "err", err)
-	}
-	s.DiskChanged(id)
-	if err := s.records.Installed(ctx, id, res); err != nil {
-		s.log.Error("record install", "server_id", id, "err", err)
-		return
-	}
-	l.setStatus(StatusOffline)
-	l.console.add(fmt.Sprintf("[kiln] installed %s %s", p.Name, res.Version))
-	if startAfter {
-		l.op.Unlock()
-		s.start(ctx, id)
-		l.op.Lock()
-	}
-}
-
-func (s *Service) installFailed(ctx context.Context, l *live, id string, cause error) {
-	reason := s.tell(id, cause)
-	s.log.Warn("install failed", "server_id", id, "err", cause)
-	l.console.add("[kiln] install failed: " + reason)
-	if err := s.records.InstallFailed(ctx, id, reason); err != nil {
-		s.log.Error("record install failure", "server_id", id, "err", err)
-	}
-	l.setStatus(StatusOffline)
-}
-
 // Reinstall changes software and/or version and reruns the installer,
 // keeping world files; a running server is stopped first and started again
 // afterwards. Errors: ErrNotFound, ErrInstalling, ErrRestoring,
@@ -445,52 +349,12 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 	if _, err := s.checkSpec(&ns); err != nil {
 		return err
 	}
-	envJSON, err := s.storedEnv(ns.Software, ns.Env)
-	if err != nil {
+	// Sealed here too, to refuse a secret this process cannot seal before
+	// the node marks anything (the records seal it again to store it).
+	if _, err := s.storedEnv(ns.Software, ns.Env); err != nil {
 		return err
 	}
-	wasRunning := sv.DesiredState == "running"
-	// Checked and marked in one step with Reading and Hold: either the
-	// snapshot reading the root or the restore holding it refuses this
-	// reinstall, or it finds the mark.
-	l := s.liveOf(id)
-	l.mu.Lock()
-	if l.isHeld() {
-		l.mu.Unlock()
-		return ErrRestoring
-	}
-	if l.readers > 0 {
-		l.mu.Unlock()
-		return ErrSnapshotting
-	}
-	l.reinstalling = true
-	l.mu.Unlock()
-	installed := false
-	defer func() {
-		if !installed {
-			l.endReinstall()
-		}
-	}()
-	_, err = s.db.Write().ExecContext(ctx,
-		`UPDATE servers SET software = $1, version = $2, env = $3, status = $4, install_error = NULL, updated_at = $5
-		 WHERE id = $6`,
-		ns.Software, ns.Version, envJSON, StatusInstalling, store.Now(), id)
-	if err != nil {
-		return fmt.Errorf("reinstall %s: %w", id, err)
-	}
-	l.setStatus(StatusInstalling)
-	installed = true
-	s.goBackground(func(ctx context.Context) {
-		defer l.endReinstall()
-		s.stop(ctx, id, false)
-		// The stop recorded offline; the server is installing until the
-		// install records its outcome.
-		if err := s.setStatus(ctx, id, StatusInstalling); err != nil {
-			s.log.Error("reinstall", "server_id", id, "err", err)
-		}
-		s.install(ctx, id, wasRunning)
-	})
-	return nil
+	return s.driver.Reinstall(ctx, id, ns.Software, ns.Version, ns.Env, sv.DesiredState == "running")
 }
 
 // SetEnv changes the environment variables of a server made by hand:
@@ -584,18 +448,12 @@ func (s *Service) remove(ctx context.Context, teamID, id string) error {
 			return fmt.Errorf("delete server %s: %w", id, err)
 		}
 	}
-	if err := s.setDesired(ctx, id, "stopped"); err != nil {
+	// The node stops the server and removes its runtime state, the row
+	// goes, then the node forgets it and removes its files: a crash
+	// between the two leaves a root no row names, which the node removes
+	// at its next start.
+	if err := s.driver.Remove(ctx, id); err != nil {
 		return err
-	}
-	l := s.liveOf(id)
-	l.mu.Lock()
-	if l.cancelInstall != nil {
-		l.cancelInstall()
-	}
-	l.mu.Unlock()
-	s.stop(ctx, id, true)
-	if err := s.node.Runtime().Remove(ctx, id); err != nil {
-		return fmt.Errorf("remove runtime state of %s: %w", id, err)
 	}
 	res, err := s.db.Write().ExecContext(ctx, `DELETE FROM servers WHERE id = $1 AND team_id = $2`, id, teamID)
 	if err != nil {
@@ -604,15 +462,7 @@ func (s *Service) remove(ctx context.Context, teamID, id string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return ErrNotFound
 	}
-	s.mu.Lock()
-	delete(s.live, id)
-	s.mu.Unlock()
-	l.console.end("deleted")
-	if err := os.RemoveAll(s.node.Root(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		s.log.Error("remove server files", "server_id", id, "err", err)
-	} else if s.users != nil {
-		s.users.release(id) // its root is gone: the id is free
-	}
+	s.driver.Forget(id)
 	return nil
 }
 

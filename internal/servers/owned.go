@@ -67,7 +67,7 @@ func (s *Service) FindOwned(ctx context.Context, teamID string, o Owner) (Server
 	if err != nil {
 		return Server{}, fmt.Errorf("find the server of %s: %w", o.ResourceKey, err)
 	}
-	sv.Resources = s.resources(sv.ID)
+	sv.Resources = s.driver.Resources(sv.ID)
 	return sv, nil
 }
 
@@ -205,7 +205,7 @@ func (s *Service) OwnedBy(ctx context.Context, teamID, configurationID string) (
 		if err != nil {
 			return nil, fmt.Errorf("list the servers of %s: %w", configurationID, err)
 		}
-		sv.Resources = s.resources(sv.ID)
+		sv.Resources = s.driver.Resources(sv.ID)
 		out[sv.resourceKey.String] = sv
 	}
 	return out, rows.Err()

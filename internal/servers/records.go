@@ -13,15 +13,20 @@ import (
 
 // sqlRecords keeps the records in the servers table: the
 // gameserver.Records of the local node's lifecycle.
-type sqlRecords struct {
-	db *store.DB
-	// scan reads a row into a Server (the Service's: it opens sealed
-	// secrets and names the address).
-	scan func(scanner) (Server, error)
-}
+// It reads rows through the Service, which opens sealed secrets (scan)
+// and seals them (storedEnv).
+type sqlRecords struct{ s *Service }
 
 func (r sqlRecords) Server(ctx context.Context, id string) (gameserver.Record, error) {
-	sv, err := r.scan(r.db.Read().QueryRowContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE id = $1`, id))
+	// Prepared and read as Get reads: the host reads the record again for
+	// every write into a server's files (Access), after the team's check.
+	st, err := r.s.prepared(ctx, &r.s.anySt, `SELECT `+serverColumns+` FROM servers WHERE id = $1`)
+	if err != nil {
+		return gameserver.Record{}, fmt.Errorf("get server %s: %w", id, err)
+	}
+	pctx, cancel := r.s.db.PointRead(ctx)
+	defer cancel()
+	sv, err := r.s.scan(st.QueryRowContext(pctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return gameserver.Record{}, ErrNotFound
 	}
@@ -32,14 +37,14 @@ func (r sqlRecords) Server(ctx context.Context, id string) (gameserver.Record, e
 }
 
 func (r sqlRecords) NodeServers(ctx context.Context, node string) ([]gameserver.Record, error) {
-	rows, err := r.db.Read().QueryContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE node = $1`, node)
+	rows, err := r.s.db.Read().QueryContext(ctx, `SELECT `+serverColumns+` FROM servers WHERE node = $1`, node)
 	if err != nil {
 		return nil, fmt.Errorf("read the servers of node %s: %w", node, err)
 	}
 	defer rows.Close()
 	var all []gameserver.Record
 	for rows.Next() {
-		sv, err := r.scan(rows)
+		sv, err := r.s.scan(rows)
 		if err != nil {
 			return nil, fmt.Errorf("read the servers of node %s: %w", node, err)
 		}
@@ -52,7 +57,7 @@ func (r sqlRecords) NodeServers(ctx context.Context, node string) ([]gameserver.
 }
 
 func (r sqlRecords) SetStatus(ctx context.Context, id, status string) error {
-	_, err := r.db.Write().ExecContext(ctx,
+	_, err := r.s.db.Write().ExecContext(ctx,
 		`UPDATE servers SET status = $1, updated_at = $2 WHERE id = $3`, status, store.Now(), id)
 	if err != nil {
 		return fmt.Errorf("set status of %s to %s: %w", id, status, err)
@@ -61,7 +66,7 @@ func (r sqlRecords) SetStatus(ctx context.Context, id, status string) error {
 }
 
 func (r sqlRecords) SetDesired(ctx context.Context, id, desired string) error {
-	_, err := r.db.Write().ExecContext(ctx,
+	_, err := r.s.db.Write().ExecContext(ctx,
 		`UPDATE servers SET desired_state = $1, updated_at = $2 WHERE id = $3`, desired, store.Now(), id)
 	if err != nil {
 		return fmt.Errorf("set desired state of %s: %w", id, err)
@@ -70,7 +75,7 @@ func (r sqlRecords) SetDesired(ctx context.Context, id, desired string) error {
 }
 
 func (r sqlRecords) Installed(ctx context.Context, id string, res catalog.Result) error {
-	_, err := r.db.Write().ExecContext(ctx, `
+	_, err := r.s.db.Write().ExecContext(ctx, `
 		UPDATE servers SET version = $1, java_major = $2, jar = $3, args_file = $4, install_error = NULL,
 		       status = $5, updated_at = $6
 		WHERE id = $7`, res.Version, res.JavaMajor, res.Jar, res.ArgsFile, StatusOffline, store.Now(), id)
@@ -81,7 +86,7 @@ func (r sqlRecords) Installed(ctx context.Context, id string, res catalog.Result
 }
 
 func (r sqlRecords) InstallFailed(ctx context.Context, id, reason string) error {
-	_, err := r.db.Write().ExecContext(ctx,
+	_, err := r.s.db.Write().ExecContext(ctx,
 		`UPDATE servers SET install_error = $1, status = $2, updated_at = $3 WHERE id = $4`,
 		reason, StatusOffline, store.Now(), id)
 	if err != nil {
@@ -90,8 +95,23 @@ func (r sqlRecords) InstallFailed(ctx context.Context, id, reason string) error 
 	return nil
 }
 
+func (r sqlRecords) Reinstalling(ctx context.Context, id, software, version string, env map[string]string) error {
+	envJSON, err := r.s.storedEnv(software, env)
+	if err != nil {
+		return err
+	}
+	_, err = r.s.db.Write().ExecContext(ctx,
+		`UPDATE servers SET software = $1, version = $2, env = $3, status = $4, install_error = NULL, updated_at = $5
+		 WHERE id = $6`,
+		software, version, envJSON, StatusInstalling, store.Now(), id)
+	if err != nil {
+		return fmt.Errorf("reinstall %s: %w", id, err)
+	}
+	return nil
+}
+
 func (r sqlRecords) SetRuntimeRef(ctx context.Context, id, ref string) error {
-	if _, err := r.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = $1 WHERE id = $2`, ref, id); err != nil {
+	if _, err := r.s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = $1 WHERE id = $2`, ref, id); err != nil {
 		return fmt.Errorf("record the runtime reference of %s: %w", id, err)
 	}
 	return nil
@@ -100,9 +120,9 @@ func (r sqlRecords) SetRuntimeRef(ctx context.Context, id, ref string) error {
 func (r sqlRecords) ClearRuntimeRef(ctx context.Context, id, ref string) error {
 	var err error
 	if ref == "" {
-		_, err = r.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1`, id)
+		_, err = r.s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1`, id)
 	} else {
-		_, err = r.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1 AND runtime_ref = $2`, id, ref)
+		_, err = r.s.db.Write().ExecContext(ctx, `UPDATE servers SET runtime_ref = NULL WHERE id = $1 AND runtime_ref = $2`, id, ref)
 	}
 	if err != nil {
 		return fmt.Errorf("clear the runtime reference of %s: %w", id, err)

@@ -11,17 +11,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/kilnhq/kiln/internal/gameserver"
-	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
-// Errors callers tell apart (and those of a server's root: disk.go).
+// Errors callers tell apart (and those of a server's root: disk.go; of
+// its lifecycle: driver.go).
 var (
-	// ErrOffline: a console command was sent to a server that is not running.
-	ErrOffline = errors.New("the server is not running")
 	// ErrOwned: a deployment owns the server; change it through the deployment.
 	ErrOwned = errors.New("the server is owned by a deployment configuration; change or delete it through the configuration")
 )
@@ -43,13 +40,8 @@ const (
 	StatusUnknown    = gameserver.StatusUnknown
 )
 
-// Resources are live usage figures.
-type Resources struct {
-	CPU         float64 // percent of one core
-	MemoryBytes int64
-	DiskBytes   int64
-	UptimeMS    int64
-}
+// Resources are live usage figures (gameserver's).
+type Resources = gameserver.Resources
 
 // Server is one game server or proxy.
 type Server struct {
@@ -133,59 +125,29 @@ func (s *Service) scan(row scanner) (Server, error) {
 	return sv, nil
 }
 
-// Service owns server records and their lifecycle on one node.
+// Service owns server records, and drives their lifecycle on one node
+// through its Driver.
 type Service struct {
 	db         *store.DB
-	records    gameserver.Records
 	log        *slog.Logger
 	publicHost string
 	node       Node
 	catalog    Catalog
-	installer  Installer
 	opts       Options
-
-	mu   sync.Mutex
-	live map[string]*live // by server id; created on first use
-	// supervised are the instances being supervised, with their server's
-	// id, until each has ended (shutdown stops every one).
-	supervised map[runtime.Instance]string
+	driver     Driver // the node's: its gameserver.Host
 
 	stmtMu    sync.Mutex
 	listSt    *sql.Stmt // listQuery, prepared on first use, closed by Run's end
 	versionSt *sql.Stmt // a team's servers_version, idem
 	getSt     *sql.Stmt // one server of a team (every server and file request), idem
+	anySt     *sql.Stmt // one server of any team (sqlRecords.Server), idem
 
 	cacheMu sync.Mutex
 	lists   map[string]listCache // by team id
 
-	recovered  chan struct{} // closed when Run's recovery is done
-	remeasure  chan string   // servers whose disk figure a write found stale (sample walks them)
-	started    time.Time     // temporary files older than this are crash leftovers
-	recoverErr error         // set before recovered is closed
-	onDelete   []func(ctx context.Context, id string) error
-	onEnded    []func(id string) // a delete that ran onDelete ended (failed or done)
-	onHold     []func(id string) // a root was held (Hold)
-	users      *users            // nil: servers run as kiln's user (Options.Users)
-
-	ctx    context.Context // of Run; background work stops with it
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // background work and supervisors; added to only through track
-	wgMu   sync.Mutex     // orders track's Add before shutdown's Wait
-	closed bool           // shutdown waits on wg: nothing more is tracked
-}
-
-// track adds one to wg for a goroutine about to start, unless shutdown
-// already waits on it (then false: the goroutine must not start). An Add
-// that may happen while the counter is zero must come before Wait
-// (sync.WaitGroup), and requests start background work at any time.
-func (s *Service) track() bool {
-	s.wgMu.Lock()
-	defer s.wgMu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	return true
+	onDelete []func(ctx context.Context, id string) error
+	onEnded  []func(id string) // a delete that ran onDelete ended (failed or done)
+	onHold   []func(id string) // a root was held (Hold)
 }
 
 // listQuery has its limit written into the text: a bound LIMIT makes
@@ -216,11 +178,11 @@ func (s *Service) prepared(ctx context.Context, slot **sql.Stmt, query string) (
 // key its own derived data (an encoded answer) by the pointer.
 type Listing struct {
 	Servers []Server // newest first; Resources left zero: see Resources
-	lives   []*live  // Servers[i]'s live state
+	driver  Driver   // whose samples Resources reads
 }
 
 // Resources is the latest sample of Servers[i]'s usage.
-func (l *Listing) Resources(i int) Resources { return l.lives[i].resources() }
+func (l *Listing) Resources(i int) Resources { return l.driver.Resources(l.Servers[i].ID) }
 
 // Listing returns the team's servers, newest first, at most MaxList,
 // shared (see Listing). The rows come from memory while the team's list
@@ -245,10 +207,7 @@ func (s *Service) Listing(ctx context.Context, teamID string) (*Listing, error) 
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Servers: rows, lives: make([]*live, len(rows))}
-	for i, sv := range rows {
-		l.lives[i] = s.liveOf(sv.ID)
-	}
+	l := &Listing{Servers: rows, driver: s.driver}
 	s.cacheMu.Lock()
 	if len(s.lists) >= maxCachedLists {
 		clear(s.lists) // many teams: start over rather than grow without bound
@@ -358,37 +317,8 @@ func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
 	if err != nil {
 		return Server{}, fmt.Errorf("get server %s: %w", id, err)
 	}
-	sv.Resources = s.resources(sv.ID)
+	sv.Resources = s.driver.Resources(sv.ID)
 	return sv, nil
-}
-
-// getAny reads a server of any team (background work).
-func (s *Service) getAny(ctx context.Context, id string) (gameserver.Record, error) {
-	return s.records.Server(ctx, id)
-}
-
-// getRetried reads a server's record for background work that must not
-// be lost to a transient database error (an install, a start, the record
-// of an exit): ErrNotFound at once, any other error tried again, 100 ms
-// doubling to 5 s apart, until ctx ends (then that error). What the work
-// leaves undone at shutdown the next start's recovery does.
-func (s *Service) getRetried(ctx context.Context, id string) (gameserver.Record, error) {
-	wait := 100 * time.Millisecond
-	for {
-		sv, err := s.getAny(ctx, id)
-		if err == nil || errors.Is(err, ErrNotFound) {
-			return sv, err
-		}
-		s.log.Warn("read a server's record; trying again", "server_id", id, "err", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return gameserver.Record{}, err
-		case <-t.C:
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
 }
 
 // CountByStatus counts every team's servers by status (for /metrics).
@@ -411,13 +341,4 @@ func (s *Service) CountByStatus(ctx context.Context) (map[string]int, error) {
 		out[st] = n
 	}
 	return out, rows.Err()
-}
-
-// setStatus stores a status change and tells console subscribers.
-func (s *Service) setStatus(ctx context.Context, id, status string) error {
-	if err := s.records.SetStatus(ctx, id, status); err != nil {
-		return err
-	}
-	s.liveOf(id).setStatus(status)
-	return nil
 }

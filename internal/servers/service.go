@@ -4,10 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/gameserver"
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/quota"
@@ -41,19 +41,12 @@ type Catalog interface {
 	Get(typ string) (catalog.Profile, bool)
 }
 
-// Installer puts a profile's artifacts into a server root.
-type Installer interface {
-	// Install resolves version ("latest" included) and writes the software
-	// into root; env holds the variables the user set.
-	Install(ctx context.Context, p catalog.Profile, version, root string, env map[string]string) (catalog.Result, error)
-	// Configure writes where the software listens (host, empty for every
-	// interface, and port) and the settings its environment sets into its
-	// config files in root (eula.txt, ops and whitelist included); it runs
-	// before every start.
-	Configure(ctx context.Context, p catalog.Profile, root string, env map[string]string, host string, port int) error
-}
+// Installer puts a profile's artifacts into a server root (gameserver's).
+type Installer = gameserver.Installer
 
-// Options tune the lifecycle; zero values take the defaults.
+// Options tune the service and the lifecycle of its node's servers
+// (gameserver.Options: the fields from KilnBinary on are passed to it);
+// zero values take the defaults.
 type Options struct {
 	// Placement chooses the node and port of new servers; its candidates
 	// must be the node this service drives. Without it Create refuses.
@@ -123,73 +116,60 @@ type Options struct {
 }
 
 // EnvSource gives the variables Kiln adds to the environment of the
-// server a configuration's resource key names (*dbservice.Service): read
-// when it starts, never stored with the server.
-type EnvSource interface {
-	InjectedEnv(ctx context.Context, configurationID, resourceKey string) (map[string]string, error)
-}
+// server a configuration's resource key names (gameserver's).
+type EnvSource = gameserver.EnvSource
 
-func (o *Options) defaults() {
-	if o.PublicHost == "" {
-		o.PublicHost = "127.0.0.1"
-	}
-	if o.StopTimeout == 0 {
-		o.StopTimeout = DefaultStopTimeout
-	}
-	if o.PingInterval == 0 {
-		o.PingInterval = 100 * time.Millisecond
-	}
-	if o.SampleInterval == 0 {
-		o.SampleInterval = 5 * time.Second
-	}
-	if o.DiskFresh == 0 {
-		o.DiskFresh = 5 * time.Second
-	}
-	if o.DiskInterval == 0 {
-		o.DiskInterval = time.Minute
-	}
-	if o.RestartBackoff == 0 {
-		o.RestartBackoff = 2 * time.Second
-	}
-	if o.After == nil {
-		o.After = time.After
+// lifecycle is what of o the node's gameserver.Host takes.
+func (o Options) lifecycle() gameserver.Options {
+	return gameserver.Options{
+		KilnBinary: o.KilnBinary, PublicHost: o.PublicHost, BindHost: o.BindHost, StopTimeout: o.StopTimeout,
+		PingInterval: o.PingInterval, SampleInterval: o.SampleInterval, DiskInterval: o.DiskInterval,
+		DiskFresh: o.DiskFresh, RestartBackoff: o.RestartBackoff, After: o.After, TempNames: o.TempNames,
+		Users: o.Users, Injected: o.Injected, StopServersOnExit: o.StopServersOnExit, Javas: o.Javas,
 	}
 }
 
 // DefaultStopTimeout is how long a server has to save and end after its
-// stop command before it is killed. kiln serve gives the docker runtime
-// the same grace (docker.Options.StopTimeout), so the engine waits as long
-// when it stops a container itself.
-const DefaultStopTimeout = 30 * time.Second
+// stop command before it is killed (gameserver's).
+const DefaultStopTimeout = gameserver.DefaultStopTimeout
 
-// Restart policy: at most restartLimit automatic restarts in restartWindow.
-const (
-	restartLimit  = 3
-	restartWindow = 10 * time.Minute
-	// deleteTimeout bounds a delete, which its caller going away does
-	// not end (remove).
-	deleteTimeout = 5 * time.Minute
-)
+// deleteTimeout bounds a delete, which its caller going away does not end
+// (remove).
+const deleteTimeout = 5 * time.Minute
+
+// UIDRange is the range of user ids (and group ids, the same numbers) the
+// servers of this node run as, one each (--uid-range; gameserver's).
+type UIDRange = gameserver.UIDRange
+
+// DefaultUIDRange is --uid-range's default (gameserver's).
+var DefaultUIDRange = gameserver.DefaultUIDRange
+
+// ParseUIDRange reads "FIRST-LAST" or "off" (gameserver.ParseUIDRange).
+func ParseUIDRange(s string) (UIDRange, error) { return gameserver.ParseUIDRange(s) }
+
+// CheckUIDRange refuses a range holding the id of a user or a group the
+// host already has (gameserver.CheckUIDRange).
+func CheckUIDRange(r UIDRange, passwd, group string) error {
+	return gameserver.CheckUIDRange(r, passwd, group)
+}
 
 // TempNamesPurpose is what the key of Options.TempNames is derived for
 // (secretbox.Box.Derive): the same secret key gives the same names after
 // a restart, so leftovers of a crash are recognised.
 const TempNamesPurpose = "kiln temp names v1"
 
-// NewService builds the service; call Run to start background work
-// (recovery, sampling) and to own the servers' supervisors.
+// NewService builds the service and the gameserver.Host of its node n,
+// which reads and writes its records in db; call Run to start the host's
+// background work (recovery, sampling) and to own the servers'
+// supervisors.
 func NewService(db *store.DB, n Node, cat Catalog, inst Installer, opts Options, log *slog.Logger) *Service {
-	opts.defaults()
-	ctx, cancel := context.WithCancel(context.Background())
+	if opts.PublicHost == "" {
+		opts.PublicHost = "127.0.0.1"
+	}
 	svc := &Service{
-		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, installer: inst, opts: opts,
-		live: map[string]*live{}, supervised: map[runtime.Instance]string{}, lists: map[string]listCache{}, ctx: ctx, cancel: cancel, recovered: make(chan struct{}),
-		remeasure: make(chan string, 64), started: time.Now(),
+		db: db, log: log, publicHost: opts.PublicHost, node: n, catalog: cat, opts: opts,
+		lists: map[string]listCache{},
 	}
-	svc.records = sqlRecords{db: db, scan: svc.scan}
-	if !opts.Users.IsZero() {
-		// The node keeps every root in one directory: Root of any id.
-		svc.users = &users{rng: opts.Users, dir: filepath.Dir(n.Root("x"))}
-	}
+	svc.driver = gameserver.New(sqlRecords{svc}, n, cat, inst, opts.lifecycle(), log)
 	return svc
 }

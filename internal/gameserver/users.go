@@ -1,4 +1,4 @@
-package servers
+package gameserver
 
 import (
 	"errors"
@@ -186,12 +186,12 @@ func (u *users) release(id string) {
 // (node.OwnTree: whatever Kiln's user wrote there since, an installer's
 // output or a restore, becomes the server's), or nil when servers run as
 // kiln's user. It runs before each start, the server stopped.
-func (s *Service) runAs(id string) (*runtime.User, error) {
-	if s.users == nil {
+func (h *Host) runAs(id string) (*runtime.User, error) {
+	if h.users == nil {
 		return nil, nil
 	}
-	root := s.node.Root(id)
-	usr, err := s.users.forID(id, root)
+	root := h.node.Root(id)
+	usr, err := h.users.forID(id, root)
 	if err != nil {
 		return nil, err
 	}
@@ -200,11 +200,11 @@ func (s *Service) runAs(id string) (*runtime.User, error) {
 		return nil, fmt.Errorf("give the server's files to its user: %w", err)
 	}
 	if skipped > 0 {
-		s.log.Warn("files left to kiln's user: regular files with several links (one may be outside the root) or over 512 levels deep",
+		h.log.Warn("files left to kiln's user: regular files with several links (one may be outside the root) or over 512 levels deep",
 			"server_id", id, "count", skipped)
 	}
 	if changed > 0 {
-		s.log.Debug("files given to the server's user", "server_id", id, "uid", usr.UID, "count", changed)
+		h.log.Debug("files given to the server's user", "server_id", id, "uid", usr.UID, "count", changed)
 	}
 	return &usr, nil
 }

@@ -1,8 +1,7 @@
-package servers
+package gameserver
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/kilnhq/kiln/internal/gameserver"
 	"github.com/kilnhq/kiln/internal/runtime"
 )
 
@@ -25,132 +23,132 @@ import (
 // Recovery sets every status to the truth before Recovered is closed, so
 // kiln serve answers no request before that: a status stored by a kiln
 // that was killed may be stale.
-func (s *Service) Run(ctx context.Context) error {
-	err := s.recoverAll(ctx)
-	s.recoverErr = err
-	close(s.recovered)
+func (h *Host) Run(ctx context.Context) error {
+	err := h.recoverAll(ctx)
+	h.recoverErr = err
+	close(h.recovered)
 	if err != nil {
 		return fmt.Errorf("recover servers: %w", err)
 	}
-	s.sample(ctx)
-	s.shutdown()
+	h.sample(ctx)
+	h.shutdown()
 	return nil
 }
 
 // recoverAll brings every server of this node back to a coherent state.
-func (s *Service) recoverAll(ctx context.Context) error {
-	all, err := s.records.NodeServers(ctx, s.node.Name())
+func (h *Host) recoverAll(ctx context.Context) error {
+	all, err := h.records.NodeServers(ctx, h.node.Name())
 	if err != nil {
 		return err
 	}
 	known := map[string]bool{}
 	for _, sv := range all {
 		known[sv.ID] = true
-		s.recoverOne(ctx, sv)
+		h.recoverOne(ctx, sv)
 	}
-	s.removeOrphanRoots(known)
-	s.endOrphanHolders(ctx, known)
+	h.removeOrphanRoots(known)
+	h.endOrphanHolders(ctx, known)
 	return nil
 }
 
 // endOrphanHolders ends the game servers that run on under holders
-// (process runtime) for servers this node no longer has (a row removed
+// (process runtime) for servers this node no longer has (a record removed
 // behind kiln's back): nothing would ever stop them.
-func (s *Service) endOrphanHolders(ctx context.Context, known map[string]bool) {
-	h, ok := s.node.Runtime().(interface{ HeldServers() ([]string, error) })
+func (h *Host) endOrphanHolders(ctx context.Context, known map[string]bool) {
+	held, ok := h.node.Runtime().(interface{ HeldServers() ([]string, error) })
 	if !ok {
 		return
 	}
-	ids, err := h.HeldServers()
+	ids, err := held.HeldServers()
 	if err != nil {
-		s.log.Warn("list the servers' holders", "err", err)
+		h.log.Warn("list the servers' holders", "err", err)
 		return
 	}
 	for _, id := range ids {
 		if known[id] {
 			continue
 		}
-		s.log.Warn("ending a game server of no server of this node", "server_id", id)
-		if err := s.node.Runtime().Remove(ctx, id); err != nil {
-			s.log.Warn("end a game server of no server of this node", "server_id", id, "err", err)
+		h.log.Warn("ending a game server of no server of this node", "server_id", id)
+		if err := h.node.Runtime().Remove(ctx, id); err != nil {
+			h.log.Warn("end a game server of no server of this node", "server_id", id, "err", err)
 		}
 	}
 }
 
-func (s *Service) recoverOne(ctx context.Context, sv gameserver.Record) {
-	l := s.liveOf(sv.ID)
+func (h *Host) recoverOne(ctx context.Context, sv Record) {
+	l := h.liveOf(sv.ID)
 	l.setStatus(sv.Status)
 	if sv.Status == StatusInstalling {
 		// The install was interrupted: run it again (installs are idempotent).
-		s.said(sv, "server install resumed")
-		s.goBackground(func(ctx context.Context) { s.install(ctx, sv.ID, sv.DesiredState == "running") })
+		h.said(sv, "server install resumed")
+		h.goBackground(func(ctx context.Context) { h.install(ctx, sv.ID, sv.DesiredState == "running") })
 		return
 	}
 	if sv.RuntimeRef != "" {
-		spec, err := s.spec(sv)
+		spec, err := h.spec(sv)
 		if err == nil {
-			inst, err := s.node.Runtime().Adopt(ctx, spec, sv.RuntimeRef, l.console.add)
+			inst, err := h.node.Runtime().Adopt(ctx, spec, sv.RuntimeRef, l.console.add)
 			if err == nil {
 				l.console.add("[kiln] re-attached to the running server")
 				if sv.DesiredState == "running" {
-					s.said(sv, "server re-adopted: it ran on while kiln was down")
-					s.attach(ctx, l, sv, inst)
+					h.said(sv, "server re-adopted: it ran on while kiln was down")
+					h.attach(ctx, l, sv, inst)
 					return
 				}
-				s.said(sv, "server re-adopted and being stopped: its desired state is stopped")
-				s.attach(ctx, l, sv, inst)
-				s.goBackground(func(ctx context.Context) { s.stop(ctx, sv.ID, false) })
+				h.said(sv, "server re-adopted and being stopped: its desired state is stopped")
+				h.attach(ctx, l, sv, inst)
+				h.goBackground(func(ctx context.Context) { h.stop(ctx, sv.ID, false) })
 				return
 			}
 			if !errors.Is(err, runtime.ErrNotAdoptable) {
-				s.log.Warn("re-adopt failed", "server_id", sv.ID, "err", err)
+				h.log.Warn("re-adopt failed", "server_id", sv.ID, "err", err)
 			}
 		}
-		if err := s.records.ClearRuntimeRef(ctx, sv.ID, ""); err != nil {
-			s.log.Warn("forget an instance not re-adopted", "server_id", sv.ID, "err", err)
+		if err := h.records.ClearRuntimeRef(ctx, sv.ID, ""); err != nil {
+			h.log.Warn("forget an instance not re-adopted", "server_id", sv.ID, "err", err)
 		}
 	}
 	// A server that crashed past its restart budget stays crashed, across
 	// restarts of kiln too; the user starts it by hand.
 	if sv.DesiredState == "running" && sv.InstallError == nil && sv.Status != StatusCrashed {
 		// Its instance is gone: until the start begins it is offline.
-		s.said(sv, "server being started again: its desired state is running and nothing of it runs")
-		_ = s.setStatus(ctx, sv.ID, StatusOffline)
-		s.goBackground(func(ctx context.Context) { s.start(ctx, sv.ID) })
+		h.said(sv, "server being started again: its desired state is running and nothing of it runs")
+		_ = h.setStatus(ctx, sv.ID, StatusOffline)
+		h.goBackground(func(ctx context.Context) { h.start(ctx, sv.ID) })
 		return
 	}
 	switch {
 	case sv.DesiredState != "running":
-		s.said(sv, "server left stopped, as asked")
+		h.said(sv, "server left stopped, as asked")
 	case sv.InstallError != nil:
-		s.said(sv, "server left stopped: its last install failed")
+		h.said(sv, "server left stopped: its last install failed")
 	default:
-		s.said(sv, "server left crashed: it crashed past its restart budget; a start by hand brings it back")
+		h.said(sv, "server left crashed: it crashed past its restart budget; a start by hand brings it back")
 	}
 	if sv.Status != StatusOffline && sv.Status != StatusCrashed {
-		_ = s.setStatus(ctx, sv.ID, StatusOffline)
+		_ = h.setStatus(ctx, sv.ID, StatusOffline)
 	}
 }
 
 // said logs, at info level, one line saying what kiln serve did with a
 // server at its start or its stop (issue 33: an operator reads in the
 // log, one line a server, what a restart of kiln did to their servers).
-func (s *Service) said(sv gameserver.Record, what string) {
-	s.log.Info(what, "server_id", sv.ID, "name", sv.Name)
+func (h *Host) said(sv Record, what string) {
+	h.log.Info(what, "server_id", sv.ID, "name", sv.Name)
 }
 
 // Recovered is closed once Run has brought every server's stored state in
 // line with what runs (re-adopted, restarted or marked offline).
-func (s *Service) Recovered() <-chan struct{} { return s.recovered }
+func (h *Host) Recovered() <-chan struct{} { return h.recovered }
 
 // RecoveryFailed reports, once Recovered is closed, whether recovery
 // failed (Run then returns why): kiln serve must not start serving.
-func (s *Service) RecoveryFailed() bool { return s.recoverErr != nil }
+func (h *Host) RecoveryFailed() bool { return h.recoverErr != nil }
 
 // removeOrphanRoots deletes server root directories whose server is gone (a
-// delete interrupted between the row and the files).
-func (s *Service) removeOrphanRoots(known map[string]bool) {
-	dir := filepath.Dir(s.node.Root("x"))
+// delete interrupted between the record and the files).
+func (h *Host) removeOrphanRoots(known map[string]bool) {
+	dir := filepath.Dir(h.node.Root("x"))
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -159,44 +157,44 @@ func (s *Service) removeOrphanRoots(known map[string]bool) {
 		if _, err := uuid.Parse(e.Name()); err != nil || !e.IsDir() || known[e.Name()] {
 			continue
 		}
-		s.log.Info("removing files of a deleted server", "server_id", e.Name())
+		h.log.Info("removing files of a deleted server", "server_id", e.Name())
 		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
 	}
 }
 
 // sample refreshes CPU, memory and disk figures until ctx ends.
-func (s *Service) sample(ctx context.Context) {
-	fast := time.NewTicker(s.opts.SampleInterval)
+func (h *Host) sample(ctx context.Context) {
+	fast := time.NewTicker(h.opts.SampleInterval)
 	defer fast.Stop()
-	slow := time.NewTicker(s.opts.DiskInterval)
+	slow := time.NewTicker(h.opts.DiskInterval)
 	defer slow.Stop()
-	s.sampleDisk()
+	h.sampleDisk()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-fast.C:
-			s.sampleInstances(ctx)
+			h.sampleInstances(ctx)
 		case <-slow.C:
-			s.sampleDisk()
-		case id := <-s.remeasure:
-			s.measureIfStale(id)
+			h.sampleDisk()
+		case id := <-h.remeasure:
+			h.measureIfStale(id)
 		}
 	}
 }
 
-func (s *Service) snapshotLive() map[string]*live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]*live, len(s.live))
-	for id, l := range s.live {
+func (h *Host) snapshotLive() map[string]*live {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make(map[string]*live, len(h.live))
+	for id, l := range h.live {
 		out[id] = l
 	}
 	return out
 }
 
-func (s *Service) sampleInstances(ctx context.Context) {
-	for _, l := range s.snapshotLive() {
+func (h *Host) sampleInstances(ctx context.Context) {
+	for _, l := range h.snapshotLive() {
 		inst := l.instance()
 		if inst == nil {
 			continue
@@ -213,21 +211,21 @@ func (s *Service) sampleInstances(ctx context.Context) {
 
 // measureIfStale walks a server's root unless a walk since the request
 // (several writes may ask for the same one) made its figure fresh.
-func (s *Service) measureIfStale(id string) {
-	s.mu.Lock()
-	l, ok := s.live[id]
-	s.mu.Unlock()
+func (h *Host) measureIfStale(id string) {
+	h.mu.Lock()
+	l, ok := h.live[id]
+	h.mu.Unlock()
 	if !ok {
 		return // deleted meanwhile
 	}
-	if time.Since(l.disk.Figures().WalkedAt) > s.opts.DiskFresh {
-		_, _ = s.measure(id)
+	if time.Since(l.disk.Figures().WalkedAt) > h.opts.DiskFresh {
+		_, _ = h.measure(id)
 	}
 }
 
-func (s *Service) sampleDisk() {
-	for id := range s.snapshotLive() {
-		_, _ = s.measure(id)
+func (h *Host) sampleDisk() {
+	for id := range h.snapshotLive() {
+		_, _ = h.measure(id)
 	}
 }
 
@@ -237,18 +235,18 @@ func (s *Service) sampleDisk() {
 // and the next kiln serve re-adopts it; unless Options.StopServersOnExit,
 // as for instances that end with kiln, which are being stopped by
 // shutdown, so they end.
-func (s *Service) ended(id string, l *live, inst runtime.Instance) bool {
+func (h *Host) ended(id string, l *live, inst runtime.Instance) bool {
 	select {
 	case <-inst.Done():
 		return true
-	case <-s.ctx.Done():
+	case <-h.ctx.Done():
 	}
 	select {
 	case <-inst.Done():
 		return true
 	default:
 	}
-	if !s.stopsAtExit(inst) {
+	if !h.stopsAtExit(inst) {
 		return false
 	}
 	// Shutdown stops the instances it found; one a start attached after
@@ -260,9 +258,9 @@ func (s *Service) ended(id string, l *live, inst runtime.Instance) bool {
 		l.stopRequested = true
 	}
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), h.opts.StopTimeout+5*time.Second)
 	defer cancel()
-	s.stopInstance(ctx, id, l, inst, false)
+	h.stopInstance(ctx, id, l, inst, false)
 	<-inst.Done()
 	return true
 }
@@ -279,8 +277,8 @@ func outlives(inst runtime.Instance) bool {
 
 // stopsAtExit reports whether shutdown stops inst: it ends with kiln
 // anyway, or Options.StopServersOnExit says to stop every server.
-func (s *Service) stopsAtExit(inst runtime.Instance) bool {
-	return s.opts.StopServersOnExit || !outlives(inst)
+func (h *Host) stopsAtExit(inst runtime.Instance) bool {
+	return h.opts.StopServersOnExit || !outlives(inst)
 }
 
 // shutdown stops background work. Servers that run on without kiln
@@ -288,55 +286,47 @@ func (s *Service) stopsAtExit(inst runtime.Instance) bool {
 // those that would end with it (kiln's children), and every one with that
 // option, are stopped gracefully and started again at the next start
 // (their desired state stays "running").
-func (s *Service) shutdown() {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
+func (h *Host) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), h.opts.StopTimeout+5*time.Second)
 	defer cancel()
-	s.mu.Lock()
-	all := maps.Clone(s.supervised)
-	s.mu.Unlock()
+	h.mu.Lock()
+	all := maps.Clone(h.supervised)
+	h.mu.Unlock()
 	for inst, id := range all {
-		if !s.stopsAtExit(inst) {
+		if !h.stopsAtExit(inst) {
 			select {
 			case <-inst.Done():
 				continue // ended already: nothing is left running
 			default:
 			}
-			s.log.Info("server left running: it runs on without kiln and the next start re-adopts it", "server_id", id)
+			h.log.Info("server left running: it runs on without kiln and the next start re-adopts it", "server_id", id)
 			continue
 		}
-		if s.opts.StopServersOnExit {
-			s.log.Info("server being stopped: --stop-servers-on-exit; the next start starts it again", "server_id", id)
+		if h.opts.StopServersOnExit {
+			h.log.Info("server being stopped: --stop-servers-on-exit; the next start starts it again", "server_id", id)
 		} else {
-			s.log.Info("server being stopped: its process ends with kiln; the next start starts it again", "server_id", id)
+			h.log.Info("server being stopped: its process ends with kiln; the next start starts it again", "server_id", id)
 		}
-		l := s.liveOf(id)
+		l := h.liveOf(id)
 		l.mu.Lock()
 		if l.inst == inst {
 			l.stopRequested = true
 		} else {
-			s.log.Warn("stopping an instance that is no longer its server's", "server_id", id, "ref", inst.Ref())
+			h.log.Warn("stopping an instance that is no longer its server's", "server_id", id, "ref", inst.Ref())
 		}
 		l.stopAsked = inst
 		l.mu.Unlock()
-		if !s.track() {
+		if !h.track() {
 			break // cannot happen: only this sets closed
 		}
 		go func() {
-			defer s.wg.Done()
-			s.stopInstance(ctx, id, l, inst, false)
+			defer h.wg.Done()
+			h.stopInstance(ctx, id, l, inst, false)
 		}()
 	}
-	s.cancel()
-	s.wgMu.Lock()
-	s.closed = true
-	s.wgMu.Unlock()
-	s.wg.Wait()
-	s.stmtMu.Lock()
-	for _, st := range []**sql.Stmt{&s.listSt, &s.versionSt, &s.getSt} {
-		if *st != nil {
-			(*st).Close()
-			*st = nil
-		}
-	}
-	s.stmtMu.Unlock()
+	h.cancel()
+	h.wgMu.Lock()
+	h.closed = true
+	h.wgMu.Unlock()
+	h.wg.Wait()
 }

@@ -1,4 +1,4 @@
-package servers
+package gameserver
 
 import (
 	"cmp"
@@ -14,17 +14,29 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/kilnhq/kiln/internal/catalog"
-	"github.com/kilnhq/kiln/internal/gameserver"
-	"github.com/kilnhq/kiln/internal/panics"
 	"github.com/kilnhq/kiln/internal/quota"
 	"github.com/kilnhq/kiln/internal/runtime"
+	"github.com/kilnhq/kiln/internal/serverroot"
 	"github.com/kilnhq/kiln/internal/slp"
+	"github.com/kilnhq/kiln/internal/validate"
 )
 
-// live is what the service keeps in memory for one server: its console, its
-// running instance and the latest resource sample. The database remains the
+// ErrOffline: a console command was sent to a server that is not running.
+var ErrOffline = errors.New("the server is not running")
+
+// Resources are live usage figures.
+type Resources struct {
+	CPU         float64 // percent of one core
+	MemoryBytes int64
+	DiskBytes   int64
+	UptimeMS    int64
+}
+
+// live is what the host keeps in memory for one server: its console, its
+// running instance and the latest resource sample. The records remain the
 // truth for status and desired state; this is only what cannot be stored.
 type live struct {
 	console *console
@@ -84,21 +96,23 @@ func (l *live) instance() runtime.Instance {
 	return l.inst
 }
 
-func (s *Service) liveOf(id string) *live {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	l, ok := s.live[id]
+func (h *Host) liveOf(id string) *live {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	l, ok := h.live[id]
 	if !ok {
-		l = &live{console: newConsole(), disk: quota.NewAccount(0, s.opts.TempNames)}
-		s.live[id] = l
+		l = &live{console: newConsole(), disk: quota.NewAccount(0, h.opts.TempNames)}
+		h.live[id] = l
 	}
 	return l
 }
 
-func (s *Service) resources(id string) Resources {
-	s.mu.Lock()
-	l, ok := s.live[id]
-	s.mu.Unlock()
+// Resources is the latest sample of server id's usage, with the uptime of
+// now; zero for a server this host has not seen.
+func (h *Host) Resources(id string) Resources {
+	h.mu.Lock()
+	l, ok := h.live[id]
+	h.mu.Unlock()
 	if !ok {
 		return Resources{}
 	}
@@ -121,58 +135,59 @@ func (l *live) resources() Resources {
 
 // Power performs start, stop, restart or kill. It returns once the action is
 // recorded; the action itself proceeds in the background. Errors:
-// ErrNotFound, ErrInstalling, ErrRestoring (start and restart during a
-// restore), ErrInstallFailed, *EULAError (start and restart of software
-// whose EULA its user has not accepted), *validate.Error.
-func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
-	sv, err := s.getLocal(ctx, teamID, id)
+// serverroot's ErrNotFound, ErrInstalling and ErrRestoring (start and
+// restart during a restore), ErrInstallFailed, *EULAError (start and
+// restart of software whose EULA its user has not accepted),
+// *validate.Error.
+func (h *Host) Power(ctx context.Context, id, action string) error {
+	sv, err := h.records.Server(ctx, id)
 	if err != nil {
 		return err
 	}
 	if sv.Status == StatusInstalling {
-		return ErrInstalling
+		return serverroot.ErrInstalling
 	}
-	if (action == "start" || action == "restart") && s.liveOf(id).isHeld() {
-		return ErrRestoring // a stop or a kill goes on: the restore stops it itself
+	if (action == "start" || action == "restart") && h.liveOf(id).isHeld() {
+		return serverroot.ErrRestoring // a stop or a kill goes on: the restore stops it itself
 	}
 	switch action {
 	case "start":
 		// The EULA first: whatever else is wrong, a server whose user has
 		// not accepted it never starts, and saying so first saves a
 		// reinstall that would not help.
-		if err := s.checkEULA(sv.record()); err != nil {
+		if err := h.checkEULA(sv); err != nil {
 			return err
 		}
 		if sv.InstallError != nil {
 			return fmt.Errorf("%w: %s", ErrInstallFailed, *sv.InstallError)
 		}
-		if err := s.setDesired(ctx, id, "running"); err != nil {
+		if err := h.setDesired(ctx, id, "running"); err != nil {
 			return err
 		}
 		// A start by hand is a new intent: the crash budget starts afresh.
-		l := s.liveOf(id)
+		l := h.liveOf(id)
 		l.mu.Lock()
 		l.restarts = nil
 		l.mu.Unlock()
-		s.goBackground(func(ctx context.Context) { s.start(ctx, id) })
+		h.goBackground(func(ctx context.Context) { h.start(ctx, id) })
 	case "stop":
-		if err := s.setDesired(ctx, id, "stopped"); err != nil {
+		if err := h.setDesired(ctx, id, "stopped"); err != nil {
 			return err
 		}
-		s.goBackground(func(ctx context.Context) { s.stop(ctx, id, false) })
+		h.goBackground(func(ctx context.Context) { h.stop(ctx, id, false) })
 	case "kill":
-		if err := s.setDesired(ctx, id, "stopped"); err != nil {
+		if err := h.setDesired(ctx, id, "stopped"); err != nil {
 			return err
 		}
-		s.goBackground(func(ctx context.Context) { s.stop(ctx, id, true) })
+		h.goBackground(func(ctx context.Context) { h.stop(ctx, id, true) })
 	case "restart":
-		if err := s.checkEULA(sv.record()); err != nil {
+		if err := h.checkEULA(sv); err != nil {
 			return err
 		}
 		if sv.InstallError != nil {
 			return fmt.Errorf("%w: %s", ErrInstallFailed, *sv.InstallError)
 		}
-		if err := s.setDesired(ctx, id, "running"); err != nil {
+		if err := h.setDesired(ctx, id, "running"); err != nil {
 			return err
 		}
 		// Stopping from now on, not from whenever the background stop
@@ -180,14 +195,14 @@ func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
 		// update step, a client polling) must not take the old instance's
 		// "running" for the new one's.
 		if sv.Status == StatusRunning || sv.Status == StatusStarting {
-			s.setStatus(ctx, id, StatusStopping)
+			h.setStatus(ctx, id, StatusStopping)
 		}
-		s.goBackground(func(ctx context.Context) {
-			s.stop(ctx, id, false)
-			s.start(ctx, id)
+		h.goBackground(func(ctx context.Context) {
+			h.stop(ctx, id, false)
+			h.start(ctx, id)
 		})
 	default:
-		return validationf("action", "must be one of start, stop, restart, kill; got %q", action)
+		return validate.Errorf("action", "must be one of start, stop, restart, kill; got %q", action)
 	}
 	return nil
 }
@@ -214,43 +229,20 @@ func (e *EULAError) Is(target error) bool { return target == ErrEULANotAccepted 
 
 // checkEULA returns an *EULAError when sv may not start for want of the
 // EULA.
-func (s *Service) checkEULA(sv gameserver.Record) error {
-	if p, ok := s.catalog.Get(sv.Software); ok && !p.EULAAccepted(sv.Env) {
+func (h *Host) checkEULA(sv Record) error {
+	if p, ok := h.catalog.Get(sv.Software); ok && !p.EULAAccepted(sv.Env) {
 		return &EULAError{Software: sv.Software}
 	}
 	return nil
 }
 
-func (s *Service) setDesired(ctx context.Context, id, desired string) error {
-	return s.records.SetDesired(ctx, id, desired)
-}
-
-// goBackground runs fn on the service's context, tracked for Close. A
-// panic in it (work a request started: an install, a power action) is
-// logged with its stack, never the end of the process.
-func (s *Service) goBackground(fn func(ctx context.Context)) {
-	if !s.track() {
-		return // shutting down: nothing new begins; recovery does the rest at the next start
-	}
-	go func() {
-		defer s.wg.Done()
-		if err := panics.Catch(func() error { fn(s.ctx); return nil }); err != nil {
-			pe, _ := errors.AsType[*panics.Error](err)
-			s.log.Error("background work panicked", "err", err, "stack", string(pe.Stack))
-		}
-	}()
-}
-
-// Command sends one console line to a running server. Errors: ErrNotFound,
-// ErrOffline, *validate.Error.
-func (s *Service) Command(ctx context.Context, teamID, id, line string) error {
-	if err := validCommand(line); err != nil {
+// Command sends one console line to a running server. Errors: ErrOffline,
+// *validate.Error.
+func (h *Host) Command(ctx context.Context, id, line string) error {
+	if err := CheckCommand(line); err != nil {
 		return err
 	}
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
-		return err
-	}
-	inst := s.liveOf(id).instance()
+	inst := h.liveOf(id).instance()
 	if inst == nil {
 		return ErrOffline
 	}
@@ -265,37 +257,51 @@ func (s *Service) Command(ctx context.Context, teamID, id, line string) error {
 	return nil
 }
 
-// Console returns the last n console lines (oldest first).
-func (s *Service) Console(ctx context.Context, teamID, id string, n int) ([]string, error) {
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
-		return nil, err
+// maxCommandLen bounds a console line sent to a server.
+const maxCommandLen = 1000
+
+// CheckCommand refuses what is not one console line (Command): empty,
+// longer than 1,000 bytes, or holding a control character (a line break
+// would send a second command). Errors: *validate.Error.
+func CheckCommand(line string) error {
+	if line == "" || len(line) > maxCommandLen {
+		return validate.Errorf("command", "must be 1-%d characters", maxCommandLen)
 	}
-	return s.liveOf(id).console.tail(n), nil
+	for _, r := range line {
+		if unicode.IsControl(r) {
+			return validate.Errorf("command", "must be a single line without control characters")
+		}
+	}
+	return nil
+}
+
+// Console returns the last n console lines (oldest first). It has no
+// error of its own; ctx and the error are for a node another process
+// drives.
+func (h *Host) Console(ctx context.Context, id string, n int) ([]string, error) {
+	return h.liveOf(id).console.tail(n), nil
 }
 
 // Note writes a line of Kiln's own into a server's console ("[kiln] "
 // and line): what other packages did to it (a snapshot restored), where
 // its users look.
-func (s *Service) Note(id, line string) {
-	s.liveOf(id).console.add("[kiln] " + line)
+func (h *Host) Note(id, line string) {
+	h.liveOf(id).console.add("[kiln] " + line)
 }
 
 // Stream follows a server's console and status; call stop when done. The
-// channel closes when the subscriber falls behind, the server is deleted
-// or the service stops. Errors: ErrNotFound, ErrTooManyStreams.
-func (s *Service) Stream(ctx context.Context, teamID, id string) (<-chan Event, func(), error) {
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
-		return nil, nil, err
-	}
-	return s.liveOf(id).console.subscribe()
+// channel closes when the subscriber falls behind or the server is
+// deleted (Forget). Errors: ErrTooManyStreams.
+func (h *Host) Stream(ctx context.Context, id string) (<-chan Event, func(), error) {
+	return h.liveOf(id).console.subscribe()
 }
 
 // start launches the server unless it already runs, then supervises it.
-func (s *Service) start(ctx context.Context, id string) {
-	l := s.liveOf(id)
+func (h *Host) start(ctx context.Context, id string) {
+	l := h.liveOf(id)
 	l.op.Lock()
 	defer l.op.Unlock()
-	if s.ctx.Err() != nil {
+	if h.ctx.Err() != nil {
 		return // shutting down: nothing new starts
 	}
 	if inst := l.instance(); inst != nil {
@@ -305,10 +311,10 @@ func (s *Service) start(ctx context.Context, id string) {
 			return // already running
 		}
 	}
-	sv, err := s.getRetried(ctx, id)
+	sv, err := h.getRetried(ctx, id)
 	if err != nil {
-		if !errors.Is(err, ErrNotFound) {
-			s.log.Error("start: read server", "server_id", id, "err", err)
+		if !errors.Is(err, serverroot.ErrNotFound) {
+			h.log.Error("start: read server", "server_id", id, "err", err)
 		}
 		return
 	}
@@ -323,48 +329,48 @@ func (s *Service) start(ctx context.Context, id string) {
 		l.console.add("[kiln] not started: the server is being restored")
 		return
 	}
-	if err := s.checkEULA(sv); err != nil {
+	if err := h.checkEULA(sv); err != nil {
 		// Refused, not crashed: nothing ran. A start by hand says so
 		// before it gets here; this is a restart or a recovery of a
 		// server whose EULA is not (or no longer) accepted.
 		l.console.add("[kiln] not started: " + err.Error())
-		if err := s.setStatus(ctx, id, StatusOffline); err != nil {
-			s.log.Error("record refused start", "server_id", id, "err", err)
+		if err := h.setStatus(ctx, id, StatusOffline); err != nil {
+			h.log.Error("record refused start", "server_id", id, "err", err)
 		}
 		return
 	}
-	spec, err := s.spec(sv)
+	spec, err := h.spec(sv)
 	if err == nil {
-		spec.Env, err = s.inject(ctx, sv, spec.Env)
+		spec.Env, err = h.inject(ctx, sv, spec.Env)
 	}
 	if err == nil {
-		spec.User, err = s.runAs(id)
+		spec.User, err = h.runAs(id)
 	}
 	if err == nil {
-		err = s.configure(ctx, sv)
+		err = h.configure(ctx, sv)
 	}
 	if err != nil {
-		s.failStart(ctx, l, id, err)
+		h.failStart(ctx, l, id, err)
 		return
 	}
 	l.mu.Lock()
 	l.stopRequested = false
 	l.mu.Unlock()
-	if err := s.setStatus(ctx, id, StatusStarting); err != nil {
-		s.log.Error("start", "server_id", id, "err", err)
+	if err := h.setStatus(ctx, id, StatusStarting); err != nil {
+		h.log.Error("start", "server_id", id, "err", err)
 		return
 	}
 	l.console.add("[kiln] starting " + sv.Software + " " + sv.Version)
-	inst, err := s.node.Runtime().Start(ctx, spec, l.console.add)
+	inst, err := h.node.Runtime().Start(ctx, spec, l.console.add)
 	if err != nil {
-		s.failStart(ctx, l, id, err)
+		h.failStart(ctx, l, id, err)
 		return
 	}
-	s.attach(ctx, l, sv, inst)
+	h.attach(ctx, l, sv, inst)
 }
 
 // attach records a running instance and supervises it.
-func (s *Service) attach(ctx context.Context, l *live, sv gameserver.Record, inst runtime.Instance) {
+func (h *Host) attach(ctx context.Context, l *live, sv Record, inst runtime.Instance) {
 	l.mu.Lock()
 	if old := l.inst; old != nil {
 		select {
@@ -372,7 +378,7 @@ func (s *Service) attach(ctx context.Context, l *live, sv gameserver.Record, ins
 		default:
 			// Should not happen (start holds op and checks); shutdown
 			// still stops it (supervised), but say so.
-			s.log.Warn("a new instance replaces one still running", "server_id", sv.ID, "old_ref", old.Ref())
+			h.log.Warn("a new instance replaces one still running", "server_id", sv.ID, "old_ref", old.Ref())
 		}
 	}
 	l.inst = inst
@@ -386,49 +392,49 @@ func (s *Service) attach(ctx context.Context, l *live, sv gameserver.Record, ins
 	}
 	l.res = Resources{}
 	l.mu.Unlock()
-	if err := s.records.SetRuntimeRef(ctx, sv.ID, inst.Ref()); err != nil {
-		s.log.Error("record runtime ref", "server_id", sv.ID, "err", err)
+	if err := h.records.SetRuntimeRef(ctx, sv.ID, inst.Ref()); err != nil {
+		h.log.Error("record runtime ref", "server_id", sv.ID, "err", err)
 	}
 	// Every supervised instance is known until it has ended, so that
 	// shutdown stops each one, also one that is no longer the server's
 	// current instance (it would otherwise be waited for forever).
-	if !s.track() {
-		// Started as the service stops (its supervisors are waited for
+	if !h.track() {
+		// Started as the host stops (its supervisors are waited for
 		// already): stopped now if it would not outlive kiln, else left to
 		// the next start, which re-adopts it (its runtime_ref is stored).
-		if s.stopsAtExit(inst) {
+		if h.stopsAtExit(inst) {
 			l.mu.Lock()
 			l.stopRequested, l.stopAsked = true, inst
 			l.mu.Unlock()
-			sctx, cancel := context.WithTimeout(context.Background(), s.opts.StopTimeout+5*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), h.opts.StopTimeout+5*time.Second)
 			defer cancel()
-			s.stopInstance(sctx, sv.ID, l, inst, false)
+			h.stopInstance(sctx, sv.ID, l, inst, false)
 		}
 		return
 	}
-	s.mu.Lock()
-	s.supervised[inst] = sv.ID
-	s.mu.Unlock()
+	h.mu.Lock()
+	h.supervised[inst] = sv.ID
+	h.mu.Unlock()
 	go func() {
-		defer s.wg.Done()
+		defer h.wg.Done()
 		defer func() {
-			s.mu.Lock()
-			delete(s.supervised, inst)
-			s.mu.Unlock()
+			h.mu.Lock()
+			delete(h.supervised, inst)
+			h.mu.Unlock()
 		}()
-		s.supervise(sv, l, inst)
+		h.supervise(sv, l, inst)
 	}()
 }
 
-func (s *Service) failStart(ctx context.Context, l *live, id string, err error) {
-	if rt, ok := s.node.Runtime().(engineAwaiter); ok && errors.Is(err, runtime.ErrEngineAway) && s.ctx.Err() == nil {
-		s.awaitEngine(ctx, l, id, rt, err)
+func (h *Host) failStart(ctx context.Context, l *live, id string, err error) {
+	if rt, ok := h.node.Runtime().(engineAwaiter); ok && errors.Is(err, runtime.ErrEngineAway) && h.ctx.Err() == nil {
+		h.awaitEngine(ctx, l, id, rt, err)
 		return
 	}
-	s.log.Warn("server failed to start", "server_id", id, "err", err)
-	l.console.add("[kiln] failed to start: " + s.tell(id, err))
-	if err := s.setStatus(ctx, id, StatusCrashed); err != nil {
-		s.log.Error("record crash", "server_id", id, "err", err)
+	h.log.Warn("server failed to start", "server_id", id, "err", err)
+	l.console.add("[kiln] failed to start: " + h.tell(id, err))
+	if err := h.setStatus(ctx, id, StatusCrashed); err != nil {
+		h.log.Error("record crash", "server_id", id, "err", err)
 	}
 }
 
@@ -440,24 +446,24 @@ func (s *Service) failStart(ctx context.Context, l *live, id string, err error) 
 // it is started once, if its desired state is still running. A kiln
 // restarted meanwhile starts it as any offline server whose desired
 // state is running. The console tells it once per absence.
-func (s *Service) awaitEngine(ctx context.Context, l *live, id string, rt engineAwaiter, cause error) {
+func (h *Host) awaitEngine(ctx context.Context, l *live, id string, rt engineAwaiter, cause error) {
 	l.mu.Lock()
 	said := l.engineAway
 	l.engineAway = true
 	l.mu.Unlock()
-	s.log.Warn("the runtime's engine is away; starting the server once it is back", "server_id", id, "err", cause)
+	h.log.Warn("the runtime's engine is away; starting the server once it is back", "server_id", id, "err", cause)
 	// The status first: whoever reads the console line then reads offline.
-	if err := s.setStatus(ctx, id, StatusOffline); err != nil {
-		s.log.Error("record waiting for the engine", "server_id", id, "err", err)
+	if err := h.setStatus(ctx, id, StatusOffline); err != nil {
+		h.log.Error("record waiting for the engine", "server_id", id, "err", err)
 	}
 	if !said {
 		l.console.add("[kiln] the container engine is away; the server starts once it is back")
 	}
-	s.goBackground(func(ctx context.Context) {
+	h.goBackground(func(ctx context.Context) {
 		if rt.AwaitEngine(ctx) != nil {
 			return // shutting down
 		}
-		s.start(ctx, id)
+		h.start(ctx, id)
 	})
 }
 
@@ -469,19 +475,19 @@ type engineAwaiter interface {
 
 // supervise waits for the instance to answer a status ping (→ running) and
 // then for it to end, and applies the restart policy to unasked exits.
-func (s *Service) supervise(sv gameserver.Record, l *live, inst runtime.Instance) {
-	ctx := s.ctx
-	addr := net.JoinHostPort(s.opts.PublicHost, strconv.Itoa(sv.Port))
-	tick := time.NewTicker(s.opts.PingInterval)
+func (h *Host) supervise(sv Record, l *live, inst runtime.Instance) {
+	ctx := h.ctx
+	addr := net.JoinHostPort(h.opts.PublicHost, strconv.Itoa(sv.Port))
+	tick := time.NewTicker(h.opts.PingInterval)
 	defer tick.Stop()
 	for running := false; !running; {
 		select {
 		case <-inst.Done():
-			s.exited(sv, l, inst)
+			h.exited(sv, l, inst)
 			return
 		case <-ctx.Done():
-			if s.ended(sv.ID, l, inst) {
-				s.exited(sv, l, inst)
+			if h.ended(sv.ID, l, inst) {
+				h.exited(sv, l, inst)
 			}
 			return
 		case <-tick.C:
@@ -494,20 +500,20 @@ func (s *Service) supervise(sv gameserver.Record, l *live, inst runtime.Instance
 				stopping := l.stopRequested
 				l.mu.Unlock()
 				if !stopping {
-					if err := s.setStatus(ctx, sv.ID, StatusRunning); err != nil {
-						s.log.Error("record running", "server_id", sv.ID, "err", err)
+					if err := h.setStatus(ctx, sv.ID, StatusRunning); err != nil {
+						h.log.Error("record running", "server_id", sv.ID, "err", err)
 					}
 				}
 			}
 		}
 	}
-	if s.ended(sv.ID, l, inst) {
-		s.exited(sv, l, inst)
+	if h.ended(sv.ID, l, inst) {
+		h.exited(sv, l, inst)
 	}
 }
 
 // exited records the end of an instance and restarts it when it crashed.
-func (s *Service) exited(sv gameserver.Record, l *live, inst runtime.Instance) {
+func (h *Host) exited(sv Record, l *live, inst runtime.Instance) {
 	exit := inst.Exit()
 	l.mu.Lock()
 	current := l.inst == inst
@@ -522,25 +528,25 @@ func (s *Service) exited(sv gameserver.Record, l *live, inst runtime.Instance) {
 	stale := !current && l.inst != nil
 	asked := l.stopRequested || l.stopAsked == inst
 	l.mu.Unlock()
-	// Use a fresh context: the service's may be cancelled (shutdown), and the
+	// Use a fresh context: the host's may be cancelled (shutdown), and the
 	// exit must still be recorded.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.records.ClearRuntimeRef(ctx, sv.ID, inst.Ref()); err != nil {
-		s.log.Error("clear runtime ref", "server_id", sv.ID, "err", err)
+	if err := h.records.ClearRuntimeRef(ctx, sv.ID, inst.Ref()); err != nil {
+		h.log.Error("clear runtime ref", "server_id", sv.ID, "err", err)
 	}
 	desc := describeExit(exit)
 	if exit.Err != nil { // the console has its sentence, the log its detail
-		s.log.Warn("server instance ended in error", "server_id", sv.ID, "err", exit.Err)
+		h.log.Warn("server instance ended in error", "server_id", sv.ID, "err", exit.Err)
 	}
 	if stale {
 		l.console.add("[kiln] previous instance stopped (" + desc + ")")
 		return
 	}
-	if asked || s.ctx.Err() != nil {
+	if asked || h.ctx.Err() != nil {
 		l.console.add("[kiln] server stopped (" + desc + ")")
-		if err := s.setStatus(ctx, sv.ID, StatusOffline); err != nil {
-			s.log.Error("record stop", "server_id", sv.ID, "err", err)
+		if err := h.setStatus(ctx, sv.ID, StatusOffline); err != nil {
+			h.log.Error("record stop", "server_id", sv.ID, "err", err)
 		}
 		return
 	}
@@ -548,23 +554,23 @@ func (s *Service) exited(sv gameserver.Record, l *live, inst runtime.Instance) {
 	// kiln stops: the next start's recovery sees no instance and starts
 	// the server if its desired state is running); only a server deleted
 	// meanwhile is let go.
-	cur, err := s.getRetried(s.ctx, sv.ID)
+	cur, err := h.getRetried(h.ctx, sv.ID)
 	if err != nil {
 		return
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if cur.DesiredState != "running" {
-		s.setStatus(ctx, sv.ID, StatusOffline)
+		h.setStatus(ctx, sv.ID, StatusOffline)
 		return
 	}
-	if rt, ok := s.node.Runtime().(engineAwaiter); ok && errors.Is(exit.Err, runtime.ErrEngineAway) {
-		s.awaitEngine(ctx, l, sv.ID, rt, exit.Err)
+	if rt, ok := h.node.Runtime().(engineAwaiter); ok && errors.Is(exit.Err, runtime.ErrEngineAway) {
+		h.awaitEngine(ctx, l, sv.ID, rt, exit.Err)
 		return
 	}
 	l.console.add("[kiln] server exited unexpectedly (" + desc + ")")
-	s.setStatus(ctx, sv.ID, StatusCrashed)
-	s.log.Warn("server crashed", "server_id", sv.ID, "exit", desc)
+	h.setStatus(ctx, sv.ID, StatusCrashed)
+	h.log.Warn("server crashed", "server_id", sv.ID, "exit", desc)
 
 	now := time.Now()
 	l.mu.Lock()
@@ -584,16 +590,16 @@ func (s *Service) exited(sv gameserver.Record, l *live, inst runtime.Instance) {
 		l.console.add(fmt.Sprintf("[kiln] crashed %d times in %s; not restarting until started by hand", restartLimit+1, restartWindow))
 		return
 	}
-	wait := s.opts.RestartBackoff << n
+	wait := h.opts.RestartBackoff << n
 	l.console.add(fmt.Sprintf("[kiln] restarting in %s (automatic restart %d of %d)", wait, n+1, restartLimit))
-	after := s.opts.After(wait)
-	s.goBackground(func(ctx context.Context) {
+	after := h.opts.After(wait)
+	h.goBackground(func(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-after:
 		}
-		s.start(ctx, sv.ID)
+		h.start(ctx, sv.ID)
 	})
 }
 
@@ -609,8 +615,8 @@ func describeExit(e runtime.Exit) string {
 }
 
 // stop ends the server: its stop command (or kill), then waits.
-func (s *Service) stop(ctx context.Context, id string, kill bool) {
-	l := s.liveOf(id)
+func (h *Host) stop(ctx context.Context, id string, kill bool) {
+	l := h.liveOf(id)
 	l.op.Lock()
 	defer l.op.Unlock()
 	inst := l.instance()
@@ -620,25 +626,25 @@ func (s *Service) stop(ctx context.Context, id string, kill bool) {
 	l.restarts = nil
 	l.mu.Unlock()
 	if inst == nil {
-		sv, err := s.getAny(ctx, id)
+		sv, err := h.records.Server(ctx, id)
 		if err == nil && sv.Status != StatusInstalling && sv.Status != StatusOffline {
-			s.setStatus(ctx, id, StatusOffline)
+			h.setStatus(ctx, id, StatusOffline)
 		}
 		return
 	}
-	s.stopInstance(ctx, id, l, inst, kill)
+	h.stopInstance(ctx, id, l, inst, kill)
 }
 
-func (s *Service) stopInstance(ctx context.Context, id string, l *live, inst runtime.Instance, kill bool) {
+func (h *Host) stopInstance(ctx context.Context, id string, l *live, inst runtime.Instance, kill bool) {
 	if kill {
 		_ = inst.Kill()
 		<-inst.Done()
 		return
 	}
-	s.setStatus(ctx, id, StatusStopping)
+	h.setStatus(ctx, id, StatusStopping)
 	stopCmd := "stop"
-	if sv, err := s.getAny(ctx, id); err == nil {
-		if p, ok := s.catalog.Get(sv.Software); ok && p.StopCommand != "" {
+	if sv, err := h.records.Server(ctx, id); err == nil {
+		if p, ok := h.catalog.Get(sv.Software); ok && p.StopCommand != "" {
 			stopCmd = p.StopCommand
 		}
 	}
@@ -648,9 +654,9 @@ func (s *Service) stopInstance(ctx context.Context, id string, l *live, inst run
 	select {
 	case <-inst.Done():
 		return
-	case <-time.After(s.opts.StopTimeout):
+	case <-time.After(h.opts.StopTimeout):
 	}
-	l.console.add(fmt.Sprintf("[kiln] the server did not stop within %s; killing it", s.opts.StopTimeout))
+	l.console.add(fmt.Sprintf("[kiln] the server did not stop within %s; killing it", h.opts.StopTimeout))
 	_ = inst.Kill()
 	<-inst.Done()
 }
@@ -658,8 +664,8 @@ func (s *Service) stopInstance(ctx context.Context, id string, l *live, inst run
 // spec builds what the runtime needs from the record and its profile: the
 // profile's variables (defaults filled in) plus the platform variables, the
 // start command expanded from them, and the image for the installed Java.
-func (s *Service) spec(sv gameserver.Record) (runtime.Spec, error) {
-	p, ok := s.catalog.Get(sv.Software)
+func (h *Host) spec(sv Record) (runtime.Spec, error) {
+	p, ok := h.catalog.Get(sv.Software)
 	if !ok {
 		return runtime.Spec{}, fmt.Errorf("software %q is not in the catalog", sv.Software)
 	}
@@ -667,7 +673,7 @@ func (s *Service) spec(sv gameserver.Record) (runtime.Spec, error) {
 	if err != nil {
 		return runtime.Spec{}, fmt.Errorf("environment of %s: %w", sv.ID, err)
 	}
-	kilnBin := s.opts.KilnBinary
+	kilnBin := h.opts.KilnBinary
 	if kilnBin == "" {
 		if kilnBin, err = os.Executable(); err != nil {
 			return runtime.Spec{}, fmt.Errorf("find the kiln binary: %w", err)
@@ -683,14 +689,14 @@ func (s *Service) spec(sv gameserver.Record) (runtime.Spec, error) {
 	// In a container, java is the image's (chosen for the Java major); on
 	// this host, the installation of that major.
 	vars[catalog.VarJava] = "java"
-	process := s.node.Runtime().Name() == "process"
+	process := h.node.Runtime().Name() == "process"
 	javaHome := ""
-	if process && s.opts.Javas != nil && p.Java.Source != catalog.JavaNone {
+	if process && h.opts.Javas != nil && p.Java.Source != catalog.JavaNone {
 		major := sv.JavaMajor
 		if major == 0 {
 			major = p.JavaFor(sv.Version)
 		}
-		if javaHome, err = s.opts.Javas.Home(major); err != nil {
+		if javaHome, err = h.opts.Javas.Home(major); err != nil {
 			return runtime.Spec{}, fmt.Errorf("%s %s: %w", sv.Software, sv.Version, err)
 		}
 		vars[catalog.VarJava] = filepath.Join(javaHome, "bin", "java")
@@ -716,8 +722,8 @@ func (s *Service) spec(sv gameserver.Record) (runtime.Spec, error) {
 		}
 	}
 	return runtime.Spec{
-		ServerID: sv.ID, Root: s.node.Root(sv.ID), Argv: argv, Env: env,
-		MemoryMB: containerMemoryMB(sv.MemoryMB), CPUPercent: sv.CPUPercent, Port: sv.Port, BindHost: s.opts.PublicHost,
+		ServerID: sv.ID, Root: h.node.Root(sv.ID), Argv: argv, Env: env,
+		MemoryMB: containerMemoryMB(sv.MemoryMB), CPUPercent: sv.CPUPercent, Port: sv.Port, BindHost: h.opts.PublicHost,
 		Image: imageOf(p, sv), StopCommand: cmp.Or(p.StopCommand, "stop"),
 	}, nil
 }
@@ -725,11 +731,11 @@ func (s *Service) spec(sv gameserver.Record) (runtime.Spec, error) {
 // inject appends the variables Options.Injected gives an owned server to
 // env, leaving out any the environment already sets (a profile's own
 // variable of the same name wins).
-func (s *Service) inject(ctx context.Context, sv gameserver.Record, env []string) ([]string, error) {
-	if s.opts.Injected == nil || sv.ConfigurationID == "" {
+func (h *Host) inject(ctx context.Context, sv Record, env []string) ([]string, error) {
+	if h.opts.Injected == nil || sv.ConfigurationID == "" {
 		return env, nil
 	}
-	extra, err := s.opts.Injected.InjectedEnv(ctx, sv.ConfigurationID, sv.ResourceKey)
+	extra, err := h.opts.Injected.InjectedEnv(ctx, sv.ConfigurationID, sv.ResourceKey)
 	if err != nil {
 		return nil, fmt.Errorf("environment of %s: %w", sv.ID, err)
 	}
@@ -748,7 +754,7 @@ func (s *Service) inject(ctx context.Context, sv gameserver.Record, env []string
 
 // imageOf is the docker image sv runs in: the one chosen for it, else
 // its profile's for the Java the game needs.
-func imageOf(p catalog.Profile, sv gameserver.Record) string {
+func imageOf(p catalog.Profile, sv Record) string {
 	if sv.Image != "" {
 		return sv.Image
 	}
@@ -757,8 +763,8 @@ func imageOf(p catalog.Profile, sv gameserver.Record) string {
 
 // configure writes the server's listen address and environment settings
 // into its software's config file (see Installer.Configure).
-func (s *Service) configure(ctx context.Context, sv gameserver.Record) error {
-	p, ok := s.catalog.Get(sv.Software)
+func (h *Host) configure(ctx context.Context, sv Record) error {
+	p, ok := h.catalog.Get(sv.Software)
 	if !ok {
 		return fmt.Errorf("software %q is not in the catalog", sv.Software)
 	}
@@ -766,11 +772,11 @@ func (s *Service) configure(ctx context.Context, sv gameserver.Record) error {
 	if err != nil {
 		return fmt.Errorf("environment of %s: %w", sv.ID, err)
 	}
-	host := s.opts.BindHost
-	if s.node.Runtime().Name() != "process" {
+	host := h.opts.BindHost
+	if h.node.Runtime().Name() != "process" {
 		host = "" // inside the container; the runtime publishes the port
 	}
-	return s.installer.Configure(ctx, p, s.node.Root(sv.ID), env, host, sv.Port)
+	return h.installer.Configure(ctx, p, h.node.Root(sv.ID), env, host, sv.Port)
 }
 
 // containerMemoryMB is the hard memory limit of a server whose Java heap is
@@ -802,9 +808,9 @@ func told(err error) string {
 // paths taken out of an error that has no sentence of its own (an exec or
 // file error names them): the server's root becomes "/" as the team sees
 // its files, the rest of Kiln's data dir "<data dir>".
-func (s *Service) tell(id string, err error) string {
+func (h *Host) tell(id string, err error) string {
 	msg := told(err)
-	root := s.node.Root(id)
+	root := h.node.Root(id)
 	msg = strings.ReplaceAll(msg, root+"/", "/")
 	msg = strings.ReplaceAll(msg, root, "/")
 	if dir := filepath.Dir(filepath.Dir(root)); len(dir) > 1 {
