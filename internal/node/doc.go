@@ -3,9 +3,10 @@
 // roots live, and the runtime that starts servers there.
 //
 // Local is the only implementation today: the machine kiln serve runs on.
-// The servers package reaches a node only through the small interface it
-// declares, so that a remote implementation (an HTTP client of `kiln agent`
-// on another host) can stand in later without changing the lifecycle code.
+// The servers and gameserver packages reach a node only through the small
+// interfaces they declare, so that a remote implementation (an HTTP client
+// of `kiln agent` on another host) can stand in later without changing the
+// lifecycle code.
 //
 // ReadCapacity and ListeningPorts measure a host for the cluster's
 // reports (kiln serve's local node and kiln agent alike): memory total and

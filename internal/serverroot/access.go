@@ -8,8 +8,8 @@ import (
 
 // Errors an operation on a server's root is refused with. The servers
 // package answers them (servers.ErrNotFound and the others are these very
-// values), and so will a node for the roots it holds, so errors.Is
-// matches whichever side said it.
+// values), and so does a node for the roots it holds (gameserver.Host),
+// so errors.Is matches whichever side said it.
 var (
 	// ErrNotFound: the server does not exist, belongs to another team, or
 	// is not held by the node asked.
@@ -29,15 +29,16 @@ var (
 // Access is what an operation on a server's files needs: its root and, for
 // a write, its disk ledger, from which every writer reserves before it
 // writes (quota.Account). It names no team and no record: whoever grants
-// it (servers.Service.Access today) has checked those.
+// it (gameserver.Host.Access, behind servers.Service.Access, which checks
+// the team) has checked those.
 type Access struct {
 	Root string
 	Disk *quota.Account // nil unless the access was for a write
 	// Names are Kiln's temporary names in the root
-	// (servers.Options.TempNames): how an operation finds the leftover of
-	// its own crash.
+	// (gameserver.Options.TempNames): how an operation finds the leftover
+	// of its own crash.
 	Names quota.TempNames
-	// Hold is set on the holder's access (servers.Held.Access): while a
+	// Hold is set on the holder's access (gameserver.Held.Access): while a
 	// root is held its ledger refuses every other new reservation, and the
 	// holder reserves through Hold (files.Writing does).
 	Hold *quota.Hold

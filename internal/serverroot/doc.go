@@ -10,9 +10,9 @@
 // any package that links them (internal/servers, internal/store), hold
 // state, or know teams, records or HTTP. TestNodeLocalImportsNoDatabase
 // checks, with go list -deps as internal/agent's test does, that neither
-// it nor the node-local packages (files, files/archive, snapshot's
-// manifest, engine, restore and ignore, quota, blob, runtime and its
-// docker, catalog/install, node, netguard, slp) link database/sql,
+// it nor the node-local packages (gameserver, files, files/archive,
+// snapshot's manifest, engine, restore and ignore, quota, blob, runtime
+// and its docker, catalog/install, node, netguard, slp) link database/sql,
 // internal/store, internal/secretbox, pgx, modernc.org/sqlite, goose or
 // the MySQL driver, and that internal/servers does (so the check sees).
 //
@@ -38,11 +38,12 @@
 //     says it of a server of another team; the install runs on the node,
 //     and a restore's hold and a snapshot's reading live in the memory of
 //     the process that holds the root, so ErrInstalling, ErrRestoring and
-//     ErrSnapshotting are the node's too. Not here: ErrOffline and
-//     ErrTooManyStreams (a process and its console, not a root: they move
-//     with the runtime's seam), and ErrOwned, ErrNoPort,
-//     ErrInstallFailed, ErrEULANotAccepted, OtherNodeError and
-//     TeamLimitError (records and placement, the control plane's).
+//     ErrSnapshotting are the node's too. Not here: ErrOffline,
+//     ErrTooManyStreams, ErrInstallFailed and ErrEULANotAccepted (a
+//     process, its console and its start, not a root: they are
+//     internal/gameserver's, the lifecycle of a node's servers), and
+//     ErrOwned, OtherNodeError and TeamLimitError (records and placement,
+//     the control plane's).
 //   - database/sql/driver is allowed although it is under database/sql:
 //     it declares the interfaces a value implements to be stored
 //     (driver.Valuer) and links no driver, connection or SQL.

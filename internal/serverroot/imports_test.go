@@ -12,6 +12,7 @@ import (
 // agent will run them on a game host.
 var nodeLocal = []string{
 	"internal/serverroot",
+	"internal/gameserver",
 	"internal/files",
 	"internal/files/archive",
 	"internal/snapshot/manifest",
