@@ -75,7 +75,9 @@ type Record struct {
 //
 // Every method is of a server of any team: the team was checked by the
 // caller that named the server. Each write is stored before it returns,
-// so the lifecycle announces only what is recorded.
+// so the lifecycle announces only what is recorded; a write of a server
+// whose record is gone does nothing and is no error (the end of an
+// instance a delete killed is recorded after the delete).
 type Records interface {
 	// Server reads one server (serverroot.ErrNotFound when it is gone).
 	Server(ctx context.Context, id string) (Record, error)
