@@ -44,9 +44,9 @@ type Catalog interface {
 // Installer puts a profile's artifacts into a server root (gameserver's).
 type Installer = gameserver.Installer
 
-// Options tune the service and the lifecycle of its node's servers
-// (gameserver.Options: the fields from KilnBinary on are passed to it);
-// zero values take the defaults.
+// Options tune the service and the lifecycle of its node's servers: every
+// field but Placement and Secrets is gameserver.Options', passed to the
+// node's Host as it is. Zero values take the defaults.
 type Options struct {
 	// Placement chooses the node and port of new servers; its candidates
 	// must be the node this service drives. Without it Create refuses.
