@@ -168,15 +168,19 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 		return Server{}, false, err
 	}
 	id := uuid.NewString()
-	// The root first: a server whose row exists has a root. A failure
-	// here leaves nothing; a failure of the insert below removes the
-	// root again (an empty directory no row names).
-	if err := os.Mkdir(s.node.Root(id), 0o750); err != nil {
-		return Server{}, false, fmt.Errorf("create server root: %w", err)
+	// On this machine, the root first: a server whose row exists has a
+	// root. A failure here leaves nothing; a failure of the insert below
+	// removes the root again (an empty directory no row names). An
+	// agent makes the root of a server placed there when it installs it.
+	local := pl.Node == s.node.Name()
+	if local {
+		if err := os.Mkdir(s.node.Root(id), 0o750); err != nil {
+			return Server{}, false, fmt.Errorf("create server root: %w", err)
+		}
 	}
 	inserted := false
 	defer func() {
-		if !inserted {
+		if !inserted && local {
 			_ = os.Remove(s.node.Root(id))
 		}
 	}()
@@ -236,7 +240,11 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 	// Read the record before the install starts: the answer shows the
 	// server as created (installing), however fast the install is.
 	sv, err := s.Get(ctx, teamID, id)
-	s.driver.Install(id, false)
+	if d, derr := s.driverOf(sv.Node); derr == nil {
+		d.Install(id, false)
+	} else if err == nil {
+		err = derr
+	}
 	return sv, true, err
 }
 
@@ -244,18 +252,19 @@ func (s *Service) create(ctx context.Context, teamID string, ns NewServer, owner
 // on this host (every interface): one something listens on that no
 // report called busy yet is marked taken in req and placement asked
 // again (each time one port more is taken, so this ends: with a port, or
-// placement's *nodes.NoCapacityError). The node must be this service's:
-// it is placement's only candidate until servers run on agents.
+// placement's *nodes.NoCapacityError). The node must be one this service
+// drives (placement's candidates); an agent's ports are its reports'
+// (the agent probes its host when it starts the server).
 func (s *Service) place(ctx context.Context, req nodes.Request) (nodes.Placement, error) {
 	for {
 		pl, err := s.opts.Placement.Place(ctx, req)
 		if err != nil {
 			return nodes.Placement{}, err
 		}
-		if pl.Node != s.node.Name() {
-			return nodes.Placement{}, fmt.Errorf("servers: placement chose node %q, but this process drives node %q", pl.Node, s.node.Name())
+		if _, err := s.driverOf(pl.Node); err != nil {
+			return nodes.Placement{}, fmt.Errorf("servers: placement chose node %q, which this process does not drive", pl.Node)
 		}
-		if portFree(pl.Port) {
+		if pl.Node != s.node.Name() || portFree(pl.Port) {
 			return pl, nil
 		}
 		markTaken(req, pl)
@@ -324,7 +333,7 @@ func portFree(p int) bool {
 // ErrSnapshotting (a snapshot is reading the root: Reading), ErrOwned,
 // *validate.Error.
 func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version string) error {
-	sv, err := s.getLocal(ctx, teamID, id)
+	sv, d, err := s.target(ctx, teamID, id)
 	if err != nil {
 		return err
 	}
@@ -354,7 +363,7 @@ func (s *Service) Reinstall(ctx context.Context, teamID, id, software, version s
 	if _, err := s.storedEnv(ns.Software, ns.Env); err != nil {
 		return err
 	}
-	return s.driver.Reinstall(ctx, id, ns.Software, ns.Version, ns.Env, sv.DesiredState == "running")
+	return d.Reinstall(ctx, id, ns.Software, ns.Version, ns.Env, sv.DesiredState == "running")
 }
 
 // SetEnv changes the environment variables of a server made by hand:
@@ -424,12 +433,17 @@ func (s *Service) Delete(ctx context.Context, teamID, id string) error {
 	if sv.ConfigurationID != nil {
 		return &OwnedError{ConfigurationID: *sv.ConfigurationID, ResourceKey: sv.resourceKey.String}
 	}
-	return s.remove(ctx, teamID, id)
+	return s.remove(ctx, teamID, sv)
 }
 
 // remove stops a server, forgets it and removes its files (Delete's work
 // once the server may go).
-func (s *Service) remove(ctx context.Context, teamID, id string) error {
+func (s *Service) remove(ctx context.Context, teamID string, sv Server) error {
+	id := sv.ID
+	d, err := s.driverOf(sv.Node)
+	if err != nil {
+		return err
+	}
 	// Once begun, a delete goes on to its end if its caller goes away (a
 	// client that hangs up, a run canceled): half of one would leave a
 	// server stopped, its sessions and downloads ended, yet still there.
@@ -452,7 +466,7 @@ func (s *Service) remove(ctx context.Context, teamID, id string) error {
 	// goes, then the node forgets it and removes its files: a crash
 	// between the two leaves a root no row names, which the node removes
 	// at its next start.
-	if err := s.driver.Remove(ctx, id); err != nil {
+	if err := d.Remove(ctx, id); err != nil {
 		return err
 	}
 	res, err := s.db.Write().ExecContext(ctx, `DELETE FROM servers WHERE id = $1 AND team_id = $2`, id, teamID)
@@ -462,7 +476,7 @@ func (s *Service) remove(ctx context.Context, teamID, id string) error {
 	if n, _ := res.RowsAffected(); n == 0 {
 		return ErrNotFound
 	}
-	s.driver.Forget(id)
+	d.Forget(id)
 	return nil
 }
 

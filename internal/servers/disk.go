@@ -52,10 +52,11 @@ var (
 // The ledger's figure is the last walk of the root plus Kiln's own
 // commits since (gameserver.Host.Access says when it is walked again).
 func (s *Service) Access(ctx context.Context, teamID, id string, write bool) (Access, error) {
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
+	_, d, err := s.target(ctx, teamID, id)
+	if err != nil {
 		return Access{}, err
 	}
-	return s.driver.Access(ctx, id, write)
+	return d.Access(ctx, id, write)
 }
 
 // Reader is a read of a server's root whole (Reading; gameserver's).
@@ -78,10 +79,11 @@ const (
 // (gameserver.Host.Reading). Errors: ErrNotFound, ErrInstalling (an
 // install or a reinstall is under way: read the root once it is done).
 func (s *Service) Reading(ctx context.Context, teamID, id string) (*Reader, error) {
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
+	_, d, err := s.target(ctx, teamID, id)
+	if err != nil {
 		return nil, err
 	}
-	return s.driver.Reading(ctx, id)
+	return d.Reading(ctx, id)
 }
 
 // Held is a server's root held for one writer (Hold; gameserver's).
@@ -97,10 +99,11 @@ type Held = gameserver.Held
 // are ended by the OnHold hooks, run once the hold is taken. Errors:
 // ErrNotFound, ErrInstalling, ErrRestoring (held already).
 func (s *Service) Hold(ctx context.Context, teamID, id string) (*Held, error) {
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
+	_, d, err := s.target(ctx, teamID, id)
+	if err != nil {
 		return nil, err
 	}
-	h, err := s.driver.Hold(ctx, id)
+	h, err := d.Hold(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -128,10 +131,11 @@ func (s *Service) DiskChanged(id string) { s.driver.DiskChanged(id) }
 // its latest disk sample and returns it with the limit. Errors:
 // ErrNotFound.
 func (s *Service) DiskUsage(ctx context.Context, teamID, id string) (Disk, error) {
-	if _, err := s.Get(ctx, teamID, id); err != nil {
+	_, d, err := s.target(ctx, teamID, id)
+	if err != nil {
 		return Disk{}, err
 	}
-	return s.driver.DiskUsage(ctx, id)
+	return d.DiskUsage(ctx, id)
 }
 
 // DiskUsage is what the tree at root costs against a disk limit

@@ -108,10 +108,11 @@ func (s *Service) RecoveryFailed() bool { return s.driver.RecoveryFailed() }
 // restore), ErrInstallFailed, *EULAError (start and restart of software
 // whose EULA its user has not accepted), *validate.Error.
 func (s *Service) Power(ctx context.Context, teamID, id, action string) error {
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
+	_, d, err := s.target(ctx, teamID, id)
+	if err != nil {
 		return err
 	}
-	return s.driver.Power(ctx, id, action)
+	return d.Power(ctx, id, action)
 }
 
 // Command sends one console line to a running server. Errors: ErrNotFound,
@@ -120,18 +121,20 @@ func (s *Service) Command(ctx context.Context, teamID, id, line string) error {
 	if err := gameserver.CheckCommand(line); err != nil {
 		return err
 	}
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
+	_, d, err := s.target(ctx, teamID, id)
+	if err != nil {
 		return err
 	}
-	return s.driver.Command(ctx, id, line)
+	return d.Command(ctx, id, line)
 }
 
 // Console returns the last n console lines (oldest first).
 func (s *Service) Console(ctx context.Context, teamID, id string, n int) ([]string, error) {
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
+	_, d, err := s.target(ctx, teamID, id)
+	if err != nil {
 		return nil, err
 	}
-	return s.driver.Console(ctx, id, n)
+	return d.Console(ctx, id, n)
 }
 
 // Note writes a line of Kiln's own into a server's console ("[kiln] "
@@ -143,8 +146,9 @@ func (s *Service) Note(id, line string) { s.driver.Note(id, line) }
 // channel closes when the subscriber falls behind or the server is
 // deleted. Errors: ErrNotFound, ErrTooManyStreams.
 func (s *Service) Stream(ctx context.Context, teamID, id string) (<-chan Event, func(), error) {
-	if _, err := s.getLocal(ctx, teamID, id); err != nil {
+	_, d, err := s.target(ctx, teamID, id)
+	if err != nil {
 		return nil, nil, err
 	}
-	return s.driver.Stream(ctx, id)
+	return d.Stream(ctx, id)
 }

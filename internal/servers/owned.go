@@ -67,7 +67,7 @@ func (s *Service) FindOwned(ctx context.Context, teamID string, o Owner) (Server
 	if err != nil {
 		return Server{}, fmt.Errorf("find the server of %s: %w", o.ResourceKey, err)
 	}
-	sv.Resources = s.driver.Resources(sv.ID)
+	sv.Resources = s.resourcesOf(sv)
 	return sv, nil
 }
 
@@ -185,7 +185,7 @@ func (s *Service) DeleteOwned(ctx context.Context, teamID string, o Owner) error
 	if err != nil {
 		return err
 	}
-	if err := s.remove(ctx, teamID, sv.ID); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := s.remove(ctx, teamID, sv); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	return nil
@@ -205,7 +205,7 @@ func (s *Service) OwnedBy(ctx context.Context, teamID, configurationID string) (
 		if err != nil {
 			return nil, fmt.Errorf("list the servers of %s: %w", configurationID, err)
 		}
-		sv.Resources = s.driver.Resources(sv.ID)
+		sv.Resources = s.resourcesOf(sv)
 		out[sv.resourceKey.String] = sv
 	}
 	return out, rows.Err()

@@ -129,3 +129,90 @@ func (r sqlRecords) ClearRuntimeRef(ctx context.Context, id, ref string) error {
 	}
 	return nil
 }
+
+// NodeRecords is the records of node's servers only, for the agent that
+// is node (noderpc.RecordsHandler answers it with these): a server of
+// another node is ErrNotFound to it, as one that does not exist, for a
+// read and for every write, and NodeServers lists node's whatever node
+// it is asked for. A game host so reaches no other node's servers.
+func (s *Service) NodeRecords(node string) gameserver.Records {
+	return nodeRecords{all: sqlRecords{s}, node: node}
+}
+
+type nodeRecords struct {
+	all  sqlRecords
+	node string
+}
+
+// mine checks that server id is the node's.
+func (r nodeRecords) mine(ctx context.Context, id string) error {
+	sv, err := r.all.Server(ctx, id)
+	if err != nil {
+		return err
+	}
+	if sv.Node != r.node {
+		return ErrNotFound
+	}
+	return nil
+}
+
+func (r nodeRecords) Server(ctx context.Context, id string) (gameserver.Record, error) {
+	sv, err := r.all.Server(ctx, id)
+	if err == nil && sv.Node != r.node {
+		return gameserver.Record{}, ErrNotFound
+	}
+	return sv, err
+}
+
+func (r nodeRecords) NodeServers(ctx context.Context, _ string) ([]gameserver.Record, error) {
+	return r.all.NodeServers(ctx, r.node)
+}
+
+func (r nodeRecords) SetStatus(ctx context.Context, id, status string) error {
+	if err := r.mine(ctx, id); err != nil {
+		return err
+	}
+	return r.all.SetStatus(ctx, id, status)
+}
+
+func (r nodeRecords) SetDesired(ctx context.Context, id, desired string) error {
+	if err := r.mine(ctx, id); err != nil {
+		return err
+	}
+	return r.all.SetDesired(ctx, id, desired)
+}
+
+func (r nodeRecords) Installed(ctx context.Context, id string, res catalog.Result) error {
+	if err := r.mine(ctx, id); err != nil {
+		return err
+	}
+	return r.all.Installed(ctx, id, res)
+}
+
+func (r nodeRecords) InstallFailed(ctx context.Context, id, reason string) error {
+	if err := r.mine(ctx, id); err != nil {
+		return err
+	}
+	return r.all.InstallFailed(ctx, id, reason)
+}
+
+func (r nodeRecords) Reinstalling(ctx context.Context, id, software, version string, env map[string]string) error {
+	if err := r.mine(ctx, id); err != nil {
+		return err
+	}
+	return r.all.Reinstalling(ctx, id, software, version, env)
+}
+
+func (r nodeRecords) SetRuntimeRef(ctx context.Context, id, ref string) error {
+	if err := r.mine(ctx, id); err != nil {
+		return err
+	}
+	return r.all.SetRuntimeRef(ctx, id, ref)
+}
+
+func (r nodeRecords) ClearRuntimeRef(ctx context.Context, id, ref string) error {
+	if err := r.mine(ctx, id); err != nil {
+		return err
+	}
+	return r.all.ClearRuntimeRef(ctx, id, ref)
+}

@@ -178,11 +178,11 @@ func (s *Service) prepared(ctx context.Context, slot **sql.Stmt, query string) (
 // key its own derived data (an encoded answer) by the pointer.
 type Listing struct {
 	Servers []Server // newest first; Resources left zero: see Resources
-	driver  Driver   // whose samples Resources reads
+	svc     *Service // whose drivers Resources asks
 }
 
 // Resources is the latest sample of Servers[i]'s usage.
-func (l *Listing) Resources(i int) Resources { return l.driver.Resources(l.Servers[i].ID) }
+func (l *Listing) Resources(i int) Resources { return l.svc.resourcesOf(l.Servers[i]) }
 
 // Listing returns the team's servers, newest first, at most MaxList,
 // shared (see Listing). The rows come from memory while the team's list
@@ -207,7 +207,7 @@ func (s *Service) Listing(ctx context.Context, teamID string) (*Listing, error) 
 	if err != nil {
 		return nil, err
 	}
-	l := &Listing{Servers: rows, driver: s.driver}
+	l := &Listing{Servers: rows, svc: s}
 	s.cacheMu.Lock()
 	if len(s.lists) >= maxCachedLists {
 		clear(s.lists) // many teams: start over rather than grow without bound
@@ -281,22 +281,63 @@ func (e *OtherNodeError) Error() string {
 }
 
 // getLocal is Get for an operation on the server's processes or files:
-// a server of another node is *OtherNodeError.
+// a server of a node this process does not drive is *OtherNodeError.
 func (s *Service) getLocal(ctx context.Context, teamID, id string) (Server, error) {
 	sv, err := s.Get(ctx, teamID, id)
-	if err == nil && sv.Node != s.node.Name() {
-		return Server{}, &OtherNodeError{Node: sv.Node, Here: s.node.Name()}
+	if err == nil {
+		_, err = s.driverOf(sv.Node)
 	}
-	return sv, err
+	if err != nil {
+		return Server{}, err
+	}
+	return sv, nil
+}
+
+// target is getLocal with the driver of the server's node.
+func (s *Service) target(ctx context.Context, teamID, id string) (Server, Driver, error) {
+	sv, err := s.Get(ctx, teamID, id)
+	if err != nil {
+		return Server{}, nil, err
+	}
+	d, err := s.driverOf(sv.Node)
+	return sv, d, err
 }
 
 // findOwnedLocal is FindOwned for an operation on the server itself.
 func (s *Service) findOwnedLocal(ctx context.Context, teamID string, o Owner) (Server, error) {
 	sv, err := s.FindOwned(ctx, teamID, o)
-	if err == nil && sv.Node != s.node.Name() {
-		return Server{}, &OtherNodeError{Node: sv.Node, Here: s.node.Name()}
+	if err == nil {
+		_, err = s.driverOf(sv.Node)
 	}
-	return sv, err
+	if err != nil {
+		return Server{}, err
+	}
+	return sv, nil
+}
+
+// driverOf is the driver of node: the local Host, an agent's remote
+// driver (Options.Remote), or *OtherNodeError for a node this process
+// does not drive.
+func (s *Service) driverOf(node string) (Driver, error) {
+	if node == s.node.Name() {
+		return s.driver, nil
+	}
+	if s.opts.Remote != nil {
+		if d := s.opts.Remote(node); d != nil {
+			return d, nil
+		}
+	}
+	return nil, &OtherNodeError{Node: node, Here: s.node.Name()}
+}
+
+// resourcesOf is the live figures of sv from its node's driver (zeros
+// for a node this process does not drive).
+func (s *Service) resourcesOf(sv Server) Resources {
+	d, err := s.driverOf(sv.Node)
+	if err != nil {
+		return Resources{}
+	}
+	return d.Resources(sv.ID)
 }
 
 // Get returns one of the team's servers; ErrNotFound otherwise.
@@ -317,7 +358,7 @@ func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
 	if err != nil {
 		return Server{}, fmt.Errorf("get server %s: %w", id, err)
 	}
-	sv.Resources = s.driver.Resources(sv.ID)
+	sv.Resources = s.resourcesOf(sv)
 	return sv, nil
 }
 

@@ -49,8 +49,15 @@ type Installer = gameserver.Installer
 // node's Host as it is. Zero values take the defaults.
 type Options struct {
 	// Placement chooses the node and port of new servers; its candidates
-	// must be the node this service drives. Without it Create refuses.
+	// must be nodes this service drives (its local node, and the nodes
+	// Remote gives a driver of). Without it Create refuses.
 	Placement Placer
+	// Remote gives the driver of a node other than the local one (an
+	// agent's: noderpc.Remote over its channel), or nil when this
+	// process does not drive that node (another replica's local node: an
+	// operation on its servers is *OtherNodeError). nil drives the local
+	// node alone.
+	Remote func(node string) Driver
 	// KilnBinary is the kiln executable as the runtime sees it, for profiles
 	// that run kiln itself (kiln-test): the running executable for the
 	// process runtime (the default), its path inside the image for docker.
