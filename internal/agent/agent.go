@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,6 +48,10 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between attempts to reach
 	// the control plane (500 ms, 30 s).
 	MinBackoff, MaxBackoff time.Duration
+	// Handler answers the control plane's calls on the channel (HTTP/2,
+	// the agent serving); nil answers GET /v1/ping (cluster.PathPing)
+	// and 404 to the rest.
+	Handler http.Handler
 }
 
 // RefusedError: the control plane answered with a refusal no retry
@@ -94,6 +99,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("joined already; --join-token is not needed and was not used", "node", id.name)
 	}
 	log = log.With("node", id.name)
+	if cfg.Handler == nil {
+		cfg.Handler = pingHandler(id.name, cfg.Version)
+	}
 	a := &agent{cfg: cfg, id: id, log: log, client: &http.Client{Transport: &http.Transport{
 		TLSClientConfig:   cluster.NodeTLS(id.ca, id.cert),
 		ForceAttemptHTTP2: true,
@@ -217,10 +225,20 @@ type agent struct {
 	id     identity
 	log    *slog.Logger
 	client *http.Client
+
+	// channelOnce starts the channel at the first welcome; channels
+	// owns its goroutine (run waits for it).
+	channelOnce sync.Once
+	channels    sync.WaitGroup
 }
 
-// run holds sessions until ctx ends or the control plane refuses the node.
+// run holds sessions until ctx ends or the control plane refuses the
+// node; from the first welcome it also holds the channel (channel.go),
+// which ends with it.
 func (a *agent) run(ctx context.Context) error {
+	defer a.channels.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	b := newBackoff(a.cfg.MinBackoff, a.cfg.MaxBackoff)
 	for {
 		welcomed, err := a.session(ctx)
@@ -247,6 +265,7 @@ func (a *agent) run(ctx context.Context) error {
 // nothing for three intervals (a control plane that hangs). welcomed
 // says whether the session was open.
 func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
+	runCtx := ctx // the channel's: it outlives this session
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -320,6 +339,9 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 				welcomed = true
 				intervals <- interval
 				a.log.Info("session with the control plane open", "server", a.cfg.ServerURL, "heartbeat_interval", interval)
+				a.channelOnce.Do(func() {
+					a.channels.Go(func() { a.holdChannel(runCtx, interval) })
+				})
 			case d.Type == cluster.TypeAck:
 			default:
 				a.log.Debug("a message from the control plane this agent does not know", "type", d.Type)

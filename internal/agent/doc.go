@@ -4,9 +4,14 @@
 // control plane: it reports what the host has and reconnects with backoff
 // when the session ends.
 //
-// Phase 1 (this version): identity and membership only. It runs no game
-// servers yet; the next phases add them (the runtime, files, console,
-// SFTP, snapshots) behind commands that come down the session.
+// Once its first session is welcomed it also holds the channel
+// (channel.go, internal/cluster's doc): a second connection it dials, on
+// which it serves the control plane's calls over HTTP/2 with
+// Config.Handler, redialed with backoff apart from the session, until
+// Run ends. It serves the channel only to a control plane its pinned CA
+// vouches for (cluster.NodeChannelTLS). It runs no game servers yet; the
+// next phases add them (the runtime, files, console, SFTP, snapshots)
+// as handlers on the channel.
 //
 // Its data dir: ca.pem (the cluster CA, pinned at enrollment), node.key
 // (its private key, made here and never sent: the control plane gets a

@@ -85,7 +85,18 @@
 //     a docker node runs and a process node ignores), so servers asks for
 //     none; Request.Runtime is honoured for the day one does.
 //
-// Not yet (the next phases): commands down the session (so agents as
-// candidates), several control-plane replicas sharing agents (an agent
-// holds one session, with the replica it reached).
+// Calls down to agents (channel.go): each agent's channel (ALPN
+// cluster.ChannelProto on the endpoint's listener) is checked as a
+// session is — the CA, the row's serial, the member check every second —
+// and kept as the node's channel in this process, a newer replacing an
+// older. Client(node) is an HTTP client over it; a node without a live
+// channel here is *UnavailableError at once, as is a call whose channel
+// breaks under it (a silent peer within twice cluster.ChannelKeepalive);
+// the caller's context bounds every call. Connected(node) says whether a
+// node has one. Nothing waits for a node to come back: callers decide.
+//
+// Not yet (the next phases): the operations carried on the channel (so
+// agents as candidates), several control-plane replicas sharing agents
+// (an agent's session and channel are with the replica its --server
+// reaches: the others answer UnavailableError for it).
 package nodes

@@ -44,6 +44,7 @@ type Endpoint struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]member // connections that made a member's call
+	chans map[string]*channel // the live channel of each node (channel.go)
 }
 
 // member is a node as its certificate names it.
@@ -63,7 +64,7 @@ func NewEndpoint(svc *Service, ca *cluster.CA, opts EndpointOptions, log *slog.L
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Endpoint{svc: svc, ca: ca, opts: opts, log: log.With("component", "cluster"), conns: map[net.Conn]member{}}
+	return &Endpoint{svc: svc, ca: ca, opts: opts, log: log.With("component", "cluster"), conns: map[net.Conn]member{}, chans: map[string]*channel{}}
 }
 
 // Interval is the heartbeat interval nodes are asked for.
@@ -76,6 +77,9 @@ func (e *Endpoint) Interval() time.Duration {
 // replica) and returns once its goroutines are done.
 func (e *Endpoint) Serve(ctx context.Context, ln net.Listener) error {
 	interval := e.Interval()
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(true)
 	srv := &http.Server{
 		Handler:           e,
 		TLSConfig:         cluster.ServerTLS(e.ca.Certificate(), e.certificate),
@@ -89,8 +93,16 @@ func (e *Endpoint) Serve(ctx context.Context, ln net.Listener) error {
 		},
 		// A peer gone without a word (a host switched off) is noticed by
 		// HTTP/2 pings, not after TCP's retransmissions.
-		HTTP2:    &http.HTTP2Config{SendPingTimeout: 2 * interval, PingTimeout: 2 * interval},
-		ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
+		HTTP2:     &http.HTTP2Config{SendPingTimeout: 2 * interval, PingTimeout: 2 * interval},
+		ErrorLog:  slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
+		Protocols: &protos,
+		// A connection whose ALPN protocol is the channel's is no HTTP
+		// client's: the agent serves HTTP/2 on it (channel.go). Sessions
+		// and enrollment negotiate h2 (or http/1.1) and are served as
+		// before: Protocols, set, keeps both with this map non-nil.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){
+			cluster.ChannelProto: func(_ *http.Server, c *tls.Conn, _ http.Handler) { e.serveChannel(ctx, c) },
+		},
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
