@@ -229,9 +229,10 @@ func TestAgentJoins(t *testing.T) {
 	a.exit(t)
 	waitNode(t, dir, "edge-1", "edge-1 unreachable", func(n nodeJSON, ok bool) bool { return ok && n.Status == "unreachable" })
 	out, _, _ := kiln(t, "admin", "node", "list", "--data-dir", dir)
-	if !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+ADDRESS\s+PUBLIC HOST\s+LAST HEARTBEAT\s+MEMORY \(ALLOCATED/TOTAL\)\s+DISK \(FREE/TOTAL\)\s+FREE PORTS\s+SERVERS\s+VERSION\n` +
-		`edge-1\s+unreachable\s+127\.0\.0\.1:\d+\s+127\.0\.0\.2\s+\S+Z\s+0B/\S+\s+\S+/\S+\s+9\s+0\s+dev\n` +
-		`edge-2\s+pending \(token expired\)\s+-\s+-\s+-\s+-\s+-\s+-\s+0\s+-\n` +
+	certExpires := time.UnixMilli(*nodeList(t, dir)["edge-1"].CertExpiresAt).UTC().Format(time.DateOnly)
+	if !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+ADDRESS\s+PUBLIC HOST\s+LAST HEARTBEAT\s+MEMORY \(ALLOCATED/TOTAL\)\s+DISK \(FREE/TOTAL\)\s+FREE PORTS\s+SERVERS\s+VERSION\s+CERTIFICATE EXPIRES\n` +
+		`edge-1\s+unreachable\s+127\.0\.0\.1:\d+\s+127\.0\.0\.2\s+\S+Z\s+0B/\S+\s+\S+/\S+\s+9\s+0\s+dev\s+` + certExpires + `\n` +
+		`edge-2\s+pending \(token expired\)\s+-\s+-\s+-\s+-\s+-\s+-\s+0\s+-\s+-\n` +
 		`local\s+ready\s+\(local\)\s+127\.0\.0\.1\s+`).MatchString(out) {
 		t.Errorf("node list:\n%s", out)
 	}

@@ -52,6 +52,12 @@ type Config struct {
 	// the agent serving); nil answers GET /v1/ping (cluster.PathPing)
 	// and 404 to the rest.
 	Handler http.Handler
+	// RenewCheck is how often the agent checks whether its certificate
+	// is due for renewal (cluster.RenewDue), besides at its first
+	// welcome (1 h).
+	RenewCheck time.Duration
+	// Now is the agent's clock for that check (time.Now).
+	Now func() time.Time
 }
 
 // RefusedError: the control plane answered with a refusal no retry
@@ -76,6 +82,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.RenewCheck <= 0 {
+		cfg.RenewCheck = time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create the data dir: %w", err)
@@ -102,13 +114,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.Handler == nil {
 		cfg.Handler = pingHandler(id.name, cfg.Version)
 	}
-	a := &agent{cfg: cfg, id: id, log: log, client: &http.Client{Transport: &http.Transport{
+	a := &agent{cfg: cfg, log: log, renewed: make(chan struct{}, 1)}
+	a.setIdentity(id)
+	defer func() { _, c := a.current(); c.CloseIdleConnections() }()
+	return a.run(ctx)
+}
+
+// nodeClient is the HTTP/2 client of the node endpoint with id's
+// certificate.
+func nodeClient(id identity) *http.Client {
+	return &http.Client{Transport: &http.Transport{
 		TLSClientConfig:   cluster.NodeTLS(id.ca, id.cert),
 		ForceAttemptHTTP2: true,
 		HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 15 * time.Second},
-	}}}
-	defer a.client.CloseIdleConnections()
-	return a.run(ctx)
+	}}
 }
 
 // join enrolls with the join token, retrying while the control plane
@@ -221,22 +240,49 @@ func answerError(status int, data []byte) error {
 
 // agent is an enrolled node's connection to the control plane.
 type agent struct {
-	cfg    Config
-	id     identity
-	log    *slog.Logger
-	client *http.Client
+	cfg Config
+	log *slog.Logger
 
-	// channelOnce starts the channel at the first welcome; channels
-	// owns its goroutine (run waits for it).
-	channelOnce sync.Once
-	channels    sync.WaitGroup
+	// mu guards the identity and the client made with it: a renewal
+	// replaces both (renew.go).
+	mu     sync.Mutex
+	id     identity
+	client *http.Client
+	// renewed asks the session to end, so that the next connects with
+	// the renewed certificate.
+	renewed chan struct{}
+
+	// started starts the channel and the renewal check at the first
+	// welcome; loops owns their goroutines (run waits for them).
+	started sync.Once
+	loops   sync.WaitGroup
+}
+
+// current is the node's identity and the client made with it.
+func (a *agent) current() (identity, *http.Client) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.id, a.client
+}
+
+// setIdentity makes id the node's identity, with a client of its own;
+// the older client's idle connections are closed (its session's when
+// the session ends).
+func (a *agent) setIdentity(id identity) {
+	a.mu.Lock()
+	old := a.client
+	a.id, a.client = id, nodeClient(id)
+	a.mu.Unlock()
+	if old != nil {
+		old.CloseIdleConnections()
+	}
 }
 
 // run holds sessions until ctx ends or the control plane refuses the
 // node; from the first welcome it also holds the channel (channel.go),
 // which ends with it.
 func (a *agent) run(ctx context.Context) error {
-	defer a.channels.Wait()
+	defer a.loops.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	b := newBackoff(a.cfg.MinBackoff, a.cfg.MaxBackoff)
@@ -250,6 +296,9 @@ func (a *agent) run(ctx context.Context) error {
 		}
 		if welcomed {
 			b.reset()
+		}
+		if errors.Is(err, errRenewed) {
+			continue
 		}
 		d := b.next()
 		a.log.Warn("session with the control plane ended; reconnecting", "err", err, "in", d.Round(time.Millisecond))
@@ -268,6 +317,13 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	runCtx := ctx // the channel's: it outlives this session
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	_, client := a.current()
+	defer func() {
+		// A renewal replaced the client: its connection, idle now, goes.
+		if _, cur := a.current(); cur != client {
+			client.CloseIdleConnections()
+		}
+	}()
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.ServerURL+cluster.PathSession, pr)
@@ -285,7 +341,7 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	intervals := make(chan time.Duration, 1)
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- a.beat(ctx, enc, hello, intervals) }()
-	resp, err := a.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return false, err
 	}
@@ -331,6 +387,8 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 			return welcomed, fmt.Errorf("send to the control plane: %w", err)
 		case <-quiet.C:
 			return welcomed, errors.New("the control plane stopped answering")
+		case <-a.renewed:
+			return welcomed, errRenewed
 		case d := <-lines:
 			switch {
 			case d.Type == cluster.TypeWelcome && d.Welcome != nil && !welcomed:
@@ -339,8 +397,9 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 				welcomed = true
 				intervals <- interval
 				a.log.Info("session with the control plane open", "server", a.cfg.ServerURL, "heartbeat_interval", interval)
-				a.channelOnce.Do(func() {
-					a.channels.Go(func() { a.holdChannel(runCtx, interval) })
+				a.started.Do(func() {
+					a.loops.Go(func() { a.holdChannel(runCtx, interval) })
+					a.loops.Go(func() { a.renewLoop(runCtx) })
 				})
 			case d.Type == cluster.TypeAck:
 			default:

@@ -57,9 +57,10 @@ func (a *agent) dialChannel(ctx context.Context) (net.Conn, error) {
 	if u.Port() == "" {
 		addr = net.JoinHostPort(u.Hostname(), "443")
 	}
+	id, _ := a.current()
 	d := &tls.Dialer{
 		NetDialer: &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 15 * time.Second},
-		Config:    cluster.NodeChannelTLS(a.id.ca, a.id.cert),
+		Config:    cluster.NodeChannelTLS(id.ca, id.cert),
 	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {

@@ -21,6 +21,18 @@
 // before it stored the certificate asks again with the same key and the
 // same token, and the control plane answers that key again.
 //
+// Renewal (renew.go): when less than a third of its certificate's life
+// is left (checked at the first welcome and every Config.RenewCheck),
+// the agent makes a new key, writes it to node.key.next, has the control
+// plane sign it over mutual TLS with the current certificate, writes the
+// answer to node.pem.next, then renames the key and the certificate over
+// node.key and node.pem, and reconnects with them. Each file is written
+// whole and synced before the next step; at every start a complete new
+// pair left by a kill is promoted, half a rename finished, and a new key
+// without its certificate removed (promoteNext). The control plane
+// accepts the current and the renewed certificate until it sees the
+// renewed one, so whichever pair a kill leaves is accepted.
+//
 // What it must never do: import the database layer or the secret key's
 // box (TestAgentImportsNoDatabase over go list -deps), send the join
 // token to a control plane whose CA is not the token's (the check is in

@@ -106,7 +106,16 @@
 //     certificate against its CA and then against its records (the
 //     node's current certificate serial): removing a node revokes it at
 //     once, with no revocation list to distribute.
+//   - Renewal: an agent renews its certificate when less than a third
+//     of its life is left (RenewDue; four months of a year), checking at
+//     its first welcome and every hour: a new key, a certificate request
+//     sent with the current certificate (PathRenew). The control plane
+//     accepts both certificates until it sees the new one, then the new
+//     one alone; the agent writes the new pair beside the old and
+//     renames it over it (internal/agent), so a kill of either side at
+//     any moment leaves the agent a certificate the control plane
+//     accepts. An agent whose certificate expired (off for over eight
+//     months past its renewal point) cannot renew: it joins again.
 //
-// Not here yet: renewing a node's certificate before its year is out
-// (the next phase renews it over the session), rotating the CA.
+// Not here yet: rotating the CA.
 package cluster

@@ -18,6 +18,10 @@ const (
 	// then Heartbeats), messages down (Welcome, Acks; commands in a later
 	// phase), one JSON object a line each way, on one HTTP/2 stream.
 	PathSession = "/v1/session"
+	// PathRenew renews a node's certificate, with its current one: a
+	// certificate request for a new key in, the new certificate out
+	// (accepted next to the current one until the node uses it).
+	PathRenew = "/v1/renew"
 )
 
 // Error codes of the node endpoint's answers ({"error", "code"}, as the
@@ -53,6 +57,23 @@ type EnrollResponse struct {
 	Node        string `json:"node"`
 	Certificate string `json:"certificate"` // PEM: the node's certificate
 	CA          string `json:"ca"`          // PEM: the CA's certificate, to pin
+}
+
+// RenewRequest is the body of PathRenew.
+type RenewRequest struct {
+	CSR string `json:"csr"` // PEM "CERTIFICATE REQUEST" of a new key
+}
+
+// RenewResponse answers PathRenew.
+type RenewResponse struct {
+	Certificate string `json:"certificate"` // PEM
+}
+
+// RenewDue says whether a node certificate valid from notBefore to
+// notAfter should be renewed at now: when less than a third of its life
+// is left (four months of a year).
+func RenewDue(notBefore, notAfter, now time.Time) bool {
+	return notAfter.Sub(now) < notAfter.Sub(notBefore)/3
 }
 
 // Up is a message from the node to the control plane.

@@ -24,7 +24,15 @@
 //     it, with no list to distribute: every call checks the serial, and
 //     the endpoint checks the connections it holds every second, so a
 //     removal by kiln admin (another process, maybe another machine)
-//     cuts an open connection at once.
+//     cuts an open connection at once. A renewal (Renew, asked with the
+//     current certificate) signs a certificate for the node's new key and
+//     records its serial as pending (cert_next_serial): both are
+//     accepted until a call comes with the pending one (Authorize), which
+//     then becomes the current one and the older is refused (its
+//     connections cut by the member check). A renewal whose answer was
+//     lost is replaced by the next; the current certificate stays
+//     accepted throughout, so no kill of either side leaves the agent a
+//     certificate the row refuses.
 //   - Reports: each heartbeat sets heartbeat_at and reachable_until =
 //     now + the silence after which the control plane that took it calls
 //     the node unreachable (--node-unreachable-after): a status is read

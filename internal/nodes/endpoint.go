@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -179,7 +180,7 @@ func (e *Endpoint) sweep(ctx context.Context) {
 		return
 	}
 	for c, m := range held {
-		if members[m.name] != m.serial {
+		if !slices.Contains(members[m.name], m.serial) {
 			e.cut(c, m)
 		}
 	}
@@ -224,6 +225,16 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		e.session(w, r, m)
+	case cluster.PathRenew:
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "use POST")
+			return
+		}
+		m, ok := e.authorize(w, r)
+		if !ok {
+			return
+		}
+		e.renew(w, r, m)
 	default:
 		writeError(w, http.StatusNotFound, cluster.CodeNotFound, "no such call on the node endpoint")
 	}
@@ -282,6 +293,36 @@ func (e *Endpoint) enroll(w http.ResponseWriter, r *http.Request) {
 	}
 	e.log.Info("node enrolled", "node", name, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, cluster.EnrollResponse{Node: name, Certificate: string(certPEM), CA: string(e.ca.CertificatePEM())})
+}
+
+// renew signs a new certificate for a node's new key (Service.Renew).
+func (e *Endpoint) renew(w http.ResponseWriter, r *http.Request, m member) {
+	r.Body = http.MaxBytesReader(w, r.Body, cluster.MaxMessage)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	var req cluster.RenewRequest
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, cluster.CodeValidation, "the body must be a JSON object {csr}")
+		return
+	}
+	certPEM, err := e.svc.Renew(r.Context(), e.ca, r.TLS.PeerCertificates[0], req.CSR)
+	if errors.Is(err, cluster.ErrCSR) {
+		writeError(w, http.StatusBadRequest, cluster.CodeInvalidCSR, err.Error())
+		return
+	}
+	if errors.Is(err, ErrNotMember) {
+		writeError(w, http.StatusForbidden, cluster.CodeNotMember, fmt.Sprintf("node %q renews with its current certificate only", m.name))
+		return
+	}
+	if err != nil {
+		e.log.Error("certificate renewal failed", "node", m.name, "err", err)
+		writeError(w, http.StatusInternalServerError, cluster.CodeInternal, "the control plane could not renew the certificate; see its log")
+		return
+	}
+	c, _ := cluster.ParseCertificatePEM(certPEM)
+	_, serial := cluster.NodeOf(c)
+	e.log.Info("node certificate renewed", "node", m.name, "serial", serial, "expires", c.NotAfter.UTC().Format(time.RFC3339))
+	writeJSON(w, http.StatusOK, cluster.RenewResponse{Certificate: string(certPEM)})
 }
 
 // session reads a node's Hello and heartbeats and answers a Welcome and
