@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/agent"
+	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/nodes"
@@ -70,7 +71,7 @@ type clusterParts struct {
 
 // startCluster makes or opens the CA and lists the local node; it runs
 // nothing yet (run does).
-func startCluster(ctx context.Context, cfg serveConfig, db *store.DB, box nodes.Sealer, roots string, ports node.PortRange, sftpLn net.Listener, runtimeName, ver string, log *slog.Logger) (*clusterParts, error) {
+func startCluster(ctx context.Context, cfg serveConfig, db *store.DB, box nodes.Sealer, blobs blob.Store, roots string, ports node.PortRange, sftpLn net.Listener, runtimeName, ver string, log *slog.Logger) (*clusterParts, error) {
 	sftpAddr := ""
 	if sftpLn != nil {
 		sftpAddr = sftpLn.Addr().String()
@@ -104,7 +105,13 @@ func startCluster(ctx context.Context, cfg serveConfig, db *store.DB, box nodes.
 	}
 	p := &clusterParts{svc: svc, local: cfg.NodeName, measure: agent.Measure(roots, ports, cfg.nodeOffer), within: cfg.NodeUnreachableAfter}
 	if cfg.ClusterAddr != "" {
-		p.endpoint = nodes.NewEndpoint(svc, ca, nodes.EndpointOptions{UnreachableAfter: cfg.NodeUnreachableAfter}, log)
+		// Agents prove they share the blob store by this marker.
+		marker, err := nodes.WriteMarker(ctx, blobs)
+		if err != nil {
+			return nil, fmt.Errorf("the blob store agents must share (--blob-url): %w", err)
+		}
+		log.Info("blob store marker for agents", "store", blobs.String(), "key", marker.Key, "sha256", marker.SHA256)
+		p.endpoint = nodes.NewEndpoint(svc, ca, nodes.EndpointOptions{UnreachableAfter: cfg.NodeUnreachableAfter, Marker: &marker}, log)
 	}
 	return p, nil
 }

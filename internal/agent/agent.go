@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/node"
 )
@@ -58,6 +59,11 @@ type Config struct {
 	RenewCheck time.Duration
 	// Now is the agent's clock for that check (time.Now).
 	Now func() time.Time
+	// Blobs is the blob store every node shares (kiln agent --blob-url):
+	// the agent serves only once it finds in it the marker the control
+	// plane's Welcome names (BlobStoreError otherwise). nil: none, for a
+	// control plane that names no marker either.
+	Blobs blob.Store
 }
 
 // RefusedError: the control plane answered with a refusal no retry
@@ -75,7 +81,10 @@ func (e *RefusedError) Error() string { return e.Message + " (" + e.Code + ")" }
 // token), then holds a session with the control plane, reconnecting with
 // backoff, until ctx ends (nil) or the control plane refuses this node
 // (*RefusedError, also for enrollment; or *cluster.FingerprintError when
-// the control plane is not the token's).
+// the control plane is not the token's). At its first welcome (and at
+// any later one naming another marker) it checks that its blob store is
+// the control plane's, and stops with *BlobStoreError if not, before it
+// serves anything.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 500 * time.Millisecond
@@ -256,6 +265,9 @@ type agent struct {
 	// welcome; loops owns their goroutines (run waits for them).
 	started sync.Once
 	loops   sync.WaitGroup
+	// marker is the blob store marker found in Config.Blobs (sessions
+	// run one at a time: no lock).
+	marker *cluster.BlobMarker
 }
 
 // current is the node's identity and the client made with it.
@@ -293,6 +305,9 @@ func (a *agent) run(ctx context.Context) error {
 		}
 		if re, ok := errors.AsType[*RefusedError](err); ok {
 			return fmt.Errorf("the control plane refused this node: %w", re)
+		}
+		if be, ok := errors.AsType[*BlobStoreError](err); ok {
+			return be
 		}
 		if welcomed {
 			b.reset()
@@ -392,6 +407,12 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 		case d := <-lines:
 			switch {
 			case d.Type == cluster.TypeWelcome && d.Welcome != nil && !welcomed:
+				if m := d.Welcome.BlobMarker; a.marker == nil || m == nil || *m != *a.marker {
+					if err := checkBlobs(ctx, a.cfg.Blobs, m); err != nil {
+						return false, err
+					}
+					a.marker = m
+				}
 				interval = time.Duration(d.Welcome.HeartbeatIntervalMS) * time.Millisecond
 				interval = min(max(interval, 50*time.Millisecond), time.Minute)
 				welcomed = true

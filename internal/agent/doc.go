@@ -33,6 +33,17 @@
 // accepts the current and the renewed certificate until it sees the
 // renewed one, so whichever pair a kill leaves is accepted.
 //
+// The blob store (blobs.go): every node shares the control plane's
+// (Config.Blobs, kiln agent --blob-url). The Welcome names the marker
+// the control plane wrote into its store; at its first welcome (its join,
+// or each start) the agent reads it through its own store and, when it
+// is missing, holds other bytes or cannot be read, stops with
+// *BlobStoreError — a sentence naming the store as blob.Store.String
+// gives it, no credentials — before it opens the channel or renews
+// anything. A later welcome naming another marker is checked again.
+// It links internal/blob, whose S3 client brings database/sql/driver
+// (interfaces only; the import test allows that one package).
+//
 // What it must never do: import the database layer or the secret key's
 // box (TestAgentImportsNoDatabase over go list -deps), send the join
 // token to a control plane whose CA is not the token's (the check is in

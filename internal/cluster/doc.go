@@ -1,8 +1,11 @@
 // Package cluster is what the control plane (kiln serve) and its agents
 // (kiln agent) share: the cluster's certificate authority and the
 // certificates it signs, the join token, the TLS configurations of both
-// sides and the messages of the node protocol. It holds no state and
-// touches no database: the agent imports it (internal/agent's import test
+// sides, the messages of the node protocol and the channel's HTTP/2 on
+// each side (channel.go), and the reading of the blob store's marker
+// (marker.go: the Welcome's BlobMarker, with which an agent proves it
+// sees the control plane's store). It holds no state and touches no
+// database: the agent imports it (internal/agent's import test
 // keeps the agent free of the database layer), the control plane's
 // records of nodes are internal/nodes'.
 //

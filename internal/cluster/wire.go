@@ -168,7 +168,23 @@ type Welcome struct {
 	// heartbeat: it decides, from how soon it calls a silent node
 	// unreachable.
 	HeartbeatIntervalMS int64 `json:"heartbeat_interval_ms"`
+	// BlobMarker names the object the control plane wrote into its blob
+	// store, for the agent to prove it sees the same store (nil: the
+	// control plane has none to show).
+	BlobMarker *BlobMarker `json:"blob_marker,omitempty"`
 }
+
+// BlobMarker is an object of random bytes the control plane wrote into
+// its blob store (once: replicas sharing the store share it), by key and
+// the SHA-256 of its bytes. An agent that reads the same bytes under the
+// key through its own --blob-url sees the same store.
+type BlobMarker struct {
+	Key    string `json:"key"`
+	SHA256 string `json:"sha256"` // lower-case hex
+}
+
+// MarkerKey is the blob key of the cluster's marker.
+const MarkerKey = "cluster/marker"
 
 // HeartbeatInterval is the interval a control plane asks for when it
 // calls a node unreachable after unreachableAfter of silence: a sixth of

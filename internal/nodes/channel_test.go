@@ -142,29 +142,61 @@ func (h *testHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // runAgent runs a real agent (agent.Run) that joins f's endpoint at url
-// as name with handler h; it stops when the returned function is called
-// or the test ends, and the function returns once Run has.
-func runAgent(t *testing.T, f *fixture, url, name string, h http.Handler) (stop func() error) {
+// as name with handler h, its configuration changed by mods; it stops
+// when the returned function is called or the test ends, and the
+// function returns Run's error once Run has.
+func runAgent(t *testing.T, f *fixture, url, name string, h http.Handler, mods ...func(*agent.Config)) (stop func() error) {
+	t.Helper()
+	r := startAgent(t, f, url, name, h, mods...)
+	return r.stop
+}
+
+// agentRun is a real agent running.
+type agentRun struct {
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run returned
+	err    error         // Run's, once done
+}
+
+func (r *agentRun) stop() error {
+	r.cancel()
+	<-r.done
+	return r.err
+}
+
+// wait waits for the agent to stop on its own and returns Run's error.
+func (r *agentRun) wait(t *testing.T) error {
+	t.Helper()
+	select {
+	case <-r.done:
+		return r.err
+	case <-time.After(eventually.Within):
+		t.Fatal("the agent never stopped")
+		return nil
+	}
+}
+
+// startAgent is runAgent's agent.
+func startAgent(t *testing.T, f *fixture, url, name string, h http.Handler, mods ...func(*agent.Config)) *agentRun {
 	t.Helper()
 	tok, _, err := f.svc.Add(t.Context(), name, f.ca.Certificate())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.Config{ServerURL: url, JoinToken: tok.String(), DataDir: t.TempDir(), PublicHost: "127.0.0.2",
-			Ports: node.PortRange{First: 30000, Last: 30009}, SFTPAddr: "127.0.0.2:2022", Runtime: "process", Version: "test",
-			MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Handler: h}, slog.New(slog.DiscardHandler))
-	}()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() { cancel(); runErr = <-done })
-		return runErr
+	cfg := agent.Config{ServerURL: url, JoinToken: tok.String(), DataDir: t.TempDir(), PublicHost: "127.0.0.2",
+		Ports: node.PortRange{First: 30000, Last: 30009}, SFTPAddr: "127.0.0.2:2022", Runtime: "process", Version: "test",
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, Handler: h}
+	for _, m := range mods {
+		m(&cfg)
 	}
-	t.Cleanup(func() { stop() })
-	return stop
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &agentRun{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		r.err = agent.Run(ctx, cfg, slog.New(slog.DiscardHandler))
+	}()
+	t.Cleanup(func() { r.stop() })
+	return r
 }
 
 func connected(t *testing.T, ep *Endpoint, name string) {

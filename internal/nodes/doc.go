@@ -44,6 +44,12 @@
 //     those its servers hold and those its report says something on the
 //     host listens on.
 //
+// The blob store marker (marker.go): a control plane serving the node
+// endpoint writes an object of random bytes into its blob store once
+// (cluster.MarkerKey, put if absent, so replicas sharing the store keep
+// one) and names it, with its SHA-256, in every Welcome; agents refuse
+// to serve when their own --blob-url does not hold it.
+//
 // It reads the servers table (internal/servers owns it) only to count
 // what a node holds — servers, allocated memory, ports — for listing,
 // placement and to refuse removing a node with servers (in the delete's own statement,

@@ -28,6 +28,11 @@ type EndpointOptions struct {
 	// kiln admin, another process, is cut within it.
 	RevocationPoll time.Duration
 	Now            func() time.Time
+	// Marker is the blob store marker named in every Welcome
+	// (WriteMarker): agents refuse to serve when their blob store does
+	// not hold it. nil names none (a control plane with no store
+	// agents share: tests).
+	Marker *cluster.BlobMarker
 }
 
 // Endpoint is the control plane's node endpoint (kiln serve
@@ -407,7 +412,8 @@ func (e *Endpoint) session(w http.ResponseWriter, r *http.Request, m member) {
 		}
 		return rc.Flush() == nil
 	}
-	if !send(cluster.Down{Type: cluster.TypeWelcome, Welcome: &cluster.Welcome{Node: m.name, HeartbeatIntervalMS: e.Interval().Milliseconds()}}) {
+	if !send(cluster.Down{Type: cluster.TypeWelcome, Welcome: &cluster.Welcome{Node: m.name, HeartbeatIntervalMS: e.Interval().Milliseconds(),
+		BlobMarker: e.opts.Marker}}) {
 		return
 	}
 	log.Info("node session open", "remote", r.RemoteAddr, "version", hello.Version, "public_host", hello.PublicHost)
