@@ -332,6 +332,12 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	runCtx := ctx // the channel's: it outlives this session
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A renewal done between sessions asked for nothing this one needs:
+	// it connects with the renewed certificate already.
+	select {
+	case <-a.renewed:
+	default:
+	}
 	_, client := a.current()
 	defer func() {
 		// A renewal replaced the client: its connection, idle now, goes.
