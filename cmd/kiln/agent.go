@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kilnhq/kiln/internal/agent"
+	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/node"
 )
 
@@ -25,7 +26,9 @@ control plane against the token's CA fingerprint before sending the token,
 then keeps its key, certificate and the cluster's CA in --data-dir (0600).
 Later starts need no token. It connects out to the control plane
 (kiln serve --cluster-addr), so it may sit behind NAT, reports its memory,
-disk and free ports every few seconds, and reconnects with backoff.
+disk and free ports every few seconds, and reconnects with backoff. It
+serves only once it finds, in the blob store of --blob-url, the marker the
+control plane wrote into its own: every node must share that store.
 This version runs no game servers on agents yet: servers are placed on
 the local node of kiln serve.`,
 }
@@ -39,12 +42,16 @@ type agentConfig struct {
 	PortRange  string
 	SFTPAddr   string
 	Runtime    string
-	LogLevel   string
-	LogFormat  string
-	NodeMemory string
-	NodeDisk   string
-	ports      node.PortRange
-	offer      node.Offer
+	// The blob store every node shares, as kiln serve's --blob-url.
+	BlobURL         string
+	BlobAccessKeyID string
+	BlobSecretKey   string
+	LogLevel        string
+	LogFormat       string
+	NodeMemory      string
+	NodeDisk        string
+	ports           node.PortRange
+	offer           node.Offer
 }
 
 func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
@@ -57,6 +64,9 @@ func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
 	s.fs.StringVar(&c.PortRange, "port-range", "25565-25664", "game ports this node hands out (FIRST-LAST)")
 	s.fs.StringVar(&c.SFTPAddr, "sftp-addr", ":2022", "this node's SFTP listener (host:port)")
 	s.fs.StringVar(&c.Runtime, "runtime", "process", "process or docker: how game servers run on this node")
+	s.fs.StringVar(&c.BlobURL, "blob-url", "", "the blob store every node shares, as the control plane's kiln serve --blob-url: s3://bucket/prefix?endpoint=https://…&region=… or file:///dir each machine mounts (required)")
+	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
+	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
 	s.fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	registerOfferFlags(s, &c.NodeMemory, &c.NodeDisk, "this node")
@@ -93,6 +103,9 @@ func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
 	if c.offer, err = parseOffer(c.NodeMemory, c.NodeDisk); err != nil {
 		return c, err
 	}
+	if c.BlobURL == "" {
+		return c, usageError{"--blob-url is required: the blob store every node shares (the control plane's kiln serve --blob-url, an S3 bucket or a directory each machine mounts)"}
+	}
 	return c, nil
 }
 
@@ -116,10 +129,14 @@ func agentMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	log := slog.New(h)
 	ver := buildVersion()
-	log.Info("kiln agent starting", "version", ver, "server", cfg.Server, "data_dir", cfg.DataDir, "public_host", cfg.PublicHost)
+	blobs, err := blob.Open(ctx, cfg.BlobURL, blob.Options{AccessKeyID: cfg.BlobAccessKeyID, SecretAccessKey: cfg.BlobSecretKey})
+	if err != nil {
+		return usageError{"--blob-url: " + err.Error()}
+	}
+	log.Info("kiln agent starting", "version", ver, "server", cfg.Server, "data_dir", cfg.DataDir, "public_host", cfg.PublicHost, "blob_store", blobs.String())
 	err = agent.Run(ctx, agent.Config{
 		ServerURL: cfg.Server, JoinToken: cfg.JoinToken, DataDir: cfg.DataDir, PublicHost: cfg.PublicHost,
-		Ports: cfg.ports, SFTPAddr: cfg.SFTPAddr, Runtime: cfg.Runtime, Version: ver, Offer: cfg.offer,
+		Ports: cfg.ports, SFTPAddr: cfg.SFTPAddr, Runtime: cfg.Runtime, Version: ver, Offer: cfg.offer, Blobs: blobs,
 	}, log)
 	if err != nil {
 		return err

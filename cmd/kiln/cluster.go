@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/agent"
+	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/node"
 	"github.com/kilnhq/kiln/internal/nodes"
@@ -70,7 +71,7 @@ type clusterParts struct {
 
 // startCluster makes or opens the CA and lists the local node; it runs
 // nothing yet (run does).
-func startCluster(ctx context.Context, cfg serveConfig, db *store.DB, box nodes.Sealer, roots string, ports node.PortRange, sftpLn net.Listener, runtimeName, ver string, log *slog.Logger) (*clusterParts, error) {
+func startCluster(ctx context.Context, cfg serveConfig, db *store.DB, box nodes.Sealer, blobs blob.Store, roots string, ports node.PortRange, sftpLn net.Listener, runtimeName, ver string, log *slog.Logger) (*clusterParts, error) {
 	sftpAddr := ""
 	if sftpLn != nil {
 		sftpAddr = sftpLn.Addr().String()
@@ -104,7 +105,13 @@ func startCluster(ctx context.Context, cfg serveConfig, db *store.DB, box nodes.
 	}
 	p := &clusterParts{svc: svc, local: cfg.NodeName, measure: agent.Measure(roots, ports, cfg.nodeOffer), within: cfg.NodeUnreachableAfter}
 	if cfg.ClusterAddr != "" {
-		p.endpoint = nodes.NewEndpoint(svc, ca, nodes.EndpointOptions{UnreachableAfter: cfg.NodeUnreachableAfter}, log)
+		// Agents prove they share the blob store by this marker.
+		marker, err := nodes.WriteMarker(ctx, blobs)
+		if err != nil {
+			return nil, fmt.Errorf("the blob store agents must share (--blob-url): %w", err)
+		}
+		log.Info("blob store marker for agents", "store", blobs.String(), "key", marker.Key, "sha256", marker.SHA256)
+		p.endpoint = nodes.NewEndpoint(svc, ca, nodes.EndpointOptions{UnreachableAfter: cfg.NodeUnreachableAfter, Marker: &marker}, log)
 	}
 	return p, nil
 }
@@ -136,7 +143,9 @@ working).`,
 unreachable: silent longer than kiln serve's --node-unreachable-after),
 the address its connection comes from, its public host, last heartbeat,
 memory allocated to its servers of its total, disk free of total, free
-game ports, servers and version. --json prints every field.`,
+game ports, servers, version and when its certificate expires (agents
+renew theirs when a third of its year is left; "(renewing)": a renewed one
+is signed, not used yet). --json prints every field.`,
 	"drain":   `Drain node NAME: no new servers are placed on it (placement across nodes comes with a later version: today servers are created on the local node of the kiln serve asked).`,
 	"undrain": `Undrain node NAME: servers may be placed on it again.`,
 	"remove": `Remove node NAME. Refused while servers are on it (delete them first), and
@@ -249,6 +258,7 @@ type nodeJSON struct {
 	Servers           int     `json:"servers"`
 	JoinExpiresAt     *int64  `json:"join_expires_at"`
 	CertExpiresAt     *int64  `json:"certificate_expires_at"`
+	CertRenewing      bool    `json:"certificate_renewing"`
 	EnrolledAt        *int64  `json:"enrolled_at"`
 	CreatedAt         int64   `json:"created_at"`
 }
@@ -267,7 +277,7 @@ func writeNodesJSON(w io.Writer, list []nodes.Node) error {
 		j := nodeJSON{Name: n.Name, Kind: string(n.Kind), Status: string(n.Status), Draining: n.Draining,
 			Address: str(n.Address), PublicHost: str(n.PublicHost), SFTPAddr: str(n.SFTPAddr), Runtime: str(n.Runtime), Version: str(n.Version),
 			LastHeartbeatAt: n.LastHeartbeatAt, MemoryAllocatedMB: n.MemoryAllocatedMB, Servers: n.Servers,
-			JoinExpiresAt: n.JoinExpiresAt, CertExpiresAt: n.CertExpiresAt, EnrolledAt: n.EnrolledAt, CreatedAt: n.CreatedAt}
+			JoinExpiresAt: n.JoinExpiresAt, CertExpiresAt: n.CertExpiresAt, CertRenewing: n.CertRenewing, EnrolledAt: n.EnrolledAt, CreatedAt: n.CreatedAt}
 		if n.PortFirst > 0 {
 			j.PortRange = str(node.PortRange{First: n.PortFirst, Last: n.PortLast}.String())
 		}
@@ -286,7 +296,7 @@ func writeNodesJSON(w io.Writer, list []nodes.Node) error {
 
 func writeNodesTable(w io.Writer, list []nodes.Node) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATUS\tADDRESS\tPUBLIC HOST\tLAST HEARTBEAT\tMEMORY (ALLOCATED/TOTAL)\tDISK (FREE/TOTAL)\tFREE PORTS\tSERVERS\tVERSION")
+	fmt.Fprintln(tw, "NAME\tSTATUS\tADDRESS\tPUBLIC HOST\tLAST HEARTBEAT\tMEMORY (ALLOCATED/TOTAL)\tDISK (FREE/TOTAL)\tFREE PORTS\tSERVERS\tVERSION\tCERTIFICATE EXPIRES")
 	dash := func(s string) string {
 		if s == "" {
 			return "-"
@@ -309,7 +319,16 @@ func writeNodesTable(w io.Writer, list []nodes.Node) error {
 		if n.Status == nodes.StatusPending && n.JoinExpiresAt != nil && *n.JoinExpiresAt <= time.Now().UnixMilli() {
 			status += " (token expired)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", n.Name, status, dash(addr), dash(n.PublicHost), beat, mem, disk, ports, n.Servers, dash(n.Version))
+		cert := "-"
+		if n.CertExpiresAt != nil {
+			// An agent renews its certificate when a third of its year is
+			// left; one closer to its end than that has not managed to.
+			cert = time.UnixMilli(*n.CertExpiresAt).UTC().Format(time.DateOnly)
+			if n.CertRenewing {
+				cert += " (renewing)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.Name, status, dash(addr), dash(n.PublicHost), beat, mem, disk, ports, n.Servers, dash(n.Version), cert)
 	}
 	return tw.Flush()
 }

@@ -125,9 +125,12 @@ func waitNode(t *testing.T, dir, name, what string, cond func(n nodeJSON, ok boo
 	})
 }
 
-func agentArgs(url, dataDir, ports string, extra ...string) []string {
+// agentArgs are the flags of an agent of the control plane whose data
+// dir is cpDir: it shares its blob store (kiln serve's default, the data
+// dir's blobs).
+func agentArgs(url, cpDir, dataDir, ports string, extra ...string) []string {
 	return append([]string{"--server", url, "--data-dir", dataDir, "--public-host", "127.0.0.2", "--port-range", ports,
-		"--sftp-addr", "127.0.0.2:2022"}, extra...)
+		"--sftp-addr", "127.0.0.2:2022", "--blob-url", "file://" + filepath.Join(cpDir, "blobs")}, extra...)
 }
 
 // TestAgentJoins: an agent on 127.0.0.2 joins a kiln serve on 127.0.0.1
@@ -152,7 +155,7 @@ func TestAgentJoins(t *testing.T) {
 	}
 	defer busy.Close()
 	adir := filepath.Join(t.TempDir(), "agent")
-	a := startAgent(t, agentArgs(url, adir, ports.String(), "--join-token", tok)...)
+	a := startAgent(t, agentArgs(url, dir, adir, ports.String(), "--join-token", tok)...)
 	n := waitNode(t, dir, "edge-1", "edge-1 ready", func(n nodeJSON, ok bool) bool { return ok && n.Status == "ready" })
 	if n.Kind != "agent" || deref(n.PublicHost) != "127.0.0.2" || deref(n.SFTPAddr) != "127.0.0.2:2022" || deref(n.PortRange) != ports.String() ||
 		deref(n.Runtime) != "process" || deref(n.Version) != "dev" || !strings.HasPrefix(deref(n.Address), "127.0.0.1:") ||
@@ -180,7 +183,7 @@ func TestAgentJoins(t *testing.T) {
 	}
 
 	// The token again, by another agent: refused.
-	_, errOut, code := kiln(t, append([]string{"agent"}, agentArgs(url, t.TempDir(), ports.String(), "--join-token", tok)...)...)
+	_, errOut, code := kiln(t, append([]string{"agent"}, agentArgs(url, dir, t.TempDir(), ports.String(), "--join-token", tok)...)...)
 	if code != 1 || !strings.Contains(errOut, "kiln: join the cluster: the join token was used already (INVALID_JOIN_TOKEN)\n") {
 		t.Errorf("a used token: exit %d, %s", code, errOut)
 	}
@@ -194,7 +197,7 @@ func TestAgentJoins(t *testing.T) {
 		t.Fatal(err)
 	}
 	db.Close()
-	_, errOut, code = kiln(t, append([]string{"agent"}, agentArgs(url, t.TempDir(), ports.String(), "--join-token", tok2)...)...)
+	_, errOut, code = kiln(t, append([]string{"agent"}, agentArgs(url, dir, t.TempDir(), ports.String(), "--join-token", tok2)...)...)
 	if code != 1 || !strings.Contains(errOut, "kiln: join the cluster: the join token expired at 1970-01-01T00:00:01Z; make a new one with kiln admin node add edge-2 (INVALID_JOIN_TOKEN)\n") {
 		t.Errorf("an expired token: exit %d, %s", code, errOut)
 	}
@@ -219,7 +222,7 @@ func TestAgentJoins(t *testing.T) {
 		t.Fatalf("agent after SIGTERM: exit %d\n%s", code, a.Stderr())
 	}
 	before := *nodeList(t, dir)["edge-1"].LastHeartbeatAt
-	a = startAgent(t, agentArgs(url, adir, ports.String())...)
+	a = startAgent(t, agentArgs(url, dir, adir, ports.String())...)
 	waitNode(t, dir, "edge-1", "edge-1 reporting again", func(n nodeJSON, ok bool) bool {
 		return ok && n.Status == "ready" && n.LastHeartbeatAt != nil && *n.LastHeartbeatAt > before
 	})
@@ -229,9 +232,10 @@ func TestAgentJoins(t *testing.T) {
 	a.exit(t)
 	waitNode(t, dir, "edge-1", "edge-1 unreachable", func(n nodeJSON, ok bool) bool { return ok && n.Status == "unreachable" })
 	out, _, _ := kiln(t, "admin", "node", "list", "--data-dir", dir)
-	if !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+ADDRESS\s+PUBLIC HOST\s+LAST HEARTBEAT\s+MEMORY \(ALLOCATED/TOTAL\)\s+DISK \(FREE/TOTAL\)\s+FREE PORTS\s+SERVERS\s+VERSION\n` +
-		`edge-1\s+unreachable\s+127\.0\.0\.1:\d+\s+127\.0\.0\.2\s+\S+Z\s+0B/\S+\s+\S+/\S+\s+9\s+0\s+dev\n` +
-		`edge-2\s+pending \(token expired\)\s+-\s+-\s+-\s+-\s+-\s+-\s+0\s+-\n` +
+	certExpires := time.UnixMilli(*nodeList(t, dir)["edge-1"].CertExpiresAt).UTC().Format(time.DateOnly)
+	if !regexp.MustCompile(`(?m)^NAME\s+STATUS\s+ADDRESS\s+PUBLIC HOST\s+LAST HEARTBEAT\s+MEMORY \(ALLOCATED/TOTAL\)\s+DISK \(FREE/TOTAL\)\s+FREE PORTS\s+SERVERS\s+VERSION\s+CERTIFICATE EXPIRES\n` +
+		`edge-1\s+unreachable\s+127\.0\.0\.1:\d+\s+127\.0\.0\.2\s+\S+Z\s+0B/\S+\s+\S+/\S+\s+9\s+0\s+dev\s+` + certExpires + `\n` +
+		`edge-2\s+pending \(token expired\)\s+-\s+-\s+-\s+-\s+-\s+-\s+0\s+-\s+-\n` +
 		`local\s+ready\s+\(local\)\s+127\.0\.0\.1\s+`).MatchString(out) {
 		t.Errorf("node list:\n%s", out)
 	}
@@ -292,7 +296,7 @@ func TestAgentChecksControlPlane(t *testing.T) {
 			})
 		}
 	})
-	_, errOut, code := kiln(t, append([]string{"agent"}, agentArgs("https://"+ln.Addr().String(), t.TempDir(), ports, "--join-token", tok)...)...)
+	_, errOut, code := kiln(t, append([]string{"agent"}, agentArgs("https://"+ln.Addr().String(), dir, t.TempDir(), ports, "--join-token", tok)...)...)
 	ln.Close()
 	read.Wait()
 	wantErr := "the control plane's certificate authority is not the join token's (token: " + tok[5:69] + ", shown: " + fake.Fingerprint() + "); the token was not sent\n"
@@ -307,14 +311,14 @@ func TestAgentChecksControlPlane(t *testing.T) {
 	sum := sha256.Sum256([]byte("forged"))
 	forged := "KILN1" + hex.EncodeToString(sum[:]) + tok[69:]
 	adir := t.TempDir()
-	_, errOut, code = kiln(t, append([]string{"agent"}, agentArgs(url, adir, ports, "--join-token", forged)...)...)
+	_, errOut, code = kiln(t, append([]string{"agent"}, agentArgs(url, dir, adir, ports, "--join-token", forged)...)...)
 	if code != 1 || !strings.Contains(errOut, "kiln: the control plane's certificate authority is not the join token's (token: "+hex.EncodeToString(sum[:])+", shown: "+tok[5:69]+"); the token was not sent\n") {
 		t.Errorf("a forged fingerprint: exit %d, %s", code, errOut)
 	}
 	if _, err := os.Stat(filepath.Join(adir, "node.pem")); !os.IsNotExist(err) {
 		t.Errorf("a refused join left a certificate: %v", err)
 	}
-	startAgent(t, agentArgs(url, adir, ports, "--join-token", tok)...)
+	startAgent(t, agentArgs(url, dir, adir, ports, "--join-token", tok)...)
 	waitNode(t, dir, "edge-1", "edge-1 ready with the genuine token", func(n nodeJSON, ok bool) bool { return ok && n.Status == "ready" })
 }
 
@@ -326,7 +330,7 @@ func TestRemovedNodeCut(t *testing.T) {
 	_, url := startControlPlane(t, dir)
 	tok := nodeAdd(t, dir, "edge-1")
 	adir := t.TempDir()
-	a := startAgent(t, agentArgs(url, adir, serverstest.PortRange(t, 10).String(), "--join-token", tok)...)
+	a := startAgent(t, agentArgs(url, dir, adir, serverstest.PortRange(t, 10).String(), "--join-token", tok)...)
 	waitNode(t, dir, "edge-1", "edge-1 ready", func(n nodeJSON, ok bool) bool { return ok && n.Status == "ready" })
 
 	if _, errOut, code := kiln(t, "admin", "node", "remove", "local", "--data-dir", dir); code != 1 ||
@@ -375,7 +379,7 @@ func TestRemovedNodeCut(t *testing.T) {
 // TestClusterFlags: mistakes on the command line of the cluster's
 // commands exit 2 with what is wrong.
 func TestClusterFlags(t *testing.T) {
-	good := []string{"--server", "https://127.0.0.1:7000", "--public-host", "127.0.0.2", "--data-dir", t.TempDir()}
+	good := []string{"--server", "https://127.0.0.1:7000", "--public-host", "127.0.0.2", "--data-dir", t.TempDir(), "--blob-url", "file://" + t.TempDir()}
 	for _, c := range []struct {
 		args []string
 		want string
@@ -391,6 +395,8 @@ func TestClusterFlags(t *testing.T) {
 		{append(good, "--sftp-addr", "2022"), `--sftp-addr "2022"`},
 		{append(good, "--runtime", "vm"), `--runtime "vm": want process or docker`},
 		{append(good, "extra"), "kiln agent takes no arguments"},
+		{[]string{"agent", "--server", "https://cp:7000", "--public-host", "h"}, "--blob-url is required: the blob store every node shares"},
+		{append(good, "--blob-url", "ftp://x/y"), `--blob-url: open blob store: unsupported scheme "ftp"`},
 		{[]string{"admin", "node", "add"}, "kiln admin node add NAME takes 1 argument(s), got 0"},
 		{[]string{"admin", "node", "add", "a b"}, `NAME: node name "a b"`},
 		{[]string{"admin", "node", "list", "x"}, "kiln admin node list takes 0 argument(s), got 1"},
@@ -408,4 +414,27 @@ func TestClusterFlags(t *testing.T) {
 	if code != 1 || !strings.HasSuffix(errOut, "kiln: this agent has not joined a cluster yet: give it --join-token (kiln admin node add NAME on the control plane prints one)\n") {
 		t.Errorf("agent without identity or token: exit %d %q", code, errOut)
 	}
+}
+
+// TestAgentBlobStore: an agent whose --blob-url is not the control
+// plane's store (another directory) joins, finds no marker there and
+// stops, saying which store it does not see; started again on the
+// control plane's store, it serves.
+func TestAgentBlobStore(t *testing.T) {
+	dir := t.TempDir()
+	cp, url := startControlPlane(t, dir)
+	if !strings.Contains(cp.Stderr(), `msg="blob store marker for agents" store=file://`+filepath.Join(dir, "blobs")+" key=cluster/marker sha256=") {
+		t.Errorf("the control plane's log names no marker:\n%s", cp.Stderr())
+	}
+	tok := nodeAdd(t, dir, "edge-1")
+	ports := serverstest.PortRange(t, 10).String()
+	adir, other := t.TempDir(), t.TempDir()
+	_, errOut, code := kiln(t, append([]string{"agent"}, agentArgs(url, dir, adir, ports, "--join-token", tok, "--blob-url", "file://"+other)...)...)
+	want := "kiln: this agent does not see the control plane's blob store at file://" + other + ": the marker cluster/marker the control plane wrote is not there; " +
+		"give kiln agent the --blob-url every node shares (an S3 bucket, or a directory each machine mounts) and start it again\n"
+	if code != 1 || !strings.HasSuffix(errOut, want) {
+		t.Errorf("an agent on another store: exit %d, stderr:\n%s\nwant it to end with %q", code, errOut, want)
+	}
+	startAgent(t, agentArgs(url, dir, adir, ports)...)
+	waitNode(t, dir, "edge-1", "edge-1 ready on the shared store", func(n nodeJSON, ok bool) bool { return ok && n.Status == "ready" })
 }

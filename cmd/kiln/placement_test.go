@@ -45,7 +45,7 @@ func TestPlacementFlags(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no node endpoint in the log:\n%s", p.Stderr())
 	}
-	startAgent(t, agentArgs("https://"+m[1], filepath.Join(t.TempDir(), "agent"), serverstest.PortRange(t, 5).String(),
+	startAgent(t, agentArgs("https://"+m[1], dir, filepath.Join(t.TempDir(), "agent"), serverstest.PortRange(t, 5).String(),
 		"--join-token", nodeAdd(t, dir, "edge"), "--node-memory", "3G", "--node-disk", "4G")...)
 	edge := waitNode(t, dir, "edge", "edge ready", func(n nodeJSON, ok bool) bool { return ok && n.Status == "ready" })
 	local := nodeList(t, dir)["local"]

@@ -513,7 +513,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("the key for stored secrets: %w", err)
 	}
-	clusterSvc, err := startCluster(ctx, cfg, db, box, filepath.Join(cfg.DataDir, "servers"), ports, sshLn, rt.Name(), ver, log)
+	clusterSvc, err := startCluster(ctx, cfg, db, box, blobs, filepath.Join(cfg.DataDir, "servers"), ports, sshLn, rt.Name(), ver, log)
 	if err != nil {
 		return err
 	}

@@ -19,10 +19,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/node"
 )
@@ -47,6 +49,21 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between attempts to reach
 	// the control plane (500 ms, 30 s).
 	MinBackoff, MaxBackoff time.Duration
+	// Handler answers the control plane's calls on the channel (HTTP/2,
+	// the agent serving); nil answers GET /v1/ping (cluster.PathPing)
+	// and 404 to the rest.
+	Handler http.Handler
+	// RenewCheck is how often the agent checks whether its certificate
+	// is due for renewal (cluster.RenewDue), besides at its first
+	// welcome (1 h).
+	RenewCheck time.Duration
+	// Now is the agent's clock for that check (time.Now).
+	Now func() time.Time
+	// Blobs is the blob store every node shares (kiln agent --blob-url):
+	// the agent serves only once it finds in it the marker the control
+	// plane's Welcome names (BlobStoreError otherwise). nil: none, for a
+	// control plane that names no marker either.
+	Blobs blob.Store
 }
 
 // RefusedError: the control plane answered with a refusal no retry
@@ -64,13 +81,22 @@ func (e *RefusedError) Error() string { return e.Message + " (" + e.Code + ")" }
 // token), then holds a session with the control plane, reconnecting with
 // backoff, until ctx ends (nil) or the control plane refuses this node
 // (*RefusedError, also for enrollment; or *cluster.FingerprintError when
-// the control plane is not the token's).
+// the control plane is not the token's). At its first welcome (and at
+// any later one naming another marker) it checks that its blob store is
+// the control plane's, and stops with *BlobStoreError if not, before it
+// serves anything.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if cfg.MinBackoff <= 0 {
 		cfg.MinBackoff = 500 * time.Millisecond
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 30 * time.Second
+	}
+	if cfg.RenewCheck <= 0 {
+		cfg.RenewCheck = time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("create the data dir: %w", err)
@@ -94,13 +120,23 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Info("joined already; --join-token is not needed and was not used", "node", id.name)
 	}
 	log = log.With("node", id.name)
-	a := &agent{cfg: cfg, id: id, log: log, client: &http.Client{Transport: &http.Transport{
+	if cfg.Handler == nil {
+		cfg.Handler = pingHandler(id.name, cfg.Version)
+	}
+	a := &agent{cfg: cfg, log: log, renewed: make(chan struct{}, 1)}
+	a.setIdentity(id)
+	defer func() { _, c := a.current(); c.CloseIdleConnections() }()
+	return a.run(ctx)
+}
+
+// nodeClient is the HTTP/2 client of the node endpoint with id's
+// certificate.
+func nodeClient(id identity) *http.Client {
+	return &http.Client{Transport: &http.Transport{
 		TLSClientConfig:   cluster.NodeTLS(id.ca, id.cert),
 		ForceAttemptHTTP2: true,
 		HTTP2:             &http.HTTP2Config{SendPingTimeout: 15 * time.Second, PingTimeout: 15 * time.Second},
-	}}}
-	defer a.client.CloseIdleConnections()
-	return a.run(ctx)
+	}}
 }
 
 // join enrolls with the join token, retrying while the control plane
@@ -213,14 +249,54 @@ func answerError(status int, data []byte) error {
 
 // agent is an enrolled node's connection to the control plane.
 type agent struct {
-	cfg    Config
+	cfg Config
+	log *slog.Logger
+
+	// mu guards the identity and the client made with it: a renewal
+	// replaces both (renew.go).
+	mu     sync.Mutex
 	id     identity
-	log    *slog.Logger
 	client *http.Client
+	// renewed asks the session to end, so that the next connects with
+	// the renewed certificate.
+	renewed chan struct{}
+
+	// started starts the channel and the renewal check at the first
+	// welcome; loops owns their goroutines (run waits for them).
+	started sync.Once
+	loops   sync.WaitGroup
+	// marker is the blob store marker found in Config.Blobs (sessions
+	// run one at a time: no lock).
+	marker *cluster.BlobMarker
 }
 
-// run holds sessions until ctx ends or the control plane refuses the node.
+// current is the node's identity and the client made with it.
+func (a *agent) current() (identity, *http.Client) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.id, a.client
+}
+
+// setIdentity makes id the node's identity, with a client of its own;
+// the older client's idle connections are closed (its session's when
+// the session ends).
+func (a *agent) setIdentity(id identity) {
+	a.mu.Lock()
+	old := a.client
+	a.id, a.client = id, nodeClient(id)
+	a.mu.Unlock()
+	if old != nil {
+		old.CloseIdleConnections()
+	}
+}
+
+// run holds sessions until ctx ends or the control plane refuses the
+// node; from the first welcome it also holds the channel (channel.go),
+// which ends with it.
 func (a *agent) run(ctx context.Context) error {
+	defer a.loops.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	b := newBackoff(a.cfg.MinBackoff, a.cfg.MaxBackoff)
 	for {
 		welcomed, err := a.session(ctx)
@@ -230,8 +306,14 @@ func (a *agent) run(ctx context.Context) error {
 		if re, ok := errors.AsType[*RefusedError](err); ok {
 			return fmt.Errorf("the control plane refused this node: %w", re)
 		}
+		if be, ok := errors.AsType[*BlobStoreError](err); ok {
+			return be
+		}
 		if welcomed {
 			b.reset()
+		}
+		if errors.Is(err, errRenewed) {
+			continue
 		}
 		d := b.next()
 		a.log.Warn("session with the control plane ended; reconnecting", "err", err, "in", d.Round(time.Millisecond))
@@ -247,8 +329,22 @@ func (a *agent) run(ctx context.Context) error {
 // nothing for three intervals (a control plane that hangs). welcomed
 // says whether the session was open.
 func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
+	runCtx := ctx // the channel's: it outlives this session
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A renewal done between sessions asked for nothing this one needs:
+	// it connects with the renewed certificate already.
+	select {
+	case <-a.renewed:
+	default:
+	}
+	_, client := a.current()
+	defer func() {
+		// A renewal replaced the client: its connection, idle now, goes.
+		if _, cur := a.current(); cur != client {
+			client.CloseIdleConnections()
+		}
+	}()
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.ServerURL+cluster.PathSession, pr)
@@ -266,7 +362,7 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 	intervals := make(chan time.Duration, 1)
 	writeErr := make(chan error, 1)
 	go func() { writeErr <- a.beat(ctx, enc, hello, intervals) }()
-	resp, err := a.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return false, err
 	}
@@ -312,14 +408,26 @@ func (a *agent) session(ctx context.Context) (welcomed bool, err error) {
 			return welcomed, fmt.Errorf("send to the control plane: %w", err)
 		case <-quiet.C:
 			return welcomed, errors.New("the control plane stopped answering")
+		case <-a.renewed:
+			return welcomed, errRenewed
 		case d := <-lines:
 			switch {
 			case d.Type == cluster.TypeWelcome && d.Welcome != nil && !welcomed:
+				if m := d.Welcome.BlobMarker; a.marker == nil || m == nil || *m != *a.marker {
+					if err := checkBlobs(ctx, a.cfg.Blobs, m); err != nil {
+						return false, err
+					}
+					a.marker = m
+				}
 				interval = time.Duration(d.Welcome.HeartbeatIntervalMS) * time.Millisecond
 				interval = min(max(interval, 50*time.Millisecond), time.Minute)
 				welcomed = true
 				intervals <- interval
 				a.log.Info("session with the control plane open", "server", a.cfg.ServerURL, "heartbeat_interval", interval)
+				a.started.Do(func() {
+					a.loops.Go(func() { a.holdChannel(runCtx, interval) })
+					a.loops.Go(func() { a.renewLoop(runCtx) })
+				})
 			case d.Type == cluster.TypeAck:
 			default:
 				a.log.Debug("a message from the control plane this agent does not know", "type", d.Type)

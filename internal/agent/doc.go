@@ -4,9 +4,14 @@
 // control plane: it reports what the host has and reconnects with backoff
 // when the session ends.
 //
-// Phase 1 (this version): identity and membership only. It runs no game
-// servers yet; the next phases add them (the runtime, files, console,
-// SFTP, snapshots) behind commands that come down the session.
+// Once its first session is welcomed it also holds the channel
+// (channel.go, internal/cluster's doc): a second connection it dials, on
+// which it serves the control plane's calls over HTTP/2 with
+// Config.Handler, redialed with backoff apart from the session, until
+// Run ends. It serves the channel only to a control plane its pinned CA
+// vouches for (cluster.NodeChannelTLS). It runs no game servers yet; the
+// next phases add them (the runtime, files, console, SFTP, snapshots)
+// as handlers on the channel.
 //
 // Its data dir: ca.pem (the cluster CA, pinned at enrollment), node.key
 // (its private key, made here and never sent: the control plane gets a
@@ -15,6 +20,29 @@
 // dir). The key is written before the request is sent: an agent killed
 // before it stored the certificate asks again with the same key and the
 // same token, and the control plane answers that key again.
+//
+// Renewal (renew.go): when less than a third of its certificate's life
+// is left (checked at the first welcome and every Config.RenewCheck),
+// the agent makes a new key, writes it to node.key.next, has the control
+// plane sign it over mutual TLS with the current certificate, writes the
+// answer to node.pem.next, then renames the key and the certificate over
+// node.key and node.pem, and reconnects with them. Each file is written
+// whole and synced before the next step; at every start a complete new
+// pair left by a kill is promoted, half a rename finished, and a new key
+// without its certificate removed (promoteNext). The control plane
+// accepts the current and the renewed certificate until it sees the
+// renewed one, so whichever pair a kill leaves is accepted.
+//
+// The blob store (blobs.go): every node shares the control plane's
+// (Config.Blobs, kiln agent --blob-url). The Welcome names the marker
+// the control plane wrote into its store; at its first welcome (its join,
+// or each start) the agent reads it through its own store and, when it
+// is missing, holds other bytes or cannot be read, stops with
+// *BlobStoreError — a sentence naming the store as blob.Store.String
+// gives it, no credentials — before it opens the channel or renews
+// anything. A later welcome naming another marker is checked again.
+// It links internal/blob, whose S3 client brings database/sql/driver
+// (interfaces only; the import test allows that one package).
 //
 // What it must never do: import the database layer or the secret key's
 // box (TestAgentImportsNoDatabase over go list -deps), send the join

@@ -21,6 +21,10 @@ const (
 	CAFile   = "ca.pem"   // the cluster CA's certificate, pinned at enrollment
 	KeyFile  = "node.key" // the node's private key (PKCS #8), made here, never sent
 	CertFile = "node.pem" // the node's certificate; its presence means enrolled
+	// KeyNextFile and CertNextFile are a renewal's new key and
+	// certificate until they are renamed over KeyFile and CertFile.
+	KeyNextFile  = "node.key.next"
+	CertNextFile = "node.pem.next"
 )
 
 // identity is an enrolled node's key, certificate and pinned CA.
@@ -35,8 +39,12 @@ var errNotEnrolled = errors.New("not enrolled")
 
 // loadIdentity reads the identity of dir, checking that it holds
 // together: the certificate is of the key and chains to the pinned CA.
+// A renewal a kill cut short is finished or undone first (promoteNext).
 // Errors: errNotEnrolled when there is no certificate.
 func loadIdentity(dir string) (identity, error) {
+	if err := promoteNext(dir); err != nil {
+		return identity{}, err
+	}
 	certPEM, err := os.ReadFile(filepath.Join(dir, CertFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return identity{}, errNotEnrolled
@@ -118,6 +126,88 @@ func nodeKey(dir string) (crypto.Signer, error) {
 	return k, nil
 }
 
+// promoteNext makes a renewal's new pair the node's: node.key.next over
+// node.key, then node.pem.next over node.pem, the directory synced. It
+// also finishes a promotion a kill cut short, at start: a complete new
+// pair (node.pem.next of node.key.next) is promoted; node.pem.next of
+// node.key (killed between the two renames) is renamed; a new key
+// without its certificate (the control plane's answer never written)
+// is removed, as is a node.pem.next that is no certificate of this
+// node's from the pinned CA for the key beside it. Either way the node
+// is left one whole pair: the current one, which the control plane
+// accepts until it sees the new one, or the new one, which it accepts
+// from its signature on.
+func promoteNext(dir string) error {
+	keyNext, certNext := filepath.Join(dir, KeyNextFile), filepath.Join(dir, CertNextFile)
+	certPEM, err := os.ReadFile(certNext)
+	if errors.Is(err, os.ErrNotExist) {
+		return removeAll(dir, keyNext)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", certNext, err)
+	}
+	keyPEM, err := os.ReadFile(keyNext)
+	keyMoved := errors.Is(err, os.ErrNotExist)
+	if keyMoved {
+		keyPEM, err = os.ReadFile(filepath.Join(dir, KeyFile))
+	}
+	if err != nil {
+		return fmt.Errorf("read the node's new key: %w", err)
+	}
+	if !renewalOf(dir, certPEM, keyPEM) {
+		return removeAll(dir, keyNext, certNext)
+	}
+	if !keyMoved {
+		if err := os.Rename(keyNext, filepath.Join(dir, KeyFile)); err != nil {
+			return fmt.Errorf("promote the node's new key: %w", err)
+		}
+	}
+	if err := os.Rename(certNext, filepath.Join(dir, CertFile)); err != nil {
+		return fmt.Errorf("promote the node's new certificate: %w", err)
+	}
+	return syncDir(dir)
+}
+
+// renewalOf says whether certPEM and keyPEM are a pair, the certificate
+// a node certificate of the pinned CA for the node named in node.pem.
+func renewalOf(dir string, certPEM, keyPEM []byte) bool {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return false
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, CAFile))
+	if err != nil {
+		return false
+	}
+	ca, err := cluster.ParseCertificatePEM(caPEM)
+	if err != nil || checkNodeCert(pair.Leaf, ca) != nil {
+		return false
+	}
+	curPEM, err := os.ReadFile(filepath.Join(dir, CertFile))
+	if err != nil {
+		return false
+	}
+	cur, err := cluster.ParseCertificatePEM(curPEM)
+	return err == nil && cur.Subject.CommonName == pair.Leaf.Subject.CommonName
+}
+
+// removeAll removes paths (missing ones are no error) and syncs dir.
+func removeAll(dir string, paths ...string) error {
+	removed := false
+	for _, p := range paths {
+		err := os.Remove(p)
+		if err == nil {
+			removed = true
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("remove %s: %w", p, err)
+		}
+	}
+	if !removed {
+		return nil
+	}
+	return syncDir(dir)
+}
+
 // writeFile writes data to path, readable by the owner only, whole or
 // not at all: a temporary file, synced, renamed over path, the directory
 // synced.
@@ -144,13 +234,18 @@ func writeFile(path string, data []byte) error {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	d, err := os.Open(filepath.Dir(path))
+	return syncDir(filepath.Dir(path))
+}
+
+// syncDir makes the renames and removals in dir durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("sync %s: %w", filepath.Dir(path), err)
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", filepath.Dir(path), err)
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
 }

@@ -87,7 +87,9 @@ func NodeTLS(ca *x509.Certificate, cert tls.Certificate) *tls.Config {
 // against the CA when one is shown. One is not required at the handshake,
 // since enrollment has none; every other call refuses a request without
 // one (the endpoint's handler), and the handler also checks that the
-// certificate is its node's current one.
+// certificate is its node's current one. It offers ChannelProto before
+// the HTTP versions net/http adds: an agent dialing its channel offers
+// that alone, its session and enrollment offer h2 and http/1.1.
 func ServerTLS(ca *x509.Certificate, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)) *tls.Config {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
@@ -96,6 +98,7 @@ func ServerTLS(ca *x509.Certificate, getCert func(*tls.ClientHelloInfo) (*tls.Ce
 		GetCertificate: getCert,
 		ClientAuth:     tls.VerifyClientCertIfGiven,
 		ClientCAs:      pool,
+		NextProtos:     []string{ChannelProto},
 	}
 }
 

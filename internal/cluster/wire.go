@@ -18,6 +18,10 @@ const (
 	// then Heartbeats), messages down (Welcome, Acks; commands in a later
 	// phase), one JSON object a line each way, on one HTTP/2 stream.
 	PathSession = "/v1/session"
+	// PathRenew renews a node's certificate, with its current one: a
+	// certificate request for a new key in, the new certificate out
+	// (accepted next to the current one until the node uses it).
+	PathRenew = "/v1/renew"
 )
 
 // Error codes of the node endpoint's answers ({"error", "code"}, as the
@@ -53,6 +57,23 @@ type EnrollResponse struct {
 	Node        string `json:"node"`
 	Certificate string `json:"certificate"` // PEM: the node's certificate
 	CA          string `json:"ca"`          // PEM: the CA's certificate, to pin
+}
+
+// RenewRequest is the body of PathRenew.
+type RenewRequest struct {
+	CSR string `json:"csr"` // PEM "CERTIFICATE REQUEST" of a new key
+}
+
+// RenewResponse answers PathRenew.
+type RenewResponse struct {
+	Certificate string `json:"certificate"` // PEM
+}
+
+// RenewDue says whether a node certificate valid from notBefore to
+// notAfter should be renewed at now: when less than a third of its life
+// is left (four months of a year).
+func RenewDue(notBefore, notAfter, now time.Time) bool {
+	return notAfter.Sub(now) < notAfter.Sub(notBefore)/3
 }
 
 // Up is a message from the node to the control plane.
@@ -147,7 +168,23 @@ type Welcome struct {
 	// heartbeat: it decides, from how soon it calls a silent node
 	// unreachable.
 	HeartbeatIntervalMS int64 `json:"heartbeat_interval_ms"`
+	// BlobMarker names the object the control plane wrote into its blob
+	// store, for the agent to prove it sees the same store (nil: the
+	// control plane has none to show).
+	BlobMarker *BlobMarker `json:"blob_marker,omitempty"`
 }
+
+// BlobMarker is an object of random bytes the control plane wrote into
+// its blob store (once: replicas sharing the store share it), by key and
+// the SHA-256 of its bytes. An agent that reads the same bytes under the
+// key through its own --blob-url sees the same store.
+type BlobMarker struct {
+	Key    string `json:"key"`
+	SHA256 string `json:"sha256"` // lower-case hex
+}
+
+// MarkerKey is the blob key of the cluster's marker.
+const MarkerKey = "cluster/marker"
 
 // HeartbeatInterval is the interval a control plane asks for when it
 // calls a node unreachable after unreachableAfter of silence: a sixth of

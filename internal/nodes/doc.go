@@ -24,7 +24,15 @@
 //     it, with no list to distribute: every call checks the serial, and
 //     the endpoint checks the connections it holds every second, so a
 //     removal by kiln admin (another process, maybe another machine)
-//     cuts an open connection at once.
+//     cuts an open connection at once. A renewal (Renew, asked with the
+//     current certificate) signs a certificate for the node's new key and
+//     records its serial as pending (cert_next_serial): both are
+//     accepted until a call comes with the pending one (Authorize), which
+//     then becomes the current one and the older is refused (its
+//     connections cut by the member check). A renewal whose answer was
+//     lost is replaced by the next; the current certificate stays
+//     accepted throughout, so no kill of either side leaves the agent a
+//     certificate the row refuses.
 //   - Reports: each heartbeat sets heartbeat_at and reachable_until =
 //     now + the silence after which the control plane that took it calls
 //     the node unreachable (--node-unreachable-after): a status is read
@@ -35,6 +43,12 @@
 //   - Free ports are counted here: the ports of a node's range, less
 //     those its servers hold and those its report says something on the
 //     host listens on.
+//
+// The blob store marker (marker.go): a control plane serving the node
+// endpoint writes an object of random bytes into its blob store once
+// (cluster.MarkerKey, put if absent, so replicas sharing the store keep
+// one) and names it, with its SHA-256, in every Welcome; agents refuse
+// to serve when their own --blob-url does not hold it.
 //
 // It reads the servers table (internal/servers owns it) only to count
 // what a node holds — servers, allocated memory, ports — for listing,
@@ -85,7 +99,18 @@
 //     a docker node runs and a process node ignores), so servers asks for
 //     none; Request.Runtime is honoured for the day one does.
 //
-// Not yet (the next phases): commands down the session (so agents as
-// candidates), several control-plane replicas sharing agents (an agent
-// holds one session, with the replica it reached).
+// Calls down to agents (channel.go): each agent's channel (ALPN
+// cluster.ChannelProto on the endpoint's listener) is checked as a
+// session is — the CA, the row's serial, the member check every second —
+// and kept as the node's channel in this process, a newer replacing an
+// older. Client(node) is an HTTP client over it; a node without a live
+// channel here is *UnavailableError at once, as is a call whose channel
+// breaks under it (a silent peer within twice cluster.ChannelKeepalive);
+// the caller's context bounds every call. Connected(node) says whether a
+// node has one. Nothing waits for a node to come back: callers decide.
+//
+// Not yet (the next phases): the operations carried on the channel (so
+// agents as candidates), several control-plane replicas sharing agents
+// (an agent's session and channel are with the replica its --server
+// reaches: the others answer UnavailableError for it).
 package nodes

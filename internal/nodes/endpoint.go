@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,6 +28,11 @@ type EndpointOptions struct {
 	// kiln admin, another process, is cut within it.
 	RevocationPoll time.Duration
 	Now            func() time.Time
+	// Marker is the blob store marker named in every Welcome
+	// (WriteMarker): agents refuse to serve when their blob store does
+	// not hold it. nil names none (a control plane with no store
+	// agents share: tests).
+	Marker *cluster.BlobMarker
 }
 
 // Endpoint is the control plane's node endpoint (kiln serve
@@ -44,6 +50,7 @@ type Endpoint struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]member // connections that made a member's call
+	chans map[string]*channel // the live channel of each node (channel.go)
 }
 
 // member is a node as its certificate names it.
@@ -63,7 +70,7 @@ func NewEndpoint(svc *Service, ca *cluster.CA, opts EndpointOptions, log *slog.L
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Endpoint{svc: svc, ca: ca, opts: opts, log: log.With("component", "cluster"), conns: map[net.Conn]member{}}
+	return &Endpoint{svc: svc, ca: ca, opts: opts, log: log.With("component", "cluster"), conns: map[net.Conn]member{}, chans: map[string]*channel{}}
 }
 
 // Interval is the heartbeat interval nodes are asked for.
@@ -76,6 +83,9 @@ func (e *Endpoint) Interval() time.Duration {
 // replica) and returns once its goroutines are done.
 func (e *Endpoint) Serve(ctx context.Context, ln net.Listener) error {
 	interval := e.Interval()
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	protos.SetHTTP2(true)
 	srv := &http.Server{
 		Handler:           e,
 		TLSConfig:         cluster.ServerTLS(e.ca.Certificate(), e.certificate),
@@ -89,8 +99,16 @@ func (e *Endpoint) Serve(ctx context.Context, ln net.Listener) error {
 		},
 		// A peer gone without a word (a host switched off) is noticed by
 		// HTTP/2 pings, not after TCP's retransmissions.
-		HTTP2:    &http.HTTP2Config{SendPingTimeout: 2 * interval, PingTimeout: 2 * interval},
-		ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
+		HTTP2:     &http.HTTP2Config{SendPingTimeout: 2 * interval, PingTimeout: 2 * interval},
+		ErrorLog:  slog.NewLogLogger(e.log.Handler(), slog.LevelDebug),
+		Protocols: &protos,
+		// A connection whose ALPN protocol is the channel's is no HTTP
+		// client's: the agent serves HTTP/2 on it (channel.go). Sessions
+		// and enrollment negotiate h2 (or http/1.1) and are served as
+		// before: Protocols, set, keeps both with this map non-nil.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){
+			cluster.ChannelProto: func(_ *http.Server, c *tls.Conn, _ http.Handler) { e.serveChannel(ctx, c) },
+		},
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
@@ -167,7 +185,7 @@ func (e *Endpoint) sweep(ctx context.Context) {
 		return
 	}
 	for c, m := range held {
-		if members[m.name] != m.serial {
+		if !slices.Contains(members[m.name], m.serial) {
 			e.cut(c, m)
 		}
 	}
@@ -212,6 +230,16 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		e.session(w, r, m)
+	case cluster.PathRenew:
+		if r.Method != http.MethodPost {
+			writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "use POST")
+			return
+		}
+		m, ok := e.authorize(w, r)
+		if !ok {
+			return
+		}
+		e.renew(w, r, m)
 	default:
 		writeError(w, http.StatusNotFound, cluster.CodeNotFound, "no such call on the node endpoint")
 	}
@@ -270,6 +298,36 @@ func (e *Endpoint) enroll(w http.ResponseWriter, r *http.Request) {
 	}
 	e.log.Info("node enrolled", "node", name, "remote", r.RemoteAddr)
 	writeJSON(w, http.StatusOK, cluster.EnrollResponse{Node: name, Certificate: string(certPEM), CA: string(e.ca.CertificatePEM())})
+}
+
+// renew signs a new certificate for a node's new key (Service.Renew).
+func (e *Endpoint) renew(w http.ResponseWriter, r *http.Request, m member) {
+	r.Body = http.MaxBytesReader(w, r.Body, cluster.MaxMessage)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	var req cluster.RenewRequest
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, cluster.CodeValidation, "the body must be a JSON object {csr}")
+		return
+	}
+	certPEM, err := e.svc.Renew(r.Context(), e.ca, r.TLS.PeerCertificates[0], req.CSR)
+	if errors.Is(err, cluster.ErrCSR) {
+		writeError(w, http.StatusBadRequest, cluster.CodeInvalidCSR, err.Error())
+		return
+	}
+	if errors.Is(err, ErrNotMember) {
+		writeError(w, http.StatusForbidden, cluster.CodeNotMember, fmt.Sprintf("node %q renews with its current certificate only", m.name))
+		return
+	}
+	if err != nil {
+		e.log.Error("certificate renewal failed", "node", m.name, "err", err)
+		writeError(w, http.StatusInternalServerError, cluster.CodeInternal, "the control plane could not renew the certificate; see its log")
+		return
+	}
+	c, _ := cluster.ParseCertificatePEM(certPEM)
+	_, serial := cluster.NodeOf(c)
+	e.log.Info("node certificate renewed", "node", m.name, "serial", serial, "expires", c.NotAfter.UTC().Format(time.RFC3339))
+	writeJSON(w, http.StatusOK, cluster.RenewResponse{Certificate: string(certPEM)})
 }
 
 // session reads a node's Hello and heartbeats and answers a Welcome and
@@ -354,7 +412,8 @@ func (e *Endpoint) session(w http.ResponseWriter, r *http.Request, m member) {
 		}
 		return rc.Flush() == nil
 	}
-	if !send(cluster.Down{Type: cluster.TypeWelcome, Welcome: &cluster.Welcome{Node: m.name, HeartbeatIntervalMS: e.Interval().Milliseconds()}}) {
+	if !send(cluster.Down{Type: cluster.TypeWelcome, Welcome: &cluster.Welcome{Node: m.name, HeartbeatIntervalMS: e.Interval().Milliseconds(),
+		BlobMarker: e.opts.Marker}}) {
 		return
 	}
 	log.Info("node session open", "remote", r.RemoteAddr, "version", hello.Version, "public_host", hello.PublicHost)

@@ -28,11 +28,17 @@ import (
 // ends, calling a node unreachable after within; it returns its https URL.
 func serveEndpoint(t *testing.T, f *fixture, within time.Duration) (string, *Endpoint) {
 	t.Helper()
+	return serveEndpointOpts(t, f, EndpointOptions{UnreachableAfter: within, RevocationPoll: 20 * time.Millisecond})
+}
+
+// serveEndpointOpts is serveEndpoint with opts.
+func serveEndpointOpts(t *testing.T, f *fixture, opts EndpointOptions) (string, *Endpoint) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := NewEndpoint(f.svc, f.ca, EndpointOptions{UnreachableAfter: within, RevocationPoll: 20 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	ep := NewEndpoint(f.svc, f.ca, opts, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- ep.Serve(ctx, ln) }()

@@ -31,6 +31,7 @@ type Node struct {
 	LastHeartbeatAt   *int64 // Unix ms; nil: never
 	JoinExpiresAt     *int64 // pending nodes: when the join token stops working
 	CertExpiresAt     *int64 // agents: when their certificate expires
+	CertRenewing      bool   // agents: a renewed certificate signed, not used yet
 	EnrolledAt        *int64
 	CreatedAt         int64
 }
@@ -66,7 +67,7 @@ func (s *Service) list(ctx context.Context, q querier, only string) ([]Node, map
 	}
 	query := `SELECT name, kind, cert_serial, join_expires_at, cert_expires_at, drained_at, address, public_host,
 sftp_addr, port_first, port_last, runtime, version, memory_total, memory_free, disk_total, disk_free, ports_busy, heartbeat_at,
-reachable_until, created_at, enrolled_at FROM nodes`
+reachable_until, created_at, enrolled_at, cert_next_serial FROM nodes`
 	var args []any
 	if only != "" {
 		query += ` WHERE name = $1`
@@ -82,15 +83,15 @@ reachable_until, created_at, enrolled_at FROM nodes`
 	taken := map[string]map[int]bool{}
 	for rows.Next() {
 		var n Node
-		var serial sql.NullString
+		var serial, next sql.NullString
 		var joinExp, certExp, drained, beat, until, enrolled sql.NullInt64
 		var busy string
 		if err := rows.Scan(&n.Name, &n.Kind, &serial, &joinExp, &certExp, &drained, &n.Address, &n.PublicHost, &n.SFTPAddr,
 			&n.PortFirst, &n.PortLast, &n.Runtime, &n.Version, &n.MemoryTotal, &n.MemoryFree, &n.DiskTotal, &n.DiskFree, &busy,
-			&beat, &until, &n.CreatedAt, &enrolled); err != nil {
+			&beat, &until, &n.CreatedAt, &enrolled, &next); err != nil {
 			return nil, nil, fmt.Errorf("list nodes: %w", err)
 		}
-		n.Draining = drained.Valid
+		n.Draining, n.CertRenewing = drained.Valid, next.Valid
 		n.LastHeartbeatAt, n.CertExpiresAt, n.EnrolledAt = ptr(beat), ptr(certExp), ptr(enrolled)
 		switch {
 		case n.Kind == KindAgent && !serial.Valid:

@@ -2,6 +2,7 @@ package nodes
 
 import (
 	"context"
+	"crypto"
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
@@ -211,9 +212,16 @@ WHERE name = $5 AND kind = 'agent' AND join_digest = $6 AND join_expires_at > $4
 	return tok.Node, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
-// Authorize says whether serial is node name's current certificate.
-// Errors: ErrNotMember.
+// Authorize says whether serial is one of node name's certificates: its
+// current one, or the one a renewal signed (Renew) that the node may
+// hold now. A call with the renewed certificate makes it the current
+// one, and the older is refused from then: the node is seen with the
+// new one, so it holds it. Errors: ErrNotMember.
 func (s *Service) Authorize(ctx context.Context, name, serial string) error {
+	if _, err := s.db.Write().ExecContext(ctx, `UPDATE nodes SET cert_serial = cert_next_serial, cert_expires_at = cert_next_expires_at,
+cert_next_serial = NULL, cert_next_expires_at = NULL WHERE name = $1 AND kind = 'agent' AND cert_next_serial = $2`, name, serial); err != nil {
+		return fmt.Errorf("authorize node %q: %w", name, err)
+	}
 	var cur sql.NullString
 	err := s.db.Read().QueryRowContext(ctx, `SELECT cert_serial FROM nodes WHERE name = $1 AND kind = 'agent'`, name).Scan(&cur)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && (!cur.Valid || cur.String != serial)) {
@@ -225,20 +233,60 @@ func (s *Service) Authorize(ctx context.Context, name, serial string) error {
 	return nil
 }
 
-// Members maps every enrolled agent to its current certificate's serial.
-func (s *Service) Members(ctx context.Context) (map[string]string, error) {
-	rows, err := s.db.Read().QueryContext(ctx, `SELECT name, cert_serial FROM nodes WHERE kind = 'agent' AND cert_serial IS NOT NULL`)
+// Renew signs a node's certificate request for a new key (PEM) with ca,
+// asked over a connection made with the node's current certificate
+// (presented), and records the new certificate as pending: both are
+// accepted until the node is seen with the new one (Authorize). A
+// renewal whose answer was lost is replaced by the next; the current
+// certificate is accepted throughout. Errors: ErrNotMember (presented is
+// not the node's current certificate), cluster.ErrCSR (wrapped; also a
+// request for the presented certificate's own key).
+func (s *Service) Renew(ctx context.Context, ca *cluster.CA, presented *x509.Certificate, csrPEM string) (certPEM []byte, err error) {
+	name, serial := cluster.NodeOf(presented)
+	b, _ := pem.Decode([]byte(csrPEM))
+	if b == nil || b.Type != "CERTIFICATE REQUEST" {
+		return nil, fmt.Errorf("%w: want a PEM CERTIFICATE REQUEST", cluster.ErrCSR)
+	}
+	csr, err := x509.ParseCertificateRequest(b.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", cluster.ErrCSR, err)
+	}
+	if eq, ok := presented.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); ok && eq.Equal(csr.PublicKey) {
+		return nil, fmt.Errorf("%w: the request is for the key of the certificate in use; a renewal needs a new key", cluster.ErrCSR)
+	}
+	der, next, err := ca.SignNode(b.Bytes, name, s.now())
+	if err != nil {
+		return nil, err
+	}
+	cert, _ := x509.ParseCertificate(der)
+	res, err := s.db.Write().ExecContext(ctx, `UPDATE nodes SET cert_next_serial = $1, cert_next_expires_at = $2 WHERE name = $3 AND kind = 'agent' AND cert_serial = $4`,
+		next, cert.NotAfter.UnixMilli(), name, serial)
+	if err := affected(res, err, "renew the certificate of node "+name); err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// Members maps every enrolled agent to the serials of the certificates
+// it is accepted with: its current one, then a renewed one it may hold
+// (Renew).
+func (s *Service) Members(ctx context.Context) (map[string][]string, error) {
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT name, cert_serial, cert_next_serial FROM nodes WHERE kind = 'agent' AND cert_serial IS NOT NULL`)
 	if err != nil {
 		return nil, fmt.Errorf("list members: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]string{}
+	out := map[string][]string{}
 	for rows.Next() {
 		var name, serial string
-		if err := rows.Scan(&name, &serial); err != nil {
+		var next sql.NullString
+		if err := rows.Scan(&name, &serial, &next); err != nil {
 			return nil, fmt.Errorf("list members: %w", err)
 		}
-		out[name] = serial
+		out[name] = []string{serial}
+		if next.Valid {
+			out[name] = append(out[name], next.String)
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list members: %w", err)

@@ -390,3 +390,87 @@ VALUES ($1, 'team_a', $2, 'paper', '1.21.4', 'offline', $3, 25565, 1024, 10, 100
 		}
 	})
 }
+
+// TestRenew: a renewal's certificate is accepted next to the current one
+// until the node is seen with it, then alone; a renewal whose answer was
+// lost is replaced by the next, the current certificate accepted
+// throughout; only the current certificate renews, and only for a new
+// key.
+func TestRenew(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		f := newFixture(t, db)
+		ctx := t.Context()
+		cur, _ := nodeCert(t, f, "edge-1")
+		a, _ := x509.ParseCertificate(cur.Certificate[0])
+		serial := func(c *x509.Certificate) string { _, s := cluster.NodeOf(c); return s }
+		renew := func(presented *x509.Certificate) (*x509.Certificate, crypto.Signer) {
+			t.Helper()
+			key, csr := request(t)
+			certPEM, err := f.svc.Renew(ctx, f.ca, presented, csr)
+			if err != nil {
+				t.Fatalf("Renew(%s) = %v", serial(presented), err)
+			}
+			c, err := cluster.ParseCertificatePEM(certPEM)
+			if err != nil || c.Subject.CommonName != "edge-1" || !c.NotAfter.Equal(f.clk.Now().Add(cluster.NodeCertLifetime)) {
+				t.Fatalf("Renew's certificate = %v, %v", c, err)
+			}
+			return c, key
+		}
+		members := func(want ...*x509.Certificate) {
+			t.Helper()
+			m, err := f.svc.Members(ctx)
+			var ws []string
+			for _, c := range want {
+				ws = append(ws, serial(c))
+			}
+			if err != nil || !reflect.DeepEqual(m["edge-1"], ws) {
+				t.Errorf("Members = %v, %v; want edge-1: %v", m, err, ws)
+			}
+		}
+		authorize := func(c *x509.Certificate, want error) {
+			t.Helper()
+			if err := f.svc.Authorize(ctx, "edge-1", serial(c)); !errors.Is(err, want) {
+				t.Errorf("Authorize(%s) = %v, want %v", serial(c), err, want)
+			}
+		}
+
+		b, _ := renew(a)
+		members(a, b)
+		// The answer was lost: the node asks again with its current one.
+		c, keyC := renew(a)
+		members(a, c)
+		authorize(b, ErrNotMember)
+		authorize(a, nil)
+		members(a, c)
+		// Seen with the new one: it is the only one from now on.
+		authorize(c, nil)
+		members(c)
+		authorize(a, ErrNotMember)
+		list, err := f.svc.List(ctx)
+		if err != nil || len(list) != 1 || list[0].CertExpiresAt == nil || *list[0].CertExpiresAt != c.NotAfter.UnixMilli() {
+			t.Errorf("List = %s, %v; want the certificate expiring at %v", show(list), err, c.NotAfter)
+		}
+
+		// Refusals.
+		if _, err := f.svc.Renew(ctx, f.ca, a, mustCSR(t, keyC)); !errors.Is(err, ErrNotMember) {
+			t.Errorf("Renew with a replaced certificate = %v, want ErrNotMember", err)
+		}
+		if _, err := f.svc.Renew(ctx, f.ca, c, mustCSR(t, keyC)); !errors.Is(err, cluster.ErrCSR) {
+			t.Errorf("Renew for the key in use = %v, want ErrCSR", err)
+		}
+		if _, err := f.svc.Renew(ctx, f.ca, c, "not a csr"); !errors.Is(err, cluster.ErrCSR) {
+			t.Errorf("Renew of garbage = %v, want ErrCSR", err)
+		}
+		members(c)
+	})
+}
+
+// mustCSR is a certificate request of key.
+func mustCSR(t *testing.T, key crypto.Signer) string {
+	t.Helper()
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
