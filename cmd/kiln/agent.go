@@ -7,11 +7,17 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"path/filepath"
 	"strings"
 
 	"github.com/kilnhq/kiln/internal/agent"
 	"github.com/kilnhq/kiln/internal/blob"
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install"
+	"github.com/kilnhq/kiln/internal/gameserver"
+	"github.com/kilnhq/kiln/internal/netguard"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/runtime"
 )
 
 // kiln agent parses its flags here and runs internal/agent, which
@@ -29,8 +35,8 @@ Later starts need no token. It connects out to the control plane
 disk and free ports every few seconds, and reconnects with backoff. It
 serves only once it finds, in the blob store of --blob-url, the marker the
 control plane wrote into its own: every node must share that store.
-This version runs no game servers on agents yet: servers are placed on
-the local node of kiln serve.`,
+It runs the game servers the control plane places on it (installs,
+power, console), their records kept with the control plane.`,
 }
 
 // agentConfig is every setting of kiln agent.
@@ -46,6 +52,7 @@ type agentConfig struct {
 	BlobURL         string
 	BlobAccessKeyID string
 	BlobSecretKey   string
+	Dev             bool
 	LogLevel        string
 	LogFormat       string
 	NodeMemory      string
@@ -67,6 +74,7 @@ func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
 	s.fs.StringVar(&c.BlobURL, "blob-url", "", "the blob store every node shares, as the control plane's kiln serve --blob-url: s3://bucket/prefix?endpoint=https://…&region=… or file:///dir each machine mounts (required)")
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
+	s.fs.BoolVar(&c.Dev, "dev", false, "development mode: the bundled test game server kiln-test may run here (give kiln serve --dev too)")
 	s.fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	registerOfferFlags(s, &c.NodeMemory, &c.NodeDisk, "this node")
@@ -134,13 +142,69 @@ func agentMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{"--blob-url: " + err.Error()}
 	}
 	log.Info("kiln agent starting", "version", ver, "server", cfg.Server, "data_dir", cfg.DataDir, "public_host", cfg.PublicHost, "blob_store", blobs.String())
+	games, closeGames, err := agentGames(ctx, cfg, blobs, ver, log)
+	if err != nil {
+		return err
+	}
+	defer closeGames()
 	err = agent.Run(ctx, agent.Config{
 		ServerURL: cfg.Server, JoinToken: cfg.JoinToken, DataDir: cfg.DataDir, PublicHost: cfg.PublicHost,
 		Ports: cfg.ports, SFTPAddr: cfg.SFTPAddr, Runtime: cfg.Runtime, Version: ver, Offer: cfg.offer, Blobs: blobs,
+		Host: games,
 	}, log)
 	if err != nil {
 		return err
 	}
 	log.Info("kiln agent stopped")
 	return nil
+}
+
+// agentGames makes what runs this node's game servers, as kiln serve
+// does for its local node: the runtime (process servers under holders
+// that outlive the agent, or docker), the catalog and its installers
+// (their artifact cache in the shared blob store), the node's roots under
+// DATA-DIR/servers. The Host itself is made once the node's name is
+// known (agent.Config.Host). Not here yet (decided for this phase, said
+// in docs/operations.md): a user per server (the agent's servers run as
+// its own user), Kiln's temporary names (keyed by the secret key, which
+// an agent does not hold: walks leave look-alikes alone), database
+// credentials injected into a deployment's servers.
+func agentGames(ctx context.Context, cfg agentConfig, blobs blob.Store, ver string, log *slog.Logger) (func(string, gameserver.Records) (*gameserver.Host, error), func(), error) {
+	cat, err := catalog.Load(cfg.Dev)
+	if err != nil {
+		return nil, nil, err
+	}
+	stopGrace := gameserver.DefaultStopTimeout
+	rt, kilnBin, closeRT, err := openRuntime(ctx, serveConfig{Runtime: cfg.Runtime, Dev: cfg.Dev, storeConfig: storeConfig{DataDir: cfg.DataDir}}, stopGrace, false, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	javas, err := runtime.NewJavas(nil, runtime.JavaDirs, true)
+	if err != nil {
+		closeRT()
+		return nil, nil, err
+	}
+	forge, _ := cat.Get("forge")
+	inst, err := install.New(install.Options{
+		CacheDir: filepath.Join(cfg.DataDir, "cache", "artifacts"), Artifacts: blobs, UserAgent: install.UserAgent(ver), Log: log,
+		UserURLs: netguard.NewPolicy(nil, nil),
+		Runner: &runtime.InstallRunner{RT: rt, Javas: javas, JavaFor: forge.JavaFor,
+			Image: func(major int) string { return forge.Image(major).Value }},
+	})
+	if err != nil {
+		closeRT()
+		return nil, nil, err
+	}
+	build := func(name string, records gameserver.Records) (*gameserver.Host, error) {
+		n, err := node.NewLocal(name, filepath.Join(cfg.DataDir, "servers"), cfg.ports, rt)
+		if err != nil {
+			return nil, err
+		}
+		n.SetOffer(cfg.offer)
+		return gameserver.New(records, n, cat, inst, gameserver.Options{
+			KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
+			Javas: javas, StopTimeout: stopGrace,
+		}, log), nil
+	}
+	return build, closeRT, nil
 }

@@ -9,7 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -17,7 +20,9 @@ import (
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/cluster"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/noderpc"
 	"github.com/kilnhq/kiln/internal/nodes"
+	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/store"
 )
 
@@ -67,6 +72,55 @@ type clusterParts struct {
 	local    string
 	measure  nodes.Measure
 	within   time.Duration
+	// records answers agents' calls for their servers' records once the
+	// servers service exists (it is made after the endpoint).
+	records atomic.Pointer[http.Handler]
+	// remotes are the drivers of agents' servers, one a node.
+	remotesMu sync.Mutex
+	remotes   map[string]*noderpc.Remote
+}
+
+// serveRecords answers agents' calls for their servers' records from srv.
+func (p *clusterParts) serveRecords(srv *servers.Service) {
+	h := noderpc.RecordsHandler(nodes.NodeName, srv.NodeRecords)
+	p.records.Store(&h)
+}
+
+func (p *clusterParts) recordsHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := p.records.Load()
+		if h == nil {
+			http.Error(w, `{"error":"the control plane is starting","code":"STARTING"}`, http.StatusServiceUnavailable)
+			return
+		}
+		(*h).ServeHTTP(w, r)
+	})
+}
+
+// remote is the driver of the servers of node when node is an agent
+// (nil otherwise: this kiln serve's local node has its Host, another
+// replica's local node is driven by that replica). Without the node
+// endpoint no agent is driven.
+func (p *clusterParts) remote(ctx context.Context, node string, ids func(ctx context.Context) ([]string, error)) servers.Driver {
+	if p.endpoint == nil || node == p.local {
+		return nil
+	}
+	p.remotesMu.Lock()
+	defer p.remotesMu.Unlock()
+	if rm, ok := p.remotes[node]; ok {
+		return rm
+	}
+	kind, err := p.svc.Kind(ctx, node)
+	if err != nil || kind != nodes.KindAgent {
+		return nil
+	}
+	if p.remotes == nil {
+		p.remotes = map[string]*noderpc.Remote{}
+	}
+	rm := &noderpc.Remote{Node: node, Client: func() (*http.Client, error) { return p.endpoint.Client(node) }, IDs: ids}
+	p.remotes[node] = rm
+	go func() { _ = rm.Run(ctx) }()
+	return rm
 }
 
 // startCluster makes or opens the CA and lists the local node; it runs
@@ -111,7 +165,8 @@ func startCluster(ctx context.Context, cfg serveConfig, db *store.DB, box nodes.
 			return nil, fmt.Errorf("the blob store agents must share (--blob-url): %w", err)
 		}
 		log.Info("blob store marker for agents", "store", blobs.String(), "key", marker.Key, "sha256", marker.SHA256)
-		p.endpoint = nodes.NewEndpoint(svc, ca, nodes.EndpointOptions{UnreachableAfter: cfg.NodeUnreachableAfter, Marker: &marker}, log)
+		p.endpoint = nodes.NewEndpoint(svc, ca, nodes.EndpointOptions{UnreachableAfter: cfg.NodeUnreachableAfter, Marker: &marker,
+			Records: p.recordsHandler()}, log)
 	}
 	return p, nil
 }

@@ -74,5 +74,9 @@ func startPlacement(ctx context.Context, cfg serveConfig, p *clusterParts, log *
 	} else if err := p.svc.BeatLocal(ctx, p.local, hb, p.within); err != nil {
 		return nil, fmt.Errorf("report the local node: %w", err)
 	}
-	return nodes.NewPlacer(p.svc, []string{cfg.NodeName}, cfg.MemoryOvercommit), nil
+	pl := nodes.NewPlacer(p.svc, []string{cfg.NodeName}, cfg.MemoryOvercommit)
+	if p.endpoint != nil {
+		pl.AlsoCandidates(p.endpoint.Connected) // the agents whose channel reaches this kiln serve
+	}
+	return pl, nil
 }

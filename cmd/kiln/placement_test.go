@@ -66,23 +66,27 @@ func TestPlacementFlags(t *testing.T) {
 	server := func(mem, disk int) string {
 		return fmt.Sprintf(`{"name":"s","software":"kiln-test","memory_mb":%d,"disk_mb":%d}`, mem, disk)
 	}
+	onLocal := func(mem, disk int) string {
+		return fmt.Sprintf(`{"name":"s","software":"kiln-test","memory_mb":%d,"disk_mb":%d,"node":"local"}`, mem, disk)
+	}
 	for _, mem := range []int{1024, 512} {
-		if code, out := call(t, p.addr, token, "POST", "/servers", server(mem, 1024)); code != 202 || out["server"].(map[string]any)["node"] != "local" {
+		if code, out := call(t, p.addr, token, "POST", "/servers", onLocal(mem, 1024)); code != 202 || out["server"].(map[string]any)["node"] != "local" {
 			t.Fatalf("a server of %d MiB: %d %v; want 202 on local", mem, code, out)
 		}
 	}
-	agents := "game servers on agents are not supported by this version yet"
-	code, out := call(t, p.addr, token, "POST", "/servers", server(256, 4096))
+	// The agent (3 GiB × 1.5) is a candidate too: its channel reaches
+	// this kiln serve.
+	code, out := call(t, p.addr, token, "POST", "/servers", server(5000, 4096))
 	want := map[string]any{
-		"error": "no node can take the server: node edge: " + agents + "; node local: 0 MiB of memory free, 256 asked and a disk of 2048 MiB, 4096 asked",
+		"error": "no node can take the server: node edge: 4608 MiB of memory free, 5000 asked; node local: 0 MiB of memory free, 5000 asked and a disk of 2048 MiB, 4096 asked",
 		"code":  "NO_CAPACITY",
 		"details": []any{
-			map[string]any{"node": "edge", "reason": agents},
-			map[string]any{"node": "local", "reason": "0 MiB of memory free, 256 asked and a disk of 2048 MiB, 4096 asked"},
+			map[string]any{"node": "edge", "reason": "4608 MiB of memory free, 5000 asked"},
+			map[string]any{"node": "local", "reason": "0 MiB of memory free, 5000 asked and a disk of 2048 MiB, 4096 asked"},
 		},
 	}
 	if code != 409 || !reflect.DeepEqual(out, want) {
-		t.Errorf("a server past 1.5 × 1 GiB and 2 GiB of disk: %d %v; want 409 %v", code, out, want)
+		t.Errorf("a server past 1.5 × 1 GiB and 2 GiB of disk here and 1.5 × 3 GiB on edge: %d %v; want 409 %v", code, out, want)
 	}
 	if l := nodeList(t, dir)["local"]; l.MemoryAllocatedMB != 1536 || l.Servers != 2 {
 		t.Errorf("the local node lists %d MiB allocated to %d servers; want 1536 to 2", l.MemoryAllocatedMB, l.Servers)

@@ -532,11 +532,17 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// Restores a crash cut short are finished or undone before any server
 	// starts and before the disk ledger's first walk.
 	finishedRestores := snapshot.RecoverRoots(ctx, filepath.Join(cfg.DataDir, "servers"), tempNames, log)
-	serverSvc := servers.NewService(db, localNode, cat, inst, servers.Options{
+	var serverSvc *servers.Service
+	serverSvc = servers.NewService(db, localNode, cat, inst, servers.Options{
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users, StopTimeout: stopGrace,
 		StopServersOnExit: cfg.StopServersOnExit, Placement: placement,
+		// The servers of agents: driven over their channels.
+		Remote: func(node string) servers.Driver {
+			return clusterSvc.remote(ctx, node, func(ctx context.Context) ([]string, error) { return serverSvc.IDsOn(ctx, node) })
+		},
 	}, log)
+	clusterSvc.serveRecords(serverSvc)
 	// Snapshots: taken, restored and deleted in the background; the
 	// executor takes one before a replace or delete.
 	snaps := snapshot.New(db, blobs, serverSvc, cat, snapshot.Options{Owner: self.ID, Node: cfg.NodeName,

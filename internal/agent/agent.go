@@ -26,7 +26,9 @@ import (
 
 	"github.com/kilnhq/kiln/internal/blob"
 	"github.com/kilnhq/kiln/internal/cluster"
+	"github.com/kilnhq/kiln/internal/gameserver"
 	"github.com/kilnhq/kiln/internal/node"
+	"github.com/kilnhq/kiln/internal/noderpc"
 )
 
 // Config is everything kiln agent was told.
@@ -53,6 +55,14 @@ type Config struct {
 	// the agent serving); nil answers GET /v1/ping (cluster.PathPing)
 	// and 404 to the rest.
 	Handler http.Handler
+	// Host, when set, makes this node's game servers: it is called once,
+	// with the node's name and the records its servers keep with the
+	// control plane (noderpc.RecordsClient over the node's client); the
+	// Host's operations are served on the channel (noderpc.HostHandler,
+	// beside Handler's GET /v1/ping) and its Run runs — recovering the
+	// node's servers, once the control plane answers — until the agent
+	// stops.
+	Host func(name string, records gameserver.Records) (*gameserver.Host, error)
 	// RenewCheck is how often the agent checks whether its certificate
 	// is due for renewal (cluster.RenewDue), besides at its first
 	// welcome (1 h).
@@ -126,7 +136,61 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	a := &agent{cfg: cfg, log: log, renewed: make(chan struct{}, 1)}
 	a.setIdentity(id)
 	defer func() { _, c := a.current(); c.CloseIdleConnections() }()
+	if cfg.Host != nil {
+		records := &noderpc.RecordsClient{Client: func() *http.Client { _, c := a.current(); return c }, Base: cfg.ServerURL}
+		host, err := cfg.Host(id.name, records)
+		if err != nil {
+			return fmt.Errorf("the node's game servers: %w", err)
+		}
+		a.cfg.Handler = hostHandler(cfg.Handler, host)
+		hctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- a.runHost(hctx, host, records) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				log.Error("the node's game servers", "err", err)
+			}
+		}()
+	}
 	return a.run(ctx)
+}
+
+// runHost runs host once its records can be read (the control plane
+// answers): its recovery needs the node's servers.
+func (a *agent) runHost(ctx context.Context, host *gameserver.Host, records *noderpc.RecordsClient) error {
+	b := newBackoff(a.cfg.MinBackoff, a.cfg.MaxBackoff)
+	for {
+		_, err := records.NodeServers(ctx, "")
+		if err == nil {
+			break
+		}
+		d := b.next()
+		a.log.Warn("cannot read this node's servers from the control plane yet; trying again", "err", err, "in", d.Round(time.Millisecond))
+		if !sleep(ctx, d) {
+			return nil
+		}
+	}
+	return host.Run(ctx)
+}
+
+// hostHandler serves the Host's operations beside base (GET /v1/ping),
+// answering 503 until the Host has recovered the node's servers.
+func hostHandler(base http.Handler, host *gameserver.Host) http.Handler {
+	ops := noderpc.HostHandler(host)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == cluster.PathPing {
+			base.ServeHTTP(w, r)
+			return
+		}
+		select {
+		case <-host.Recovered():
+		default:
+			writeJSON(w, http.StatusServiceUnavailable, cluster.ErrorBody{Error: "the node is still recovering its game servers", Code: "RECOVERING"})
+			return
+		}
+		ops.ServeHTTP(w, r)
+	})
 }
 
 // nodeClient is the HTTP/2 client of the node endpoint with id's

@@ -12,6 +12,7 @@ import (
 	"github.com/kilnhq/kiln/internal/files"
 	"github.com/kilnhq/kiln/internal/files/archive"
 	"github.com/kilnhq/kiln/internal/modcatalog"
+	"github.com/kilnhq/kiln/internal/noderpc"
 	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/quota"
@@ -39,6 +40,7 @@ const (
 	codeQuotaExceeded      = "QUOTA_EXCEEDED"
 	codeTeamLimit          = "TEAM_LIMIT_REACHED"
 	codeNoCapacity         = "NO_CAPACITY"
+	codeNodeUnavailable    = "NODE_UNAVAILABLE"
 	codeDownloadNotFound   = "DOWNLOAD_NOT_FOUND"
 	codeConfigNotFound     = "CONFIGURATION_NOT_FOUND"
 	codeConfigInUse        = "CONFIGURATION_IN_USE"
@@ -109,6 +111,13 @@ func apiError(err error) (int, errorBody) {
 	if mbe, ok := errors.AsType[*http.MaxBytesError](err); ok {
 		_ = mbe
 		return http.StatusRequestEntityTooLarge, errorBody{Error: "request body is too large", Code: codePayloadTooLarge}
+	}
+	if ue, ok := errors.AsType[*nodes.UnavailableError](err); ok {
+		// The node's name and a sentence; the transport's error is the log's.
+		return http.StatusServiceUnavailable, errorBody{Error: fmt.Sprintf("node %q is unavailable: %s", ue.Node, ue.Reason), Code: codeNodeUnavailable}
+	}
+	if errors.Is(err, noderpc.ErrNotHere) {
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	}
 	if oe, ok := errors.AsType[*servers.OtherNodeError](err); ok {
 		return http.StatusConflict, errorBody{Error: oe.Error(), Code: codeConflict}

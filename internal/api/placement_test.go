@@ -56,7 +56,7 @@ func TestCreateServerPlaced(t *testing.T) {
 				t.Errorf("%s = %d %s\nwant %d %s", what, st, body, wantSt, want)
 			}
 		}
-		agents := `game servers on agents are not supported by this version yet`
+		agents := `game servers on agents need kiln serve --cluster-addr`
 		replica := `the local node of another kiln serve, which alone creates servers on it in this version`
 
 		st, body := create(512, "nope")

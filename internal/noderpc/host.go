@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -385,4 +384,3 @@ func (rm *Remote) DiskUsage(context.Context, string) (gameserver.Disk, error) {
 
 func (rm *Remote) DiskChanged(string) {}
 
-var _ = fmt.Sprint

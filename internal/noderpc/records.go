@@ -20,7 +20,9 @@ const PathRecords = "/v1/records/servers"
 // agent's mutual-TLS client to the node endpoint (Base:
 // https://HOST:PORT, kiln serve --cluster-addr).
 type RecordsClient struct {
-	Client *http.Client
+	// Client is the agent's client of the node endpoint at each call (a
+	// renewal of its certificate replaces it).
+	Client func() *http.Client
 	Base   string
 }
 
@@ -44,7 +46,7 @@ func (c *RecordsClient) call(ctx context.Context, method, path string, in, out a
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.Client.Do(req)
+	resp, err := c.Client().Do(req)
 	if err != nil {
 		return fmt.Errorf("the control plane's records: %w", err)
 	}
@@ -227,4 +229,3 @@ func knownStatus(s string) bool {
 	}
 	return false
 }
-

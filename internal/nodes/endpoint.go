@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +34,12 @@ type EndpointOptions struct {
 	// not hold it. nil names none (a control plane with no store
 	// agents share: tests).
 	Marker *cluster.BlobMarker
+	// Records serves the calls under PathRecordsPrefix (the records an
+	// agent's game servers keep with the control plane:
+	// noderpc.RecordsHandler), each admitted as a member's as the session
+	// is; NodeName tells the handler which node made the call. nil
+	// answers them 404.
+	Records http.Handler
 }
 
 // Endpoint is the control plane's node endpoint (kiln serve
@@ -241,8 +248,28 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		e.renew(w, r, m)
 	default:
+		if e.opts.Records != nil && strings.HasPrefix(r.URL.Path, PathRecordsPrefix) {
+			m, ok := e.authorize(w, r)
+			if !ok {
+				return
+			}
+			e.opts.Records.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), nodeNameKey{}, m.name)))
+			return
+		}
 		writeError(w, http.StatusNotFound, cluster.CodeNotFound, "no such call on the node endpoint")
 	}
+}
+
+// PathRecordsPrefix starts the calls EndpointOptions.Records serves.
+const PathRecordsPrefix = "/v1/records/"
+
+type nodeNameKey struct{}
+
+// NodeName is the node whose certificate made a call that
+// EndpointOptions.Records serves ("" for any other request).
+func NodeName(r *http.Request) string {
+	n, _ := r.Context().Value(nodeNameKey{}).(string)
+	return n
 }
 
 // authorize admits a call made with a member's current certificate (the

@@ -2,6 +2,8 @@ package nodes
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/kilnhq/kiln/internal/node"
@@ -32,4 +34,18 @@ func Known(ctx context.Context, db *store.DB) (map[string]node.PortRange, error)
 		return nil, fmt.Errorf("read the nodes: %w", err)
 	}
 	return out, nil
+}
+
+// Kind reads whether node is a kiln serve's local node or an agent
+// (*UnknownNodeError for a node that does not exist).
+func (s *Service) Kind(ctx context.Context, name string) (Kind, error) {
+	var k Kind
+	err := s.db.Read().QueryRowContext(ctx, `SELECT kind FROM nodes WHERE name = $1`, name).Scan(&k)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", &UnknownNodeError{Name: name}
+	}
+	if err != nil {
+		return "", fmt.Errorf("read node %s: %w", name, err)
+	}
+	return k, nil
 }

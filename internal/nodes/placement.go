@@ -90,6 +90,18 @@ type Placer struct {
 	svc        *Service
 	candidates map[string]bool
 	overcommit float64
+	// also admits more candidates: the agents whose channel reaches this
+	// process (Endpoint.Connected), asked at each placement.
+	also func(node string) bool
+}
+
+// AlsoCandidates makes the nodes f says yes to candidates too (the
+// agents this kiln serve drives: Endpoint.Connected).
+func (p *Placer) AlsoCandidates(f func(node string) bool) { p.also = f }
+
+// isCandidate says whether this process may place servers on node.
+func (p *Placer) isCandidate(node string) bool {
+	return p.candidates[node] || p.also != nil && p.also(node)
 }
 
 // NewPlacer places servers on the nodes named by candidates only: the
@@ -223,9 +235,11 @@ type view struct {
 func (v view) refuse(n Node) string {
 	r := v.r
 	switch {
-	case !v.p.candidates[n.Name] && n.Kind == KindAgent:
-		return "game servers on agents are not supported by this version yet"
-	case !v.p.candidates[n.Name]:
+	case !v.p.isCandidate(n.Name) && n.Kind == KindAgent && n.Status == StatusReady && v.p.also != nil:
+		return "not connected to this kiln serve (its channel is down, or it reached another replica)"
+	case !v.p.isCandidate(n.Name) && n.Kind == KindAgent && n.Status == StatusReady:
+		return "game servers on agents need kiln serve --cluster-addr"
+	case !v.p.isCandidate(n.Name) && n.Kind != KindAgent:
 		return "the local node of another kiln serve, which alone creates servers on it in this version"
 	case n.Status == StatusPending:
 		return "not joined yet"

@@ -88,7 +88,7 @@ func TestPlace(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, db *store.DB) {
 		f := cluster7(t, db)
 		p := NewPlacer(f.svc, candidates7, 1)
-		agent := "game servers on agents are not supported by this version yet"
+		agent := "game servers on agents need kiln serve --cluster-addr"
 		replica := "the local node of another kiln serve, which alone creates servers on it in this version"
 		for _, tc := range []struct {
 			name string
@@ -104,7 +104,7 @@ func TestPlace(t *testing.T) {
 				{"c", "draining"},
 				{"d", "unreachable"},
 				{"e", agent},
-				{"f", agent},
+				{"f", "not joined yet"},
 				{"g", "no free game port in 31000-31001"},
 				{"z", replica},
 			}}},
@@ -120,7 +120,7 @@ func TestPlace(t *testing.T) {
 				{"c", "draining"},
 				{"d", "unreachable"},
 				{"e", agent},
-				{"f", agent},
+				{"f", "not joined yet"},
 				{"g", "port 25565 is outside its range 31000-31001"},
 				{"z", replica},
 			}}},
@@ -132,7 +132,7 @@ func TestPlace(t *testing.T) {
 			{"node asked draining", Request{MemoryMB: 1024, DiskMB: 1024, Node: "c"}, Placement{}, &NoCapacityError{Refusals: []Refusal{{"c", "draining"}}}},
 			{"node asked unreachable", Request{MemoryMB: 1024, DiskMB: 1024, Node: "d"}, Placement{}, &NoCapacityError{Refusals: []Refusal{{"d", "unreachable"}}}},
 			{"node asked an agent", Request{MemoryMB: 1024, DiskMB: 1024, Node: "e"}, Placement{}, &NoCapacityError{Refusals: []Refusal{{"e", agent}}}},
-			{"node asked pending", Request{MemoryMB: 1024, DiskMB: 1024, Node: "f"}, Placement{}, &NoCapacityError{Refusals: []Refusal{{"f", agent}}}},
+			{"node asked pending", Request{MemoryMB: 1024, DiskMB: 1024, Node: "f"}, Placement{}, &NoCapacityError{Refusals: []Refusal{{"f", "not joined yet"}}}},
 			{"node asked another replica's", Request{MemoryMB: 1024, DiskMB: 1024, Node: "z"}, Placement{}, &NoCapacityError{Refusals: []Refusal{{"z", replica}}}},
 			{"node asked unknown", Request{MemoryMB: 1024, DiskMB: 1024, Node: "nope"}, Placement{}, &UnknownNodeError{Name: "nope"}},
 		} {

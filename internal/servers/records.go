@@ -216,3 +216,22 @@ func (r nodeRecords) ClearRuntimeRef(ctx context.Context, id, ref string) error 
 	}
 	return r.all.ClearRuntimeRef(ctx, id, ref)
 }
+
+// IDsOn lists the ids of node's servers (every team's): the servers whose
+// live figures a remote driver fetches from their agent.
+func (s *Service) IDsOn(ctx context.Context, node string) ([]string, error) {
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT id FROM servers WHERE node = $1`, node)
+	if err != nil {
+		return nil, fmt.Errorf("list the servers of node %s: %w", node, err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("list the servers of node %s: %w", node, err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}

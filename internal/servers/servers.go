@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kilnhq/kiln/internal/gameserver"
 	"github.com/kilnhq/kiln/internal/store"
@@ -121,7 +122,7 @@ func (s *Service) scan(row scanner) (Server, error) {
 			sv.Env[k] = string(plain)
 		}
 	}
-	sv.Address = net.JoinHostPort(s.publicHost, strconv.Itoa(sv.Port))
+	sv.Address = net.JoinHostPort(s.hostOf(sv.Node), strconv.Itoa(sv.Port))
 	return sv, nil
 }
 
@@ -135,6 +136,8 @@ type Service struct {
 	catalog    Catalog
 	opts       Options
 	driver     Driver // the node's: its gameserver.Host
+	hostsMu    sync.Mutex
+	hosts      map[string]nodeHost // other nodes' public hosts (hostOf)
 
 	stmtMu    sync.Mutex
 	listSt    *sql.Stmt // listQuery, prepared on first use, closed by Run's end
@@ -382,4 +385,41 @@ func (s *Service) CountByStatus(ctx context.Context) (map[string]int, error) {
 		out[st] = n
 	}
 	return out, rows.Err()
+}
+
+// hostOf is the host players reach node's servers at: this process's
+// public host for its local node, an agent's as it said in its Hello
+// (nodes' public_host), read once a minute at most.
+func (s *Service) hostOf(node string) string {
+	if node == s.node.Name() || s.opts.Placement == nil {
+		return s.publicHost
+	}
+	s.hostsMu.Lock()
+	h, ok := s.hosts[node]
+	s.hostsMu.Unlock()
+	if ok && time.Since(h.at) < time.Minute {
+		return h.host
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var host string
+	if err := s.db.Read().QueryRowContext(ctx, `SELECT public_host FROM nodes WHERE name = $1`, node).Scan(&host); err != nil || host == "" {
+		if ok {
+			return h.host
+		}
+		return s.publicHost
+	}
+	s.hostsMu.Lock()
+	if s.hosts == nil {
+		s.hosts = map[string]nodeHost{}
+	}
+	s.hosts[node] = nodeHost{host: host, at: time.Now()}
+	s.hostsMu.Unlock()
+	return host
+}
+
+// nodeHost is a node's public host as read at.
+type nodeHost struct {
+	host string
+	at   time.Time
 }
