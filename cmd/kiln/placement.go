@@ -14,7 +14,7 @@ import (
 // Placement in kiln serve: what its local node offers (--node-memory,
 // --node-disk, also flags of kiln agent), how far memory may be
 // overcommitted (--memory-overcommit), and the nodes its new servers are
-// placed on (its local node until servers run on agents). Sizes are
+// placed on (its local node, and the agents connected to it). Sizes are
 // written as a deployment spec's: a whole number and M, G or T (binary:
 // 16G = 16384M).
 

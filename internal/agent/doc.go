@@ -9,9 +9,16 @@
 // which it serves the control plane's calls over HTTP/2 with
 // Config.Handler, redialed with backoff apart from the session, until
 // Run ends. It serves the channel only to a control plane its pinned CA
-// vouches for (cluster.NodeChannelTLS). It runs no game servers yet; the
-// next phases add them (the runtime, files, console, SFTP, snapshots)
-// as handlers on the channel.
+// vouches for (cluster.NodeChannelTLS).
+//
+// Its game servers: with Config.Host, the agent makes the node's
+// gameserver.Host (kiln agent builds it as kiln serve builds its local
+// node's: runtime, catalog, installers), whose records are the control
+// plane's (noderpc.RecordsClient over this node's client, so a renewal's
+// new certificate is used at once), serves its operations on the channel
+// (noderpc.HostHandler; 503 until the Host has recovered) and runs it once
+// the control plane answers for the node's servers — recovery needs them.
+// Files, SFTP and snapshots of its servers come next.
 //
 // Its data dir: ca.pem (the cluster CA, pinned at enrollment), node.key
 // (its private key, made here and never sent: the control plane gets a

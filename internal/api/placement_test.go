@@ -56,7 +56,7 @@ func TestCreateServerPlaced(t *testing.T) {
 				t.Errorf("%s = %d %s\nwant %d %s", what, st, body, wantSt, want)
 			}
 		}
-		agents := `game servers on agents need kiln serve --cluster-addr`
+		agents := `not joined yet` // edge was added, never joined
 		replica := `the local node of another kiln serve, which alone creates servers on it in this version`
 
 		st, body := create(512, "nope")
@@ -76,7 +76,7 @@ func TestCreateServerPlaced(t *testing.T) {
 		exact("a server on another kiln serve's node", st, body, 409,
 			`{"error":"no node can take the server: node other: `+replica+`","code":"NO_CAPACITY","details":[{"node":"other","reason":"`+replica+`"}]}`)
 		st, body = create(512, "edge")
-		exact("a server on an agent", st, body, 409,
+		exact("a server on an agent not joined", st, body, 409,
 			`{"error":"no node can take the server: node edge: `+agents+`","code":"NO_CAPACITY","details":[{"node":"edge","reason":"`+agents+`"}]}`)
 
 		// 2048 + 1024 MiB on a node of 2 GiB: the overcommit lets them in.

@@ -63,12 +63,12 @@
 //
 // Placement (placement.go) is the one place the node of a new server is
 // chosen (servers.Create and CreateOwned call it):
-//   - Candidates are the nodes this process can drive, a parameter of
-//     NewPlacer: today the local node of the kiln serve asked. Agents join
-//     them when game servers run on agents (remote execution, the next
-//     phase); until then naming one answers a NoCapacityError saying game
-//     servers on agents are not supported by this version yet, and
-//     another replica's local node one saying so.
+//   - Candidates are the nodes this process can drive: the local node of
+//     the kiln serve asked (NewPlacer's list) and the agents whose channel
+//     reaches it (AlsoCandidates: Endpoint.Connected, asked at each
+//     placement). A ready agent that is not one is refused with a sentence
+//     saying so (its channel is elsewhere; or kiln serve has no
+//     --cluster-addr), another replica's local node with one of its own.
 //   - Of the candidates, a node takes a server when it is ready (not
 //     pending, unreachable or draining) and: memory — its servers'
 //     memory_mb (the heap asked; the JVM's own quarter is the margin an
@@ -109,8 +109,13 @@
 // the caller's context bounds every call. Connected(node) says whether a
 // node has one. Nothing waits for a node to come back: callers decide.
 //
-// Not yet (the next phases): the operations carried on the channel (so
-// agents as candidates), several control-plane replicas sharing agents
-// (an agent's session and channel are with the replica its --server
-// reaches: the others answer UnavailableError for it).
+// The records of agents' game servers are served here too
+// (EndpointOptions.Records, under PathRecordsPrefix), admitted as the
+// session is; NodeName names the calling node to the handler, which
+// answers only that node's servers (noderpc.RecordsHandler over
+// servers.Service.NodeRecords).
+//
+// Not yet: several control-plane replicas sharing agents (an agent's
+// session and channel are with the replica its --server reaches: the
+// others answer UnavailableError for it).
 package nodes

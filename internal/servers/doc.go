@@ -16,11 +16,16 @@
 //
 // Decisions:
 //   - The Driver seam: every operation on a server's processes, console or
-//     root reads its record first (getLocal: the team's check, and the
-//     node's: a server of another node is *OtherNodeError), then calls the
-//     Driver by id. The local node's is a *gameserver.Host; a driver that
-//     calls an agent over the node channel can replace it without a
-//     change to this package's callers. The host reads the record again
+//     root reads its record first (target/getLocal: the team's check),
+//     then calls the Driver of the server's node by id (driverOf): the
+//     local node's *gameserver.Host, or an agent's (Options.Remote:
+//     noderpc.Remote over its channel, which answers
+//     *nodes.UnavailableError at once when the agent is away); a node
+//     this process drives neither way (another replica's local node) is
+//     *OtherNodeError. Live figures come from the same driver. An agent
+//     keeps its servers' records here through NodeRecords (its node's
+//     servers only), and an agent's servers' addresses name its public
+//     host (hostOf, read from the nodes table at most once a minute). The host reads the record again
 //     where it needs it (a write's Access, Power, Reading, Hold): two
 //     point reads, both of prepared statements (Get's and
 //     sqlRecords.Server's).
