@@ -383,4 +383,3 @@ func (rm *Remote) DiskUsage(context.Context, string) (gameserver.Disk, error) {
 }
 
 func (rm *Remote) DiskChanged(string) {}
-
