@@ -53,6 +53,8 @@ type agentConfig struct {
 	BlobAccessKeyID string
 	BlobSecretKey   string
 	Dev             bool
+	UIDRange        string
+	uidRange        gameserver.UIDRange
 	LogLevel        string
 	LogFormat       string
 	NodeMemory      string
@@ -75,6 +77,7 @@ func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
 	s.fs.StringVar(&c.BlobAccessKeyID, "blob-access-key-id", "", "S3 access key id of --blob-url")
 	s.fs.StringVar(&c.BlobSecretKey, "blob-secret-access-key", "", "S3 secret access key of --blob-url (prefer the environment variable KILN_BLOB_SECRET_ACCESS_KEY)")
 	s.fs.BoolVar(&c.Dev, "dev", false, "development mode: the bundled test game server kiln-test may run here (give kiln serve --dev too)")
+	s.fs.StringVar(&c.UIDRange, "uid-range", gameserver.DefaultUIDRange.String(), "user ids this node's game servers run as, one each, when kiln agent runs as root (FIRST-LAST, free of the host's users and groups), or off: every server runs as the agent's user (and can read its node key)")
 	s.fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	s.fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	registerOfferFlags(s, &c.NodeMemory, &c.NodeDisk, "this node")
@@ -110,6 +113,9 @@ func parseAgent(args []string, stdout, stderr io.Writer) (agentConfig, error) {
 	}
 	if c.offer, err = parseOffer(c.NodeMemory, c.NodeDisk); err != nil {
 		return c, err
+	}
+	if c.uidRange, err = gameserver.ParseUIDRange(c.UIDRange); err != nil {
+		return c, usageError{"--uid-range: " + err.Error()}
 	}
 	if c.BlobURL == "" {
 		return c, usageError{"--blob-url is required: the blob store every node shares (the control plane's kiln serve --blob-url, an S3 bucket or a directory each machine mounts)"}
@@ -164,9 +170,10 @@ func agentMain(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // that outlive the agent, or docker), the catalog and its installers
 // (their artifact cache in the shared blob store), the node's roots under
 // DATA-DIR/servers. The Host itself is made once the node's name is
-// known (agent.Config.Host). Not here yet (decided for this phase, said
-// in docs/operations.md): a user per server (the agent's servers run as
-// its own user), Kiln's temporary names (keyed by the secret key, which
+// known (agent.Config.Host). As root, each server runs as a user of its
+// own (--uid-range), as kiln serve's do. Not here yet (decided for this
+// phase, said in docs/operations.md): the egress rules of kiln serve's
+// --server-egress, Kiln's temporary names (keyed by the secret key, which
 // an agent does not hold: walks leave look-alikes alone), database
 // credentials injected into a deployment's servers.
 func agentGames(ctx context.Context, cfg agentConfig, blobs blob.Store, ver string, log *slog.Logger) (func(string, gameserver.Records) (*gameserver.Host, error), func(), error) {
@@ -175,9 +182,27 @@ func agentGames(ctx context.Context, cfg agentConfig, blobs blob.Store, ver stri
 		return nil, nil, err
 	}
 	stopGrace := gameserver.DefaultStopTimeout
-	rt, kilnBin, closeRT, err := openRuntime(ctx, serveConfig{Runtime: cfg.Runtime, Dev: cfg.Dev, storeConfig: storeConfig{DataDir: cfg.DataDir}}, stopGrace, false, log)
+	sc := serveConfig{Runtime: cfg.Runtime, Dev: cfg.Dev, storeConfig: storeConfig{DataDir: cfg.DataDir}, uidRange: cfg.uidRange}
+	// As root, a user per game server, as kiln serve's: a game server
+	// cannot read the node's key (0600, root's, in a data dir it can
+	// only pass through), so it cannot act as the node.
+	users, err := serverUsers(sc, log)
 	if err != nil {
 		return nil, nil, err
+	}
+	if err := secureDataDir(cfg.DataDir, !users.IsZero() && cfg.Runtime == "process"); err != nil {
+		return nil, nil, err
+	}
+	rt, kilnBin, closeRT, err := openRuntime(ctx, sc, stopGrace, !users.IsZero(), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !users.IsZero() && cfg.Dev && cfg.Runtime == "process" {
+		// kiln-test runs this binary as the servers' users.
+		if kilnBin, err = reachableBinary(kilnBin, cfg.DataDir); err != nil {
+			closeRT()
+			return nil, nil, fmt.Errorf("a copy of kiln the servers' users can run: %w", err)
+		}
 	}
 	javas, err := runtime.NewJavas(nil, runtime.JavaDirs, true)
 	if err != nil {
@@ -203,7 +228,7 @@ func agentGames(ctx context.Context, cfg agentConfig, blobs blob.Store, ver stri
 		n.SetOffer(cfg.offer)
 		return gameserver.New(records, n, cat, inst, gameserver.Options{
 			KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
-			Javas: javas, StopTimeout: stopGrace,
+			Javas: javas, StopTimeout: stopGrace, Users: users,
 		}, log), nil
 	}
 	return build, closeRT, nil

@@ -46,6 +46,7 @@ func (a *agentProc) Write(p []byte) (int, error) {
 // startAgent runs kiln agent with args; it is killed when the test ends.
 func startAgent(t *testing.T, args ...string) *agentProc {
 	t.Helper()
+	passable(t, args) // as root its game servers run as users of their own
 	a := &agentProc{done: make(chan struct{})}
 	a.cmd = exec.Command(kilnBin, append([]string{"agent"}, args...)...)
 	a.cmd.Env = cleanEnv()

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,6 +74,11 @@ func TestServerOnAgent(t *testing.T) {
 	if _, err := slp.Ping(ctx, running["address"].(string)); err != nil {
 		t.Fatalf("ping the game on the agent: %v", err)
 	}
+	if os.Geteuid() == 0 {
+		gameCannotActAsNode(t, running["address"].(string), agentDir)
+	} else {
+		t.Log("SKIP of the node-key check: not root, so game servers run as the agent's own user")
+	}
 	if code, out := call(t, p.addr, tok, "POST", "/servers/"+id+"/command", `{"command":"say from the control plane"}`); code/100 != 2 {
 		t.Fatalf("command: %d %v", code, out)
 	}
@@ -114,4 +121,27 @@ func TestServerOnAgent(t *testing.T) {
 		_, err := os.Stat(filepath.Join(agentDir, "servers", id))
 		return os.IsNotExist(err), fmt.Sprint(err)
 	})
+}
+
+// gameCannotActAsNode: the game server at addr runs as a user of its own
+// (the agent runs as root), which cannot read the agent's node key: it
+// cannot act as the node towards the control plane.
+func gameCannotActAsNode(t *testing.T, addr, agentDir string) {
+	t.Helper()
+	port := addr[strings.LastIndex(addr, ":")+1:]
+	pids := testserverPIDs(port)
+	if len(pids) != 1 {
+		t.Fatalf("%d game processes on port %s, want 1", len(pids), port)
+	}
+	uid, err := strconv.ParseUint(strings.Fields(procStatus(t, pids[0])["Uid"])[0], 10, 32)
+	if err != nil || uid < 200000 || uid > 299999 {
+		t.Fatalf("the game on the agent runs as uid %d (%v); want one of --uid-range 200000-299999", uid, err)
+	}
+	key := filepath.Join(agentDir, "node.key")
+	cmd := exec.Command("/bin/cat", key)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(uid)}}
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "Permission denied") {
+		t.Errorf("the game's user read the node key: %v %q; want permission denied", err, out)
+	}
 }
