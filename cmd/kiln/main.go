@@ -39,8 +39,9 @@
 // what it does and its flags, on stdout, exit status 0. A mistake prints
 // the same help on stderr, then `kiln: <what is wrong>`, exit status 2;
 // any other failure exits 1. kiln version and kiln --version print the
-// version (resolveVersion: the -ldflags value, else the module version go
-// install recorded, else "dev"). kiln admin never creates or migrates a
+// version (resolveVersion: the -ldflags value, else the module version the
+// go command recorded, else "dev") and the commit and its time when the
+// build recorded them (versionLine). kiln admin never creates or migrates a
 // database (store.OpenExisting): it names on stderr the database it
 // opened, and refuses, naming where it looked, when there is none.
 //
@@ -86,6 +87,16 @@ variable or a key of --config.
 	return b.String()
 }
 
+const versionHelp = `Usage: kiln version
+
+Print kiln's version (the one -ldflags "-X main.version=…" gave, else the
+module version the go command recorded, else "dev") and, when the build
+recorded it, its git commit ("+dirty": the work tree had changes) and that
+commit's time:
+
+  kiln v0.4.2 (commit 0123456789ab from 2026-11-28T10:20:30Z)
+`
+
 // version is set at build time with -ldflags "-X main.version=…"; kiln
 // reports buildVersion.
 var version = "dev"
@@ -94,6 +105,44 @@ var version = "dev"
 func buildVersion() string {
 	bi, ok := debug.ReadBuildInfo()
 	return resolveVersion(version, bi, ok)
+}
+
+// versionLine is what kiln version prints: "kiln", the version
+// (resolveVersion), and, when the go command recorded the build's commit
+// (go build in a git work tree: vcs.revision, vcs.time, vcs.modified), the
+// commit's first 12 hex digits, "+dirty" when the work tree had changes,
+// and the commit's time, not the build's: two builds of one commit are the
+// same bytes (scripts/release relies on it), and the time says how old the
+// code is. kiln dev (commit 0123456789ab+dirty from 2026-11-28T10:20:30Z).
+func versionLine(ldflags string, bi *debug.BuildInfo, ok bool) string {
+	line := "kiln " + resolveVersion(ldflags, bi, ok)
+	if !ok || bi == nil {
+		return line
+	}
+	var rev, at, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev == "" {
+		return line
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if modified == "true" {
+		rev += "+dirty"
+	}
+	if at == "" {
+		return line + " (commit " + rev + ")"
+	}
+	return line + " (commit " + rev + " from " + at + ")"
 }
 
 // resolveVersion picks, in order: the -ldflags value when one was given
@@ -174,12 +223,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "version", "--version", "-version":
 		if len(args) > 1 {
 			if isHelp(args[1]) {
-				fmt.Fprint(stdout, "Usage: kiln version\n\nPrint kiln's version: the module version of this build, or \"dev\".\n")
+				fmt.Fprint(stdout, versionHelp)
 				return flag.ErrHelp
 			}
 			return usageError{fmt.Sprintf("kiln version takes no arguments, got %q", args[1:])}
 		}
-		fmt.Fprintln(stdout, buildVersion())
+		bi, ok := debug.ReadBuildInfo()
+		fmt.Fprintln(stdout, versionLine(version, bi, ok))
 		return nil
 	}
 	if isHelp(args[0]) {

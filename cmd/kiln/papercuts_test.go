@@ -4,6 +4,7 @@ import (
 	"context"
 	"debug/buildinfo"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,14 +98,49 @@ func TestResolveVersion(t *testing.T) {
 	}
 }
 
-// kiln version and kiln --version print the same: the module version the
-// build recorded, else the -ldflags value, else dev.
+func TestVersionLine(t *testing.T) {
+	built := func(v string, settings ...string) *debug.BuildInfo {
+		bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/kilnhq/kiln", Version: v}}
+		for i := 0; i+1 < len(settings); i += 2 {
+			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: settings[i], Value: settings[i+1]})
+		}
+		return bi
+	}
+	const rev, at = "0123456789abcdef0123456789abcdef01234567", "2026-11-28T10:20:30Z"
+	for _, c := range []struct {
+		name    string
+		ldflags string
+		bi      *debug.BuildInfo
+		ok      bool
+		want    string
+	}{
+		{"no build info", "dev", nil, false, "kiln dev"},
+		{"no VCS", "dev", built("(devel)", "-trimpath", "true"), true, "kiln dev"},
+		{"tagged commit", "dev", built("v0.4.2", "vcs", "git", "vcs.revision", rev, "vcs.time", at, "vcs.modified", "false"), true,
+			"kiln v0.4.2 (commit 0123456789ab from 2026-11-28T10:20:30Z)"},
+		{"dirty work tree", "dev", built("v0.0.0-20261128102030-0123456789ab+dirty", "vcs.revision", rev, "vcs.time", at, "vcs.modified", "true"), true,
+			"kiln v0.0.0-20261128102030-0123456789ab+dirty (commit 0123456789ab+dirty from 2026-11-28T10:20:30Z)"},
+		{"ldflags and VCS", "v2.0.0", built("(devel)", "vcs.revision", rev, "vcs.time", at, "vcs.modified", "false"), true,
+			"kiln v2.0.0 (commit 0123456789ab from 2026-11-28T10:20:30Z)"},
+		{"no time", "dev", built("(devel)", "vcs.revision", "abc123"), true, "kiln dev (commit abc123)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := versionLine(c.ldflags, c.bi, c.ok); got != c.want {
+				t.Errorf("versionLine(%q, %v) = %q, want %q", c.ldflags, c.bi, got, c.want)
+			}
+		})
+	}
+}
+
+// kiln version and kiln --version print the same: the version the build
+// recorded (the -ldflags value, else the module version, else dev) and the
+// commit when the build recorded one.
 func TestVersion(t *testing.T) {
 	bi, err := buildinfo.ReadFile(kilnBin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := resolveVersion("dev", bi, true) + "\n"
+	want := versionLine("dev", bi, true) + "\n"
 	for _, arg := range []string{"version", "--version"} {
 		if out, errOut, code := kiln(t, arg); code != 0 || out != want || errOut != "" {
 			t.Errorf("kiln %s = %q %q exit %d, want %q", arg, out, errOut, code, want)
@@ -114,17 +150,157 @@ func TestVersion(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "kiln")
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	build := exec.CommandContext(ctx, "go", "build", "-ldflags", "-X main.version=v9.8.7-test", "-o", bin, ".")
+	build := exec.CommandContext(ctx, "go", "build", "-buildvcs=false", "-ldflags", "-X main.version=v9.8.7-test", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as TestMain: the build cache serves both
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	for _, arg := range []string{"version", "--version"} {
 		out, err := exec.CommandContext(ctx, bin, arg).Output()
-		if err != nil || string(out) != "v9.8.7-test\n" {
-			t.Errorf("kiln %s (built with -ldflags) = %q, %v; want v9.8.7-test", arg, out, err)
+		if err != nil || string(out) != "kiln v9.8.7-test\n" {
+			t.Errorf("kiln %s (built with -ldflags) = %q, %v; want \"kiln v9.8.7-test\\n\"", arg, out, err)
 		}
 	}
+}
+
+// A go build in a git work tree records the commit, and kiln version names
+// it with the commit's time; the version is the tag at that commit, else
+// Go's pseudo-version, and -ldflags wins over both. The module's files
+// (what git would list: tracked and untracked, not ignored) are committed
+// at a fixed time in a repository of their own, so every line is known.
+func TestVersionFromGit(t *testing.T) {
+	src := gitCopy(t, "2026-11-28T10:20:30Z")
+	rev := strings.TrimSpace(gitIn(t, src, "rev-parse", "HEAD"))[:12]
+	const at = "2026-11-28T10:20:30Z"
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	out := t.TempDir() // outside src: a binary in the work tree would make it dirty
+	versionOf := func(t *testing.T, ldflags string) string {
+		t.Helper()
+		bin := filepath.Join(out, "kiln")
+		// -buildvcs=true: the go command's default (auto) may be set off in
+		// GOFLAGS, as on the machines these tests run on; -trimpath as
+		// scripts/release builds, so the two share the build cache.
+		args := []string{"build", "-buildvcs=true", "-trimpath", "-o", bin}
+		if ldflags != "" {
+			args = append(args, "-ldflags", ldflags)
+		}
+		build := exec.CommandContext(ctx, "go", append(args, "./cmd/kiln")...)
+		build.Dir, build.Env = src, append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, b)
+		}
+		var lines []string
+		for _, arg := range []string{"version", "--version"} {
+			b, err := exec.CommandContext(ctx, bin, arg).Output()
+			if err != nil {
+				t.Fatalf("kiln %s: %v", arg, err)
+			}
+			lines = append(lines, string(b))
+		}
+		if lines[0] != lines[1] {
+			t.Errorf("kiln version = %q, kiln --version = %q; want the same", lines[0], lines[1])
+		}
+		return lines[0]
+	}
+	for _, c := range []struct {
+		name    string
+		prepare func(t *testing.T)
+		ldflags string
+		want    string
+	}{
+		{"untagged commit", nil, "",
+			"kiln v0.0.0-20261128102030-" + rev + " (commit " + rev + " from " + at + ")\n"},
+		{"-ldflags", nil, "-X main.version=v9.8.7",
+			"kiln v9.8.7 (commit " + rev + " from " + at + ")\n"},
+		{"tagged commit", func(t *testing.T) { gitIn(t, src, "tag", "v0.4.2") }, "",
+			"kiln v0.4.2 (commit " + rev + " from " + at + ")\n"},
+		{"dirty work tree", func(t *testing.T) {
+			f, err := os.OpenFile(filepath.Join(src, "README.md"), os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.WriteString("\nAn uncommitted line.\n"); err != nil {
+				t.Fatal(err)
+			}
+		}, "",
+			"kiln v0.4.2+dirty (commit " + rev + "+dirty from " + at + ")\n"},
+	} {
+		// In order: each case keeps what the ones before did to the repository.
+		if c.prepare != nil {
+			c.prepare(t)
+		}
+		if got := versionOf(t, c.ldflags); got != c.want {
+			t.Errorf("%s: kiln version = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// gitCopy copies the module's files that git lists (tracked and untracked,
+// not ignored: what a go build would see as the work tree) into a new
+// repository and commits them at time at. Outside a git work tree (a
+// source archive) there is nothing to list, and the test is skipped.
+func gitCopy(t *testing.T, at string) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls := exec.CommandContext(t.Context(), "git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+	ls.Dir = root
+	list, err := ls.Output()
+	if err != nil {
+		t.Skipf("SKIP: %s is not a git work tree (git ls-files: %v): no commit to record", root, err)
+	}
+	dst := t.TempDir()
+	for name := range strings.SplitSeq(strings.TrimSuffix(string(list), "\x00"), "\x00") {
+		data, err := os.ReadFile(filepath.Join(root, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // tracked, deleted in the work tree
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Join(dst, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dst, name), data, fi.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gitIn(t, dst, "init", "-q", "-b", "main")
+	gitIn(t, dst, "add", "-A")
+	commit := exec.CommandContext(t.Context(), "git", "commit", "-q", "-m", "kiln at a known time")
+	commit.Dir = dst
+	commit.Env = append(gitEnv(), "GIT_AUTHOR_DATE="+at, "GIT_COMMITTER_DATE="+at)
+	if out, err := commit.CombinedOutput(); err != nil {
+		t.Fatalf("git commit: %v\n%s", err, out)
+	}
+	return dst
+}
+
+// gitIn runs git in dir, without the user's or the system's configuration,
+// and returns its output.
+func gitIn(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "git", args...)
+	cmd.Dir, cmd.Env = dir, gitEnv()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("git %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
+}
+
+func gitEnv() []string {
+	return append(os.Environ(), "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=Kiln test", "GIT_AUTHOR_EMAIL=test@kiln.invalid",
+		"GIT_COMMITTER_NAME=Kiln test", "GIT_COMMITTER_EMAIL=test@kiln.invalid")
 }
 
 // kiln admin run where there is no Kiln database refuses, naming where it

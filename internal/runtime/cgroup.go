@@ -73,10 +73,11 @@ func probeCgroups(root string) (*cgroupHost, error) {
 // (parent) must have the memory and cpu controllers, enables them (and pids
 // when it can) for its children and for kiln/ below it.
 func probeV2(root, self string) (*cgroupHost, error) {
-	parent, err := cgroupDir(root, "cgroup2", "", self)
+	dir, err := cgroupDir(root, "cgroup2", "", self)
 	if err != nil {
 		return nil, err
 	}
+	parent := delegatedCgroup(dir)
 	avail, err := readFields(filepath.Join(parent, "cgroup.controllers"))
 	if err != nil {
 		return nil, err
@@ -299,6 +300,25 @@ func enableControllers(dir string, want []string) error {
 	return nil
 }
 
+// serveLeaf is the leaf of the delegated cgroup that kiln serve runs in
+// (and the holders it starts), beside kiln/.
+const serveLeaf = "kiln-serve"
+
+// delegatedCgroup is the cgroup whose children kiln makes, given the v2
+// cgroup dir kiln runs in: dir itself, or its parent when dir is the leaf
+// kiln-serve. systemd puts kiln there when the unit says
+// DelegateSubgroup=kiln-serve (docs/kiln.service), and must be able to
+// start the next kiln there while game servers run on under their holders
+// (KillMode=process): a process can only join a cgroup with no controllers
+// enabled for its children, so the leaf must stay one, and the unit's
+// cgroup, where the controllers are enabled, must hold no process.
+func delegatedCgroup(dir string) string {
+	if filepath.Base(dir) == serveLeaf {
+		return filepath.Dir(dir)
+	}
+	return dir
+}
+
 // leaveCgroup moves kiln out of the v2 cgroup dir into the leaf
 // dir/kiln-serve, when kiln is the only process in dir.
 func leaveCgroup(dir string) error {
@@ -310,7 +330,7 @@ func leaveCgroup(dir string) error {
 	if !slices.Equal(procs, []string{self}) {
 		return fmt.Errorf("cgroup %s holds processes other than kiln (give kiln a cgroup of its own, e.g. a systemd unit with Delegate=yes)", dir)
 	}
-	leaf := filepath.Join(dir, "kiln-serve")
+	leaf := filepath.Join(dir, serveLeaf)
 	if err := mkdirCgroup(leaf); err != nil {
 		return err
 	}

@@ -411,3 +411,19 @@ func TestValidCgroupName(t *testing.T) {
 		}
 	}
 }
+
+// Started by systemd in the leaf kiln-serve (DelegateSubgroup=kiln-serve),
+// kiln makes its servers' cgroups beside the leaf, in the unit's cgroup,
+// never below the leaf, which must stay one for the next kiln to join it.
+func TestDelegatedCgroup(t *testing.T) {
+	for _, c := range []struct{ dir, want string }{
+		{"/sys/fs/cgroup/system.slice/kiln.service/kiln-serve", "/sys/fs/cgroup/system.slice/kiln.service"},
+		{"/sys/fs/cgroup/system.slice/kiln.service", "/sys/fs/cgroup/system.slice/kiln.service"},
+		{"/sys/fs/cgroup/user.slice/kiln-serve.scope", "/sys/fs/cgroup/user.slice/kiln-serve.scope"},
+		{"/sys/fs/cgroup", "/sys/fs/cgroup"},
+	} {
+		if got := delegatedCgroup(c.dir); got != c.want {
+			t.Errorf("delegatedCgroup(%q) = %q, want %q", c.dir, got, c.want)
+		}
+	}
+}

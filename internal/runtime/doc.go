@@ -179,7 +179,15 @@
 // cgroup that holds processes (other than the root): when kiln is the only
 // process in its cgroup (a systemd unit with Delegate=yes) it moves itself
 // into the leaf kiln-serve beside kiln/, as systemd asks delegated
-// services to do; when others share it, there are no cgroups. On v2 the
+// services to do; when others share it, there are no cgroups. Started in a
+// cgroup named kiln-serve (the unit says DelegateSubgroup=kiln-serve,
+// systemd 254 and later), kiln takes its parent for its own and stays in
+// the leaf: that is what lets systemd start kiln again while game servers
+// run on in kiln/ under their holders (which stay in kiln-serve), since v2
+// lets no process join a cgroup that has controllers enabled for its
+// children, such as the unit's once kiln has enabled them; without the
+// subgroup, systemd puts the next kiln in the unit's cgroup and fails
+// (status 219/CGROUP) until those servers have stopped. On v2 the
 // child is created inside its cgroup (SysProcAttr.UseCgroupFD, clone3 with
 // CLONE_INTO_CGROUP), so not one allocation or fork escapes the limits; if
 // the kernel (before 5.7) or a seccomp filter refuses that, the runtime
