@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kilnhq/kiln/internal/deploy/runs"
+	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/runtime"
 )
 
@@ -36,5 +37,18 @@ func TestClassifyKeepsDetailsFromTeams(t *testing.T) {
 				t.Errorf("the team's sentence %q names a host path", se.msg)
 			}
 		})
+	}
+}
+
+// TestClassifyUnavailableNode: a step whose server's node (an agent) is
+// away is a transient dependency failure naming the node, never the
+// transport's detail (an address), which the log keeps.
+func TestClassifyUnavailableNode(t *testing.T) {
+	err := fmt.Errorf("power: %w", &nodes.UnavailableError{Node: "edge", Reason: "it has no connection to this kiln serve",
+		Err: errors.New("dial tcp 10.1.2.3:7443: connection refused")})
+	se := classify(err)
+	want := `node "edge" is unavailable: it has no connection to this kiln serve`
+	if se.class != runs.FailDependency || !se.transient || se.msg != want || !errors.Is(se.detail, err) {
+		t.Errorf("classify(%v) = %q (%s, transient %v); want %q, dependency, transient, the error as detail", err, se.msg, se.class, se.transient, want)
 	}
 }

@@ -893,6 +893,12 @@ func classify(err error) *stepError {
 	if ue, ok := errors.AsType[*nodes.UnknownNodeError](err); ok {
 		return fail(runs.FailValidation, "%v", ue)
 	}
+	if ue, ok := errors.AsType[*nodes.UnavailableError](err); ok {
+		// The agent of the server's node is away: retried as transient,
+		// then the run fails naming the node (the transport's error is
+		// the log's).
+		return &stepError{class: runs.FailDependency, msg: fmt.Sprintf("node %q is unavailable: %s", ue.Node, ue.Reason), transient: true, detail: err}
+	}
 	if he, ok := errors.AsType[*dbservice.HostError](err); ok {
 		// The team reads the sentence; the driver's message (the admin
 		// role, the maintenance database, the address) is the log's.
