@@ -298,6 +298,9 @@ func newReading(t *testing.T) (*servers.Service, string, servers.Server, *server
 	teamID := team(t, db)
 	svc := serverstest.New(t, db, serverstest.Options{}).Service
 	sv := newTestServer(t, svc, teamID)
+	// The install's status change is recorded, then announced: its
+	// console line comes after both, so the reading begins after it.
+	waitConsole(t, svc, teamID, sv.ID, "[kiln] installed", 1)
 	r, err := svc.Reading(t.Context(), teamID, sv.ID)
 	if err != nil {
 		t.Fatal(err)
