@@ -127,6 +127,15 @@ func (s *Service) recordRestore(ctx context.Context, teamID, snapshotID, serverI
 		r.Path = &only
 	}
 	err := s.db.Tx(ctx, func(tx *sql.Tx) error {
+		// A server's records are ordered by created_at, strictly: one
+		// made in the same millisecond as the last comes after it (ids
+		// are random, so they cannot break the tie), and the trim below
+		// keeps the newest ones.
+		var last int64
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(created_at), 0) FROM restores WHERE server_id = $1`, serverID).Scan(&last); err != nil {
+			return err
+		}
+		r.CreatedAt = max(r.CreatedAt, last+1)
 		if _, err := tx.ExecContext(ctx, `INSERT INTO restores (id, team_id, snapshot_id, server_id, path, status, owner, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, r.ID, teamID, snapshotID, serverID, r.Path, r.Status, s.opts.Owner, r.CreatedAt); err != nil {
 			return err
