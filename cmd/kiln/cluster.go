@@ -78,6 +78,43 @@ type clusterParts struct {
 	// remotes are the drivers of agents' servers, one a node.
 	remotesMu sync.Mutex
 	remotes   map[string]*noderpc.Remote
+	// statuses are the nodes' statuses as last read (statusesAt), and
+	// an epoch that moves when one changes: servers' NodeStatuses.
+	statusMu   sync.Mutex
+	statuses   map[string]string
+	statusesAt time.Time
+	epoch      uint64
+}
+
+// nodeStatuses reads the nodes' statuses at most once a second (a status
+// moves on heartbeats, seconds apart; the servers' list asks at every
+// request), and moves the epoch when one changed.
+func (p *clusterParts) nodeStatuses() (map[string]string, uint64) {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	if p.statuses != nil && time.Since(p.statusesAt) < time.Second {
+		return p.statuses, p.epoch
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := p.svc.Statuses(ctx)
+	p.statusesAt = time.Now() // a failed read is not tried again at once either
+	if err != nil {
+		return p.statuses, p.epoch
+	}
+	m := make(map[string]string, len(st))
+	changed := p.statuses == nil || len(st) != len(p.statuses)
+	for n, s := range st {
+		m[n] = string(s)
+		if p.statuses[n] != m[n] {
+			changed = true
+		}
+	}
+	if changed {
+		p.statuses = m
+		p.epoch++
+	}
+	return p.statuses, p.epoch
 }
 
 // serveRecords answers agents' calls for their servers' records from srv.

@@ -23,13 +23,16 @@ import (
 // the control plane's API; its records live in the control plane's
 // database, which the agent never opens. The agent killed: the server's
 // node operations answer 503 NODE_UNAVAILABLE at once, reads of the
-// database still answer, and the game runs on (under its holder). The
+// database still answer, and the game runs on (under its holder); once
+// the node is unreachable the server reads status unknown (node_status
+// unreachable), in the list too. The
 // agent back: it re-adopts the server, which stops and is deleted through
 // the API, its root on the agent gone.
 func TestServerOnAgent(t *testing.T) {
 	dir := t.TempDir()
 	ports := serverstest.PortRange(t, 5).String()
-	p := startServe(t, "--data-dir", dir, "--dev", "--port-range", ports, "--cluster-addr", "127.0.0.1:0", "--node-unreachable-after", "2s")
+	p := startServe(t, "--data-dir", dir, "--dev", "--port-range", ports, "--cluster-addr", "127.0.0.1:0", "--node-unreachable-after", "2s",
+		"--rate-limit", "100000") // the test polls
 	m := clusterAddrRE.FindStringSubmatch(p.Stderr())
 	if m == nil {
 		t.Fatalf("no node endpoint in the log:\n%s", p.Stderr())
@@ -69,6 +72,9 @@ func TestServerOnAgent(t *testing.T) {
 		t.Fatalf("start: %d %v", code, out)
 	}
 	running := status("running")
+	if running["node_status"] != "ready" {
+		t.Errorf("node_status of a server on a ready agent = %v, want ready", running["node_status"])
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if _, err := slp.Ping(ctx, running["address"].(string)); err != nil {
@@ -100,6 +106,19 @@ func TestServerOnAgent(t *testing.T) {
 	if code, out := call(t, p.addr, tok, "GET", "/servers/"+id, ""); code != 200 {
 		t.Errorf("GET of the server while its node is away: %d %v", code, out)
 	}
+	// Silent past --node-unreachable-after (2 s): status unknown, in the
+	// list too.
+	status("unknown")
+	eventually.True(t, eventually.Within, "the list saying unknown", func() (bool, string) {
+		code, out := call(t, p.addr, tok, "GET", "/servers", "")
+		l, _ := out["servers"].([]any)
+		for _, x := range l {
+			if s := x.(map[string]any); s["id"] == id {
+				return code == 200 && s["status"] == "unknown" && s["node_status"] == "unreachable", fmt.Sprint(s)
+			}
+		}
+		return false, fmt.Sprintf("%d %v", code, out)
+	})
 	if _, err := slp.Ping(ctx, running["address"].(string)); err != nil {
 		t.Errorf("the game ended with its agent: %v", err)
 	}
@@ -110,6 +129,7 @@ func TestServerOnAgent(t *testing.T) {
 		code, out := call(t, p.addr, tok, "GET", "/servers/"+id+"/console", "")
 		return code == 200 && strings.Contains(fmt.Sprint(out["lines"]), "re-attached"), fmt.Sprintf("%d %v", code, out)
 	})
+	status("running") // the node ready again: what its records say
 	if code, out := call(t, p.addr, tok, "POST", "/servers/"+id+"/power", `{"action":"stop"}`); code/100 != 2 {
 		t.Fatalf("stop: %d %v\nagent:\n%s", code, out, a2.Stderr())
 	}

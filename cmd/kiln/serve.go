@@ -537,6 +537,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KilnBinary: kilnBin, PublicHost: cfg.PublicHost, BindHost: bindHost(cfg.PublicHost, cfg.Runtime, log),
 		Injected: dbs, Javas: javas, Secrets: box, TempNames: tempNames, Users: users, StopTimeout: stopGrace,
 		StopServersOnExit: cfg.StopServersOnExit, Placement: placement,
+		NodeStatuses: clusterSvc.nodeStatuses,
 		// The servers of agents: driven over their channels.
 		Remote: func(node string) servers.Driver {
 			return clusterSvc.remote(ctx, node, func(ctx context.Context) ([]string, error) { return serverSvc.IDsOn(ctx, node) })

@@ -171,6 +171,12 @@ func appendServerTail(b []byte, s servers.Server) []byte {
 	b = appendJSONString(b, s.Software)
 	b = append(b, `,"node":`...)
 	b = appendJSONString(b, s.Node)
+	b = append(b, `,"node_status":`...)
+	if s.NodeStatus == "" {
+		b = append(b, "null"...)
+	} else {
+		b = appendJSONString(b, s.NodeStatus)
+	}
 	b = append(b, `,"configuration_id":`...)
 	if s.ConfigurationID == nil {
 		b = append(b, "null"...)

@@ -25,6 +25,7 @@ type serverJSON struct {
 	Resources       resourcesJSON `json:"resources"`
 	Software        string        `json:"software"`
 	Node            string        `json:"node"`
+	NodeStatus      *string       `json:"node_status"`
 	ConfigurationID *string       `json:"configuration_id"`
 }
 
@@ -55,8 +56,16 @@ func toServerJSON(s servers.Server) serverJSON {
 			CPU: s.Resources.CPU, MemoryBytes: s.Resources.MemoryBytes,
 			DiskBytes: s.Resources.DiskBytes, UptimeMS: s.Resources.UptimeMS,
 		},
-		Software: s.Software, Node: s.Node, ConfigurationID: s.ConfigurationID,
+		Software: s.Software, Node: s.Node, NodeStatus: nodeStatus(s), ConfigurationID: s.ConfigurationID,
 	}
+}
+
+// nodeStatus is the server's node's status, null when not known.
+func nodeStatus(s servers.Server) *string {
+	if s.NodeStatus == "" {
+		return nil
+	}
+	return &s.NodeStatus
 }
 
 func toServerDetail(s servers.Server) serverDetailJSON {

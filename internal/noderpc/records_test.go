@@ -81,10 +81,12 @@ func TestRecordsOnlyTheNodes(t *testing.T) {
 		t.Errorf("far reads another node's server: %v, want ErrNotFound", err)
 	}
 	for name, write := range map[string]func() error{
-		"SetStatus":       func() error { return far.SetStatus(ctx, local.ID, gameserver.StatusCrashed) },
-		"SetDesired":      func() error { return far.SetDesired(ctx, local.ID, "running") },
-		"InstallFailed":   func() error { return far.InstallFailed(ctx, local.ID, "pwned") },
-		"Reinstalling":    func() error { return far.Reinstalling(ctx, local.ID, "kiln-test", "latest", map[string]string{"X": "y"}) },
+		"SetStatus":     func() error { return far.SetStatus(ctx, local.ID, gameserver.StatusCrashed) },
+		"SetDesired":    func() error { return far.SetDesired(ctx, local.ID, "running") },
+		"InstallFailed": func() error { return far.InstallFailed(ctx, local.ID, "pwned") },
+		"Reinstalling": func() error {
+			return far.Reinstalling(ctx, local.ID, "kiln-test", "latest", map[string]string{"X": "y"})
+		},
 		"SetRuntimeRef":   func() error { return far.SetRuntimeRef(ctx, local.ID, "holder:1:2") },
 		"ClearRuntimeRef": func() error { return far.ClearRuntimeRef(ctx, local.ID, "") },
 	} {

@@ -49,3 +49,29 @@ func (s *Service) Kind(ctx context.Context, name string) (Kind, error) {
 	}
 	return k, nil
 }
+
+// Statuses reads every node's status (as List gives it, without the
+// rest of a listing): the servers' API shows it beside each server.
+func (s *Service) Statuses(ctx context.Context) (map[string]Status, error) {
+	rows, err := s.db.Read().QueryContext(ctx, `SELECT name, kind, cert_serial IS NOT NULL, drained_at IS NOT NULL, reachable_until FROM nodes`)
+	if err != nil {
+		return nil, fmt.Errorf("read the nodes' statuses: %w", err)
+	}
+	defer rows.Close()
+	now := s.now().UnixMilli()
+	out := map[string]Status{}
+	for rows.Next() {
+		var name string
+		var kind Kind
+		var enrolled, draining bool
+		var until sql.NullInt64
+		if err := rows.Scan(&name, &kind, &enrolled, &draining, &until); err != nil {
+			return nil, fmt.Errorf("read the nodes' statuses: %w", err)
+		}
+		out[name] = statusOf(kind, enrolled, draining, until, now)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read the nodes' statuses: %w", err)
+	}
+	return out, nil
+}

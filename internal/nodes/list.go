@@ -93,16 +93,9 @@ reachable_until, created_at, enrolled_at, cert_next_serial FROM nodes`
 		}
 		n.Draining, n.CertRenewing = drained.Valid, next.Valid
 		n.LastHeartbeatAt, n.CertExpiresAt, n.EnrolledAt = ptr(beat), ptr(certExp), ptr(enrolled)
-		switch {
-		case n.Kind == KindAgent && !serial.Valid:
-			n.Status = StatusPending
+		n.Status = statusOf(n.Kind, serial.Valid, n.Draining, until, now)
+		if n.Status == StatusPending {
 			n.JoinExpiresAt = ptr(joinExp)
-		case !until.Valid || until.Int64 <= now:
-			n.Status = StatusUnreachable
-		case n.Draining:
-			n.Status = StatusDraining
-		default:
-			n.Status = StatusReady
 		}
 		u := use[n.Name]
 		if u == nil {
@@ -179,4 +172,20 @@ func ptr(v sql.NullInt64) *int64 {
 	}
 	x := v.Int64
 	return &x
+}
+
+// statusOf is a node's status from its row, read at now (unix ms):
+// pending (an agent not enrolled), unreachable (past reachable_until),
+// draining, ready — in that order.
+func statusOf(kind Kind, enrolled, draining bool, until sql.NullInt64, now int64) Status {
+	switch {
+	case kind == KindAgent && !enrolled:
+		return StatusPending
+	case !until.Valid || until.Int64 <= now:
+		return StatusUnreachable
+	case draining:
+		return StatusDraining
+	default:
+		return StatusReady
+	}
 }

@@ -46,13 +46,18 @@ type Resources = gameserver.Resources
 
 // Server is one game server or proxy.
 type Server struct {
-	ID              string
-	TeamID          string
-	Name            string
-	Software        string
-	Version         string
-	Status          string
-	Node            string
+	ID       string
+	TeamID   string
+	Name     string
+	Software string
+	Version  string
+	Status   string
+	Node     string
+	// NodeStatus is the node's status (ready, draining, unreachable,
+	// pending; "" when not known: Options.NodeStatuses unset). A server
+	// of an unreachable node reads Status "unknown": what runs there
+	// cannot be told.
+	NodeStatus      string
 	Port            int
 	Address         string // host:port of the game port
 	MemoryMB        int
@@ -198,10 +203,11 @@ func (s *Service) Listing(ctx context.Context, teamID string) (*Listing, error) 
 	if err != nil {
 		return nil, fmt.Errorf("list servers: %w", err)
 	}
+	statuses, epoch := s.nodeStatuses()
 	s.cacheMu.Lock()
 	c, ok := s.lists[teamID]
 	s.cacheMu.Unlock()
-	if ok && c.version == version && version >= 0 {
+	if ok && c.version == version && c.epoch == epoch && version >= 0 {
 		return c.list, nil
 	}
 	// Read after the version: the rows are at least as new as it, so a
@@ -210,12 +216,15 @@ func (s *Service) Listing(ctx context.Context, teamID string) (*Listing, error) 
 	if err != nil {
 		return nil, err
 	}
+	for i := range rows {
+		withNode(&rows[i], statuses)
+	}
 	l := &Listing{Servers: rows, svc: s}
 	s.cacheMu.Lock()
 	if len(s.lists) >= maxCachedLists {
 		clear(s.lists) // many teams: start over rather than grow without bound
 	}
-	s.lists[teamID] = listCache{version: version, list: l}
+	s.lists[teamID] = listCache{version: version, epoch: epoch, list: l}
 	s.cacheMu.Unlock()
 	return l, nil
 }
@@ -226,6 +235,7 @@ const maxCachedLists = 4096
 // listCache is one team's list at a list version.
 type listCache struct {
 	version int64
+	epoch   uint64 // of the node statuses the list shows
 	list    *Listing
 }
 
@@ -362,7 +372,30 @@ func (s *Service) Get(ctx context.Context, teamID, id string) (Server, error) {
 		return Server{}, fmt.Errorf("get server %s: %w", id, err)
 	}
 	sv.Resources = s.resourcesOf(sv)
+	statuses, _ := s.nodeStatuses()
+	withNode(&sv, statuses)
 	return sv, nil
+}
+
+// NodeStatuses gives every node's status and an epoch that changes
+// whenever one of them does (Options.NodeStatuses).
+type NodeStatuses func() (map[string]string, uint64)
+
+// nodeStatuses is Options.NodeStatuses' answer (none without it).
+func (s *Service) nodeStatuses() (map[string]string, uint64) {
+	if s.opts.NodeStatuses == nil {
+		return nil, 0
+	}
+	return s.opts.NodeStatuses()
+}
+
+// withNode sets sv's NodeStatus, and Status unknown on a node that is
+// unreachable.
+func withNode(sv *Server, statuses map[string]string) {
+	sv.NodeStatus = statuses[sv.Node]
+	if sv.NodeStatus == "unreachable" {
+		sv.Status = gameserver.StatusUnknown
+	}
 }
 
 // CountByStatus counts every team's servers by status (for /metrics).

@@ -58,6 +58,10 @@ type Options struct {
 	// operation on its servers is *OtherNodeError). nil drives the local
 	// node alone.
 	Remote func(node string) Driver
+	// NodeStatuses gives the nodes' statuses, for each server's
+	// NodeStatus (and Status unknown on an unreachable node); nil leaves
+	// NodeStatus empty.
+	NodeStatuses NodeStatuses
 	// KilnBinary is the kiln executable as the runtime sees it, for profiles
 	// that run kiln itself (kiln-test): the running executable for the
 	// process runtime (the default), its path inside the image for docker.
