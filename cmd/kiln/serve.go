@@ -583,7 +583,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
-		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue, RunQueued: exe.Wake,
+		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue, RunQueued: exe.Wake, Planner: exe,
 		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Modpacks: packs, Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {

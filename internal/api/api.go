@@ -80,6 +80,9 @@ type Deps struct {
 	// executor, and then the run routes answer 503 UNAVAILABLE (nothing
 	// would execute what they queue).
 	Runs *runs.Queue
+	// Planner answers what a run of a configuration would do, changing
+	// nothing; nil answers 503 UNAVAILABLE, as the run routes do.
+	Planner Planner
 	// RunQueued, when set, is told a run was queued (kiln serve wakes its
 	// executor: a run starts at once instead of at the next poll).
 	RunQueued func()

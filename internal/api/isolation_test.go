@@ -66,6 +66,7 @@ var isolationCases = map[string]isolationCase{
 	"listConfigurationVersions": {method: "GET", path: "/deployments/configurations/{configurationId}/versions", want: "CONFIGURATION_NOT_FOUND"},
 	"getConfigurationVersion":   {method: "GET", path: "/deployments/configurations/{configurationId}/versions/{versionNumber}", want: "CONFIGURATION_NOT_FOUND"},
 	"diffConfigurationVersions": {method: "GET", path: "/deployments/configurations/{configurationId}/diff", query: "to=1", want: "CONFIGURATION_NOT_FOUND"},
+	"planConfiguration":         {method: "POST", path: "/deployments/configurations/{configurationId}/plan", body: map[string]any{"yaml": specLobby}, want: "CONFIGURATION_NOT_FOUND"},
 	"getRun":                    {method: "GET", path: "/deployments/runs/{runId}", want: "RUN_NOT_FOUND"},
 	"cancelRun":                 {method: "POST", path: "/deployments/runs/{runId}/cancel", want: "RUN_NOT_FOUND"},
 	"getSnapshot":               {method: "GET", path: "/snapshots/{snapshotId}", want: "SNAPSHOT_NOT_FOUND"},

@@ -60,6 +60,7 @@ func (s *Server) table() []route {
 		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}/versions", op: "listConfigurationVersions", h: s.listConfigurationVersions},
 		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}/versions/{versionNumber}", op: "getConfigurationVersion", h: s.getConfigurationVersion},
 		{method: http.MethodGet, path: "/deployments/configurations/{configurationId}/diff", op: "diffConfigurationVersions", h: s.diffConfiguration},
+		{method: http.MethodPost, path: "/deployments/configurations/{configurationId}/plan", op: "planConfiguration", h: s.planConfiguration},
 		{method: http.MethodPost, path: "/deployments/apply", op: "applyConfiguration", h: s.applyConfiguration},
 		{method: http.MethodGet, path: "/deployments/runs", op: "listRuns", h: s.listRuns},
 		{method: http.MethodGet, path: "/deployments/runs/{runId}", op: "getRun", h: s.getRun},

@@ -333,6 +333,25 @@ func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Confi
 	return out, nil
 }
 
+// Check reads yaml as an edit of one of the team's configurations would
+// be read, changing nothing: the spec it holds, or every broken rule at
+// its path as Create and Update give them (a plan of an unsaved edit).
+// Errors: ErrNotFound, *validate.Error.
+func (s *Service) Check(ctx context.Context, teamID, id, yaml string) (*spec.Spec, error) {
+	if _, err := s.Get(ctx, teamID, id); err != nil {
+		return nil, err
+	}
+	var c validate.Collector
+	sp, err := s.parse(ctx, &c, yaml)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	return sp, nil
+}
+
 // Delete removes a configuration and its versions (and its finished runs,
 // which cascade). Errors: ErrNotFound, ErrBusy while one of its runs is
 // queued or executing (the delete would take it from under its

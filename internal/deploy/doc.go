@@ -48,6 +48,8 @@
 //     key's insert fail, which rolls the push back too, and the key's run
 //     is answered. The package imports internal/deploy/runs for it, which
 //     writes its own tables; deploy writes only its two.
+//   - Check reads an unsaved YAML as Update would (the same issues at the
+//     same paths), for a plan of an edit; it writes nothing.
 //   - Delete removes the versions with the configuration; it is refused
 //     (ErrInUse) while a server created by its runs still exists.
 //   - Applied state (applied.go, table applied_resources): per resource key,

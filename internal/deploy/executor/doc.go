@@ -114,6 +114,17 @@
 //     plan.computed event saying the plan changed, the new steps pending,
 //     the old ones no longer in it skipped, the checkpoint's plan hash —
 //     and the steps done stay done.
+//   - Planning is one function (planSpec, planning.go): the applied state
+//     read, plan.Make, then the refusals that fail a run before its first
+//     step (unsupported, a dbservice's engine changed). A run calls it, and
+//     so does Plan, which answers POST …/plan without executing or writing
+//     anything: the preview and the run cannot disagree about the same
+//     YAML and applied state (the run's checkpoint carries the plan's
+//     hash). Plan of an unsaved edit checks it as an update would
+//     (deploy.Service.Check); of the current YAML, as the run reads a
+//     version (spec.Parse against today's catalog). A refusal is
+//     reported with the steps planned, so a preview says both what and
+//     why not.
 //   - Faults are tested through the Queue interface: the tests put a
 //     queue that fails Renew as they say in front of the real one
 //     (faults_test.go); nothing in this package knows about tests.

@@ -346,26 +346,18 @@ func (x *exec) do() error {
 	if err != nil {
 		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The version to apply cannot be read: "+err.Error()+".", runs.FailInternal)
 	}
-	sp, err := spec.Parse([]byte(v.YAML), e.cat)
-	if err != nil {
-		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The version's spec is no longer valid: "+err.Error()+".", runs.FailValidation)
+	sp, refusal := parseSpec(v.YAML, e.cat)
+	if refusal != "" {
+		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, refusal, runs.FailValidation)
 	}
-	if msg := unsupported(sp, e.opts.Databases != nil, e.cat); msg != "" {
-		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, msg, runs.FailValidation)
-	}
-	live, err := e.deploy.Live(ctx, r.TeamID, r.ConfigurationID)
+	planned, err := e.planSpec(ctx, r.TeamID, r.ConfigurationID, sp)
 	if err != nil {
 		return err
 	}
-	p, err := plan.Make(sp, live)
-	if err != nil {
-		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The run cannot be planned: "+err.Error()+".", runs.FailInternal)
+	if planned.Refusal != "" {
+		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, planned.Refusal, planned.Class)
 	}
-	for _, st := range p.Steps {
-		if st.Kind == plan.DBService && st.Action == plan.Replace {
-			return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, fmt.Sprintf("%s: changing a dbservice's engine would drop its database, and Kiln cannot snapshot a database; add a dbservice under a new name instead (and remove the old one when its data has moved). Nothing was changed.", st.Key), runs.FailValidation)
-		}
-	}
+	p := *planned.Plan
 	// A dbservice about to be deleted is attached to nothing from now on:
 	// the servers updated before its delete step must not get its
 	// credentials again.
