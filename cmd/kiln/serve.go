@@ -579,7 +579,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// one dies mid-run and its lease expires).
 	runQueue := runs.New(db, runs.Options{})
 	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs,
-		Snapshots: snaps, Log: log})
+		DigestKey: box.Derive(executor.DigestPurpose), Snapshots: snaps, Log: log})
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),

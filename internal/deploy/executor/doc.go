@@ -125,6 +125,22 @@
 //     version (spec.Parse against today's catalog). A refusal is
 //     reported with the steps planned, so a preview says both what and
 //     why not.
+//   - References (references.go): at planning their values are read (a
+//     dbservice's credentials through Databases.Credentials, a server's
+//     address) and digested: HMAC-SHA256 under Options.DigestKey, a key
+//     derived from the secret key, so a digest in a run's resources
+//     cannot be checked against guesses of a password. An object the plan
+//     creates or replaces has no value yet: what references it gets a
+//     digest that matches nothing and is updated after it. At execution
+//     a step resolves its references again, writes its files (0600 when
+//     one references a password: files.Root.WriteFilePrivate, created
+//     so), and records the digest of what it wrote (plan.WithReferences):
+//     the plan's digest may be provisional, the applied one never is. A
+//     referenced object missing at execution fails the step (internal).
+//     The values exist only in the server's root: never in a version, a
+//     run's resources or events, the applied state or a log
+//     (TestReferencesWired reads every table). A step of an update that
+//     changes "references" restarts a running server, as files do.
 //   - Faults are tested through the Queue interface: the tests put a
 //     queue that fails Renew as they say in front of the real one
 //     (faults_test.go); nothing in this package knows about tests.

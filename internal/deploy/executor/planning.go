@@ -71,10 +71,33 @@ func (e *Executor) planSpec(ctx context.Context, teamID, configurationID string,
 	if err != nil {
 		return Planned{}, err
 	}
-	p, err := plan.Make(sp, live)
+	p, err := plan.Make(sp, live, nil)
 	if err != nil {
 		out.Refusal, out.Class = "The run cannot be planned: "+err.Error()+".", runs.FailInternal
 		return out, nil
+	}
+	// References: their values' digests are part of the desired states,
+	// read now; an object the plan makes anew has none yet, so what
+	// references it is updated after it.
+	fresh := map[string]bool{}
+	for _, st := range p.Steps {
+		if st.Action == plan.Create || st.Action == plan.Replace {
+			fresh[st.Key] = true
+		}
+	}
+	digests, err := e.digests(ctx, teamID, configurationID, sp, fresh)
+	if err != nil {
+		return Planned{}, err
+	}
+	if digests != nil {
+		if len(e.opts.DigestKey) == 0 {
+			out.Refusal, out.Class = "This Kiln process has no key for the values of the spec's references (${…}); nothing was changed.", runs.FailInternal
+			return out, nil
+		}
+		if p, err = plan.Make(sp, live, digests); err != nil {
+			out.Refusal, out.Class = "The run cannot be planned: "+err.Error()+".", runs.FailInternal
+			return out, nil
+		}
 	}
 	out.Plan = &p
 	if msg := unsupported(sp, e.opts.Databases != nil, e.cat); msg != "" {
