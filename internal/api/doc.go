@@ -107,6 +107,13 @@
 //     200 with error and failure_class as the run would carry them, and
 //     the steps planned; each step says its tier (null for a noop) and
 //     changes (the fields that differ, [] but for update and replace).
+//   - Secrets (secrets.go, GET /secrets, PUT and DELETE /secrets/{name}):
+//     names and times only, never a value (internal/secrets keeps them
+//     sealed; only the executor reads them); PUT creates or replaces
+//     (200 with created), a team past its 200 is 409 CONFLICT, a name
+//     nobody has (or another team's) 404 NOT_FOUND, as api.md §0 names
+//     the generic code. A validation message never quotes a value, and
+//     the body is never logged (no request body is).
 //   - Placement (POST /servers, optional node): a server no node takes is
 //     409 NO_CAPACITY, whose body adds details, one {node, reason} a node
 //     (nodes.NoCapacityError's refusals, in name order; present, maybe

@@ -23,6 +23,7 @@ func withExecutor(t *testing.T, db *store.DB) harnessOpt {
 	return func(_ *Config, d *Deps) {
 		q := runs.New(db, runs.Options{})
 		x := executor.New(q, d.Deploy, d.Servers, d.Catalog, executor.Options{Owner: "inst_api", Snapshots: d.Snapshots,
+			TeamSecrets: d.Secrets, DigestKey: []byte("0123456789abcdef0123456789abcdef"),
 			Poll: 20 * time.Millisecond, Lease: 3 * time.Second, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 30 * time.Second})
 		d.Runs, d.Planner, d.RunQueued = q, x, x.Wake
 		ctx, cancel := context.WithCancel(context.Background())

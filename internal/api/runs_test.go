@@ -46,7 +46,8 @@ dbservices:
 func withRuns(q *runs.Queue) harnessOpt {
 	return func(_ *Config, d *Deps) {
 		d.Runs = q
-		d.Planner = executor.New(q, d.Deploy, d.Servers, d.Catalog, executor.Options{Owner: "inst_api"})
+		d.Planner = executor.New(q, d.Deploy, d.Servers, d.Catalog, executor.Options{Owner: "inst_api", TeamSecrets: d.Secrets,
+			DigestKey: []byte("0123456789abcdef0123456789abcdef")})
 	}
 }
 

@@ -141,6 +141,15 @@
 //     run's resources or events, the applied state or a log
 //     (TestReferencesWired reads every table). A step of an update that
 //     changes "references" restarts a running server, as files do.
+//   - Team secrets (${secrets.NAME}, Options.TeamSecrets): checked at
+//     planning, since a secret may be stored after the spec that names
+//     it (and deleted after): one the team has not fails the run before
+//     anything changes, class validation, the sentence naming it and
+//     where it is (a plan says the same). A step reads them again; a
+//     variable gets its value (the servers service seals a secret
+//     variable with the server), a file is written 0600. A value that
+//     changes changes the digest: the plan updates (and restarts) the
+//     servers using it.
 //   - Faults are tested through the Queue interface: the tests put a
 //     queue that fails Renew as they say in front of the real one
 //     (faults_test.go); nothing in this package knows about tests.

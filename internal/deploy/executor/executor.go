@@ -61,6 +61,10 @@ type Options struct {
 	// Databases makes and drops the dbservices' databases
 	// (*dbservice.Service); a version with dbservices fails without it.
 	Databases Databases
+	// TeamSecrets reads the values of the teams' secrets a spec
+	// references (*secrets.Service); a spec referencing one is refused at
+	// planning without it.
+	TeamSecrets TeamSecrets
 	// DigestKey keys the digests of the values a spec's references
 	// resolve to (secretbox.Box.Derive(DigestPurpose)), which the applied
 	// state records instead of the values; a spec with references is
@@ -78,6 +82,13 @@ type Snapshots interface {
 	// Before snapshots the team's server, which is about to be destroyed,
 	// and waits until the snapshot is ready; it returns its id.
 	Before(ctx context.Context, teamID, serverID, reason string) (string, error)
+}
+
+// TeamSecrets is what the executor needs of internal/secrets.
+type TeamSecrets interface {
+	// Values returns the values of the team's secrets among names, by
+	// name; a name without one is left out.
+	Values(ctx context.Context, teamID string, names []string) (map[string]string, error)
 }
 
 // Databases is what the executor needs of internal/dbservice.
@@ -764,6 +775,13 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	if proxy != nil {
 		port = proxy.Port
 	}
+	// The variables with the secrets they reference (never recorded but
+	// with the server, whose secret variables it seals).
+	ew, serr := x.wire(ctx, spec.Server{Env: want.Env})
+	if serr != nil {
+		return "", nil, serr
+	}
+	env := ew.server.Env
 	var sv servers.Server
 	var err error
 	var applied json.RawMessage // st.Desired with the digest of the values written
@@ -771,7 +789,7 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	switch st.Action {
 	case plan.Create, plan.Replace:
 		sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port,
+			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: env, Image: want.Image, Port: port,
 			Node: want.Node})
 	case plan.Update:
 		var before spec.Server
@@ -790,19 +808,22 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 			if cur.Status == servers.StatusInstalling {
 				return cur.ID, nil, classify(servers.ErrInstalling)
 			}
-			w, a, serr := x.wire(ctx, want, st.Desired)
+			w, serr := x.wire(ctx, want)
 			if serr != nil {
 				return cur.ID, nil, serr
 			}
 			if serr := x.writeConfig(ctx, cur, w, before); serr != nil {
 				return cur.ID, nil, serr
 			}
-			applied, written = a, true
+			if applied, serr = appliedOf(st.Desired, w); serr != nil {
+				return cur.ID, nil, serr
+			}
+			written = true
 		}
 		restart := slices.ContainsFunc(st.Changes, func(c string) bool {
 			return c == "databases" || c == "files" || c == "properties" || c == "references"
 		})
-		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env, Restart: restart, Image: &want.Image, Port: &port}
+		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: env, Restart: restart, Image: &want.Image, Port: &port}
 		if c.Env == nil {
 			c.Env = map[string]string{}
 		}
@@ -814,7 +835,7 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 			// Deleted by hand meanwhile (it cannot be through the API):
 			// make it again.
 			sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port,
+				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: env, Image: want.Image, Port: port,
 				Node: want.Node})
 		}
 	}
@@ -831,14 +852,16 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	if !written {
 		// Made now: its own address, and those of the servers made
 		// before it, are known.
-		w, a, serr := x.wire(ctx, want, st.Desired)
+		w, serr := x.wire(ctx, want)
 		if serr != nil {
 			return sv.ID, nil, serr
 		}
 		if serr := x.writeConfig(ctx, sv, w, spec.Server{}); serr != nil {
 			return sv.ID, nil, serr
 		}
-		applied = a
+		if applied, serr = appliedOf(st.Desired, w); serr != nil {
+			return sv.ID, nil, serr
+		}
 	}
 	if proxy != nil {
 		if serr := x.wireProxy(ctx, *proxy, sv); serr != nil {

@@ -104,6 +104,12 @@ func (e *Executor) planSpec(ctx context.Context, teamID, configurationID string,
 		out.Refusal, out.Class = msg, runs.FailValidation
 		return out, nil
 	}
+	if msg, class, err := e.unknownSecrets(ctx, teamID, sp); err != nil {
+		return Planned{}, err
+	} else if msg != "" {
+		out.Refusal, out.Class = msg, class
+		return out, nil
+	}
 	for _, st := range p.Steps {
 		if st.Kind == plan.DBService && st.Action == plan.Replace {
 			out.Refusal, out.Class = fmt.Sprintf("%s: changing a dbservice's engine would drop its database, and Kiln cannot snapshot a database; add a dbservice under a new name instead (and remove the old one when its data has moved). Nothing was changed.", st.Key), runs.FailValidation

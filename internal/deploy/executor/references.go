@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -22,12 +23,28 @@ import (
 // (secretbox.Box.Derive(DigestPurpose) is Options.DigestKey).
 const DigestPurpose = "kiln deploy references v1"
 
-// values reads what refs resolve to now, for the configuration's objects:
-// a dbservice's credentials, a server's address. A reference to an object
-// not made yet, or to one the plan makes anew (fresh, by key), is left
-// out. The error is one reading them.
+// values reads what refs resolve to now, for the configuration's objects
+// and the team's secrets: a dbservice's credentials, a server's address,
+// a secret's value. A reference to an object not made yet, or to one the
+// plan makes anew (fresh, by key), or to a secret the team has not, is
+// left out. The error is one reading them.
 func (e *Executor) values(ctx context.Context, teamID, configurationID string, refs []spec.Ref, fresh map[string]bool) (map[spec.Ref]string, error) {
 	out := map[spec.Ref]string{}
+	var names []string // of the secrets referenced
+	for _, r := range refs {
+		if r.Kind == spec.RefSecret && !slices.Contains(names, r.Name) {
+			names = append(names, r.Name)
+		}
+	}
+	if len(names) > 0 && e.opts.TeamSecrets != nil {
+		vals, err := e.opts.TeamSecrets.Values(ctx, teamID, names)
+		if err != nil {
+			return nil, err
+		}
+		for name, v := range vals {
+			out[spec.Ref{Kind: spec.RefSecret, Name: name}] = v
+		}
+	}
 	creds := map[string]*dbservice.Credentials{} // by dbservice name; nil: not made
 	addrs := map[string]*string{}                // by server name; nil: not made
 	for _, r := range refs {
@@ -113,6 +130,22 @@ func wire(want spec.Server, vals map[spec.Ref]string, key []byte) wiring {
 	if len(refs) == 0 {
 		return w
 	}
+	value := func(r spec.Ref) string {
+		if v, ok := vals[r]; ok {
+			return v
+		}
+		// Not known yet: the digest says so, and differs from any
+		// recorded one.
+		return "\x00unresolved " + r.String()
+	}
+	w.server.Env = maps.Clone(want.Env)
+	env := map[string]string{} // the variables with references, as written
+	for k, v := range want.Env {
+		if len(spec.Refs(v)) > 0 {
+			w.server.Env[k] = spec.Expand(v, value)
+			env[k] = w.server.Env[k]
+		}
+	}
 	w.server.Files = slices.Clone(want.Files)
 	var wired []spec.File // the files with references, as written
 	for i, f := range want.Files {
@@ -123,14 +156,7 @@ func wire(want spec.Server, vals map[spec.Ref]string, key []byte) wiring {
 		if slices.ContainsFunc(fr, spec.Ref.Password) {
 			w.private[f.Path] = true
 		}
-		w.server.Files[i].Content = spec.Expand(f.Content, func(r spec.Ref) string {
-			if v, ok := vals[r]; ok {
-				return v
-			}
-			// Not known yet: the digest says so, and differs from any
-			// recorded one.
-			return "\x00unresolved " + r.String()
-		})
+		w.server.Files[i].Content = spec.Expand(f.Content, value)
 		wired = append(wired, w.server.Files[i])
 	}
 	for _, r := range refs {
@@ -139,8 +165,9 @@ func wire(want spec.Server, vals map[spec.Ref]string, key []byte) wiring {
 		}
 	}
 	raw, _ := json.Marshal(struct {
-		Files []spec.File `json:"files"`
-	}{wired})
+		Env   map[string]string `json:"env,omitempty"`
+		Files []spec.File       `json:"files"`
+	}{env, wired})
 	mac := hmac.New(sha256.New, key)
 	mac.Write(raw)
 	w.digest = "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
@@ -179,31 +206,107 @@ func (e *Executor) digests(ctx context.Context, teamID, configurationID string, 
 	return out, nil
 }
 
-// wire resolves the references of want, the server sv's spec, as they
-// are now, for writing its files; applied is desired with the digest of
-// the values written (what the step records). A reference whose object
-// does not exist fails the step: the plan orders every object before the
-// ones referencing it.
-func (x *exec) wire(ctx context.Context, want spec.Server, desired json.RawMessage) (wiring, json.RawMessage, *stepError) {
+// wire resolves the references of want, a server's spec (or a part of
+// it: its env alone before the server is made), as they are now. A
+// reference to an object that does not exist fails the step (internal:
+// the plan orders every object before what references it), one to a
+// secret the team has not fails it (validation), and so does a secret
+// that cannot be a variable's value.
+func (x *exec) wire(ctx context.Context, want spec.Server) (wiring, *stepError) {
 	refs := want.References()
 	if len(refs) == 0 {
-		return wire(want, nil, nil), desired, nil
+		return wire(want, nil, nil), nil
 	}
 	vals, err := x.e.values(ctx, x.run.TeamID, x.run.ConfigurationID, refs, nil)
 	if err != nil {
-		return wiring{}, nil, classify(err)
+		return wiring{}, classify(err)
 	}
 	w := wire(want, vals, x.e.opts.DigestKey)
+	for _, r := range w.missing {
+		if r.Kind == spec.RefSecret {
+			return wiring{}, fail(runs.FailValidation, "%s names no secret of the team; store it with PUT /secrets/%s (nothing was written)", r, r.Name)
+		}
+	}
 	if len(w.missing) > 0 {
 		names := make([]string, len(w.missing))
 		for i, r := range w.missing {
 			names[i] = r.String()
 		}
-		return wiring{}, nil, fail(runs.FailInternal, "%s: what it references does not exist (yet); nothing was written", strings.Join(names, ", "))
+		return wiring{}, fail(runs.FailInternal, "%s: what it references does not exist (yet); nothing was written", strings.Join(names, ", "))
+	}
+	for _, k := range slices.Sorted(maps.Keys(want.Env)) {
+		if v := w.server.Env[k]; v != want.Env[k] && (strings.ContainsAny(v, "\x00\r\n") || len(v) > maxEnvValue) {
+			return wiring{}, fail(runs.FailValidation, "env.%s: a variable's value is one line of at most %d bytes, and the secrets it references make it another (nothing was written)", k, maxEnvValue)
+		}
+	}
+	return w, nil
+}
+
+// maxEnvValue is the most bytes of a variable's value (as a spec's).
+const maxEnvValue = 4096
+
+// appliedOf is desired with the digest of the values w wrote: what the
+// step records as applied.
+func appliedOf(desired json.RawMessage, w wiring) (json.RawMessage, *stepError) {
+	if w.digest == "" {
+		return desired, nil
 	}
 	applied, err := plan.WithReferences(desired, w.digest)
 	if err != nil {
-		return wiring{}, nil, fail(runs.FailInternal, "the desired state cannot be read: %v", err)
+		return nil, fail(runs.FailInternal, "the desired state cannot be read: %v", err)
 	}
-	return w, applied, nil
+	return applied, nil
+}
+
+// unknownSecrets is the sentence a run fails with at planning when sp
+// references a secret the team has not (the first, by where it is), ""
+// when every one exists. A secret is checked here, not when the spec is
+// saved: it may be stored after the spec, and deleted after it too.
+func (e *Executor) unknownSecrets(ctx context.Context, teamID string, sp *spec.Spec) (string, runs.FailureClass, error) {
+	type use struct {
+		where string
+		ref   spec.Ref
+	}
+	var uses []use
+	var names []string
+	look := func(at string, sv spec.Server) {
+		for _, k := range slices.Sorted(maps.Keys(sv.Env)) {
+			for _, r := range spec.Refs(sv.Env[k]) {
+				uses = append(uses, use{at + ".env." + k, r})
+			}
+		}
+		for _, f := range sv.Files {
+			for _, r := range spec.Refs(f.Content) {
+				uses = append(uses, use{at + ".files (" + f.Path + ")", r})
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(sp.Servers)) {
+		look("servers."+name, sp.Servers[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(sp.Proxies)) {
+		look("proxies."+name, sp.Proxies[name].Server)
+	}
+	uses = slices.DeleteFunc(uses, func(u use) bool { return u.ref.Kind != spec.RefSecret })
+	for _, u := range uses {
+		if !slices.Contains(names, u.ref.Name) {
+			names = append(names, u.ref.Name)
+		}
+	}
+	if len(names) == 0 {
+		return "", "", nil
+	}
+	if e.opts.TeamSecrets == nil {
+		return "This Kiln process was started without team secrets: the spec's ${secrets.…} cannot be applied; nothing was changed.", runs.FailInternal, nil
+	}
+	have, err := e.opts.TeamSecrets.Values(ctx, teamID, names)
+	if err != nil {
+		return "", "", err
+	}
+	for _, u := range uses {
+		if _, ok := have[u.ref.Name]; !ok {
+			return fmt.Sprintf("%s: %s names no secret of the team; store it with PUT /secrets/%s (a run reads it when it applies the spec). Nothing was changed.", u.where, u.ref, u.ref.Name), runs.FailValidation, nil
+		}
+	}
+	return "", "", nil
 }

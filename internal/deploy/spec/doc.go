@@ -82,6 +82,15 @@
 //     server's environment through attach). Servers referencing each
 //     other's address in a circle are refused (each would need the other
 //     made first); a server may reference its own.
+//   - Team secrets: ${secrets.NAME} (NAME as internal/secrets allows: a
+//     letter or _, then letters, digits or _) may be in a file's content
+//     and in the value of a variable the profile keeps secret
+//     (RCON_PASSWORD) — any other variable is stored with the server and
+//     answered by the API in clear, so a secret there is an issue at it.
+//     Whether the team has the secret is not known here: a run checks it.
+//     LiteralSecrets refuses a secret variable written literally; it is
+//     internal/deploy's check of a spec being saved, not Parse's, so a
+//     version saved before it still parses and applies.
 //   - Limits: the YAML at most 1 MiB, at most 1,000 resources (the size
 //     the planner is measured at: bench/deployments.sh).
 //

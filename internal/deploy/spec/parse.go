@@ -451,11 +451,22 @@ func (p *parser) env(n *yaml.Node, at string, prof catalog.Profile, known bool) 
 			continue
 		}
 		for _, tk := range scan(v) {
-			if !tk.escape {
-				p.add(fat, "%s: a variable cannot take a reference to a dbservice or a server; write it in a file (files[].content), or attach the dbservice to the server for its DB_* variables", v[tk.start:tk.end])
-				good = false
-				break
+			written := v[tk.start:tk.end]
+			switch {
+			case tk.escape:
+			case tk.bad != "":
+				p.add(fat, "%s: %s", written, tk.bad)
+			case tk.ref.Kind != RefSecret:
+				p.add(fat, "%s: a variable cannot take a reference to a dbservice or a server; write it in a file (files[].content), or attach the dbservice to the server for its DB_* variables", written)
+			case known && !prof.SecretVar(f.key):
+				// Any other variable is stored with the server and
+				// answered by GET /servers/{id} in clear.
+				p.add(fat, "%s: only a variable %s keeps secret can take a secret (%s); write it in a file (files[].content) instead", written, prof.Type, secretVars(prof))
+			default:
+				continue
 			}
+			good = false
+			break
 		}
 		out[f.key] = v
 	}
@@ -849,4 +860,18 @@ func refLine(n *yaml.Node, text string, offset int) int {
 		return n.Line + 1 + strings.Count(text[:offset], "\n")
 	}
 	return n.Line
+}
+
+// secretVars names the variables prof keeps secret ("none" when none).
+func secretVars(prof catalog.Profile) string {
+	var names []string
+	for _, v := range prof.EnvironmentVariables {
+		if v.Secret {
+			names = append(names, v.Key)
+		}
+	}
+	if len(names) == 0 {
+		return "it has none"
+	}
+	return strings.Join(names, ", ")
 }

@@ -1,15 +1,19 @@
 package spec
 
 import (
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/kilnhq/kiln/internal/validate"
 )
 
 // Kinds of reference: what ${KIND.…} names.
 const (
 	RefDBService = "dbservices" // ${dbservices.NAME.FIELD}
 	RefServer    = "servers"    // ${servers.NAME.address}
+	RefSecret    = "secrets"    // ${secrets.NAME}, a team secret (internal/secrets)
 )
 
 // dbServiceFields are the fields of a dbservice a reference may name.
@@ -18,23 +22,34 @@ var dbServiceFields = []string{"host", "port", "name", "user", "password", "jdbc
 // maxRef bounds the text between "${" and "}" of a reference.
 const maxRef = 200
 
-var refNameRE = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+var (
+	refNameRE    = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
+	secretNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`) // internal/secrets.ValidName
+)
 
 // Ref is a reference in a spec's text, resolved when a run applies the
 // spec: ${dbservices.NAME.FIELD} (host, port, name, user, password,
-// jdbc_url) or ${servers.NAME.address}.
+// jdbc_url), ${servers.NAME.address} or ${secrets.NAME}.
 type Ref struct {
-	Kind  string // RefDBService, RefServer
-	Name  string // the resource's name
-	Field string
+	Kind  string // RefDBService, RefServer, RefSecret
+	Name  string // the resource's or the secret's name
+	Field string // "" for a secret
 }
 
 // String is the reference as written.
-func (r Ref) String() string { return "${" + r.Kind + "." + r.Name + "." + r.Field + "}" }
+func (r Ref) String() string {
+	if r.Kind == RefSecret {
+		return "${" + r.Kind + "." + r.Name + "}"
+	}
+	return "${" + r.Kind + "." + r.Name + "." + r.Field + "}"
+}
 
-// Password reports whether the value r resolves to is a password: a file
-// holding one is written readable by its owner only.
-func (r Ref) Password() bool { return r.Kind == RefDBService && r.Field == "password" }
+// Password reports whether the value r resolves to is a password (a
+// dbservice's, or any secret): a file holding one is written readable by
+// its owner only.
+func (r Ref) Password() bool {
+	return r.Kind == RefSecret || r.Kind == RefDBService && r.Field == "password"
+}
 
 // token is one reference of a text, or an escaped "$${", or something
 // that starts like a reference and is not one (bad says why).
@@ -82,7 +97,7 @@ func scan(text string) []token {
 
 // refKind is the kind of reference s starts with ("dbservices." …), or "".
 func refKind(s string) string {
-	for _, k := range []string{RefDBService, RefServer} {
+	for _, k := range []string{RefDBService, RefServer, RefSecret} {
 		if strings.HasPrefix(s, k+".") {
 			return k
 		}
@@ -92,6 +107,12 @@ func refKind(s string) string {
 
 // parseRef reads the part of a reference after "KIND.".
 func parseRef(kind, rest string) (Ref, string) {
+	if kind == RefSecret {
+		if !secretNameRE.MatchString(rest) {
+			return Ref{Kind: kind, Name: rest}, "does not name a secret (a letter or _, then letters, digits or _, at most 64)"
+		}
+		return Ref{Kind: kind, Name: rest}, ""
+	}
 	name, field, _ := strings.Cut(rest, ".")
 	r := Ref{Kind: kind, Name: name, Field: field}
 	if !refNameRE.MatchString(name) {
@@ -147,16 +168,52 @@ func Expand(text string, value func(Ref) string) string {
 	return b.String()
 }
 
-// References returns the references of a server's (or proxy's) files,
-// each once.
+// References returns the references of a server's (or proxy's)
+// variables (by name) and files, each once.
 func (s Server) References() []Ref {
 	var out []Ref
-	for _, f := range s.Files {
-		for _, r := range Refs(f.Content) {
+	add := func(text string) {
+		for _, r := range Refs(text) {
 			if !slices.Contains(out, r) {
 				out = append(out, r)
 			}
 		}
 	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		add(s.Env[k])
+	}
+	for _, f := range s.Files {
+		add(f.Content)
+	}
 	return out
+}
+
+// LiteralSecrets refuses a value written literally in a variable the
+// software keeps secret (RCON_PASSWORD): a spec is kept in clear in every
+// version of its configuration, so such a value belongs in a team secret,
+// referenced as ${secrets.NAME}. It is the check of a spec being saved,
+// not of one saved before it existed, which its runs still apply.
+// Errors: *validate.Error, an issue at each such variable.
+func LiteralSecrets(s *Spec, cat Catalog) error {
+	var c validate.Collector
+	check := func(at string, sv Server) {
+		prof, ok := cat.Get(sv.Software)
+		if !ok {
+			return
+		}
+		for _, k := range slices.Sorted(maps.Keys(sv.Env)) {
+			v := sv.Env[k]
+			if !prof.SecretVar(k) || v == "" || slices.ContainsFunc(Refs(v), func(r Ref) bool { return r.Kind == RefSecret }) {
+				continue
+			}
+			c.Add(validate.Join(at, "env", k), "%s is a secret, and a spec is kept in clear in every version of its configuration: store the value as a team secret (PUT /secrets/NAME {\"value\": …}) and write ${secrets.NAME} here", k)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Servers)) {
+		check(validate.Join("servers", name), s.Servers[name])
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Proxies)) {
+		check(validate.Join("proxies", name), s.Proxies[name].Server)
+	}
+	return c.Err()
 }

@@ -78,8 +78,19 @@ literal: ${servers.lobby.address} and ${player} and ${other.thing}
 	if got != expanded {
 		t.Errorf("Expand =\n%s\nwant\n%s", got, expanded)
 	}
-	if !(Ref{RefDBService, "stats", "password"}).Password() || (Ref{RefDBService, "stats", "user"}).Password() {
-		t.Error("Password: only a dbservice's password is one")
+	if !(Ref{RefDBService, "stats", "password"}).Password() || (Ref{RefDBService, "stats", "user"}).Password() ||
+		!(Ref{RefSecret, "api", ""}).Password() {
+		t.Error("Password: a dbservice's password and a secret are one, nothing else")
+	}
+	// A secret: in a secret variable and in a file; the variables' come
+	// first, by name.
+	sv := Server{Env: map[string]string{"RCON_PASSWORD": "${secrets.rcon}", "MOTD": "hi"},
+		Files: []File{{Path: "t", Content: "token=${secrets.api_token} ${secrets.rcon}"}}}
+	if got := sv.References(); !slices.Equal(got, []Ref{{RefSecret, "rcon", ""}, {RefSecret, "api_token", ""}}) {
+		t.Errorf("References = %v", got)
+	}
+	if got := (Ref{RefSecret, "rcon", ""}).String(); got != "${secrets.rcon}" {
+		t.Errorf("String = %q", got)
 	}
 }
 
@@ -115,6 +126,12 @@ func TestReferenceRules(t *testing.T) {
 			[]string{"proxies.p.files[0].content: ${servers.p.address} (line 12): p is a proxy; only a server's address can be referenced"}},
 		{"in env", base + "    env: {MOTD: \"at ${servers.a.address}\"}\n",
 			[]string{"servers.a.env.MOTD: ${servers.a.address}: a variable cannot take a reference to a dbservice or a server"}},
+		{"a secret in a variable kept in clear", base + "    env: {MOTD: \"${secrets.motd}\"}\n",
+			[]string{"servers.a.env.MOTD: ${secrets.motd}: only a variable paper keeps secret can take a secret (RCON_PASSWORD); write it in a file (files[].content) instead"}},
+		{"a bad secret name in a variable", base + "    env: {RCON_PASSWORD: \"${secrets.no-dash}\"}\n",
+			[]string{"servers.a.env.RCON_PASSWORD: ${secrets.no-dash}: does not name a secret"}},
+		{"a bad secret name in a file", file("${secrets.}"),
+			[]string{"servers.a.files[0].content: ${secrets.} (line 10): does not name a secret"}},
 		{"a circle", "version: 1\nservers:\n" +
 			"  a: {software: paper, memory: 1G, files: [{path: x, content: \"${servers.b.address}\"}]}\n" +
 			"  b: {software: paper, memory: 1G, files: [{path: x, content: \"${servers.c.address}\"}]}\n" +
@@ -126,8 +143,8 @@ func TestReferenceRules(t *testing.T) {
 	// Its own address, another's without a circle, and text that only
 	// looks like a reference are fine.
 	ok := "version: 1\nservers:\n" +
-		"  a: {software: paper, memory: 1G, files: [{path: x, content: \"${servers.a.address} ${servers.b.address} $${servers.zz.address} ${x.y}\"}]}\n" +
-		"  b: {software: paper, memory: 1G}\n"
+		"  a: {software: paper, memory: 1G, files: [{path: x, content: \"${servers.a.address} ${servers.b.address} $${servers.zz.address} ${x.y} ${secrets.any_name}\"}]}\n" +
+		"  b: {software: paper, memory: 1G, env: {RCON_PASSWORD: \"${secrets.RCON}\"}}\n"
 	if _, err := Parse([]byte(ok), testCatalog(t)); err != nil {
 		t.Errorf("Parse = %v, want it accepted", err)
 	}
