@@ -60,7 +60,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "generated spec refused:", err)
 		os.Exit(2)
 	}
-	first, err := plan.Make(sp, nil)
+	first, err := plan.Make(sp, nil, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -81,7 +81,7 @@ func main() {
 			if !withLive {
 				l = nil
 			}
-			if _, err := plan.Make(sp, l); err != nil {
+			if _, err := plan.Make(sp, l, nil); err != nil {
 				panic(err)
 			}
 			ds = append(ds, time.Since(t0))

@@ -42,6 +42,7 @@ import (
 	"github.com/kilnhq/kiln/internal/runtime"
 	"github.com/kilnhq/kiln/internal/runtime/docker"
 	"github.com/kilnhq/kiln/internal/secretbox"
+	"github.com/kilnhq/kiln/internal/secrets"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/sftp"
 	"github.com/kilnhq/kiln/internal/snapshot"
@@ -585,12 +586,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// process's instance id (another replica takes a run over when this
 	// one dies mid-run and its lease expires).
 	runQueue := runs.New(db, runs.Options{})
+	// Team secrets: sealed with box, read by runs only.
+	teamSecrets := secrets.New(db, box)
 	exe := executor.New(runQueue, deploySvc, serverSvc, cat, executor.Options{Owner: self.ID, Secrets: box, Databases: dbs,
-		Snapshots: snaps, Log: log})
+		TeamSecrets: teamSecrets, DigestKey: box.Derive(executor.DigestPurpose), Snapshots: snaps, Log: log})
 
 	handler, err := api.New(api.Config{RateLimit: cfg.RateLimit}, api.Deps{
 		Log: log, Auth: authSvc, Limiter: limiter, Servers: serverSvc, Catalog: cat, Files: files.NewService(serverSvc),
-		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue, RunQueued: exe.Wake,
+		Pulls: pulls, Archives: archive.NewService(serverSvc), Deploy: deploySvc, Runs: runQueue, RunQueued: exe.Wake, Planner: exe, Secrets: teamSecrets,
 		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Modpacks: packs, Metrics: m, Ready: db.Ping,
 	})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/kilnhq/kiln/internal/modcatalog"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
+	"github.com/kilnhq/kiln/internal/secrets"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/sftp"
 	"github.com/kilnhq/kiln/internal/snapshot"
@@ -80,9 +81,15 @@ type Deps struct {
 	// executor, and then the run routes answer 503 UNAVAILABLE (nothing
 	// would execute what they queue).
 	Runs *runs.Queue
+	// Planner answers what a run of a configuration would do, changing
+	// nothing; nil answers 503 UNAVAILABLE, as the run routes do.
+	Planner Planner
 	// RunQueued, when set, is told a run was queued (kiln serve wakes its
 	// executor: a run starts at once instead of at the next poll).
 	RunQueued func()
+	// Secrets keeps the teams' secrets (names and sealed values).
+	// Required.
+	Secrets *secrets.Service
 	// Snapshots takes, restores and deletes snapshots. Required.
 	Snapshots *snapshot.Service
 	// SFTP issues the SFTP credentials. Required.
@@ -129,8 +136,8 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	if cfg.RateLimit < 1 {
 		return nil, fmt.Errorf("rate limit must be at least 1 request per minute, got %d", cfg.RateLimit)
 	}
-	if deps.Snapshots == nil || deps.SFTP == nil || deps.Catalogs == nil || deps.Mods == nil || deps.Modpacks == nil {
-		return nil, errors.New("api: Deps.Snapshots, SFTP, Catalogs, Mods and Modpacks are required")
+	if deps.Snapshots == nil || deps.SFTP == nil || deps.Catalogs == nil || deps.Mods == nil || deps.Modpacks == nil || deps.Secrets == nil {
+		return nil, errors.New("api: Deps.Snapshots, SFTP, Catalogs, Mods, Modpacks and Secrets are required")
 	}
 	doc, err := openAPIJSON()
 	if err != nil {

@@ -98,6 +98,22 @@
 //     a configuration with an open run is 409 CONFIGURATION_BUSY (its runs
 //     would go with it), decided in the delete's transaction
 //     (deploy.ErrBusy).
+//   - Plan (plan.go, POST /deployments/configurations/{id}/plan): the
+//     executor's own planning (Deps.Planner, *executor.Executor), so a
+//     preview is what a run of the same YAML executes; nil (no executor)
+//     answers 503 UNAVAILABLE as the run routes do. The body is optional
+//     ({yaml} for an unsaved edit, refused with PATCH's issues when
+//     broken). A run the executor would refuse at planning is answered
+//     200 with error and failure_class as the run would carry them, and
+//     the steps planned; each step says its tier (null for a noop) and
+//     changes (the fields that differ, [] but for update and replace).
+//   - Secrets (secrets.go, GET /secrets, PUT and DELETE /secrets/{name}):
+//     names and times only, never a value (internal/secrets keeps them
+//     sealed; only the executor reads them); PUT creates or replaces
+//     (200 with created), a team past its 200 is 409 CONFLICT, a name
+//     nobody has (or another team's) 404 NOT_FOUND, as api.md §0 names
+//     the generic code. A validation message never quotes a value, and
+//     the body is never logged (no request body is).
 //   - Placement (POST /servers, optional node): a server no node takes is
 //     409 NO_CAPACITY, whose body adds details, one {node, reason} a node
 //     (nodes.NoCapacityError's refusals, in name order; present, maybe

@@ -16,6 +16,7 @@ import (
 	"github.com/kilnhq/kiln/internal/nodes"
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/quota"
+	"github.com/kilnhq/kiln/internal/secrets"
 	"github.com/kilnhq/kiln/internal/servers"
 	"github.com/kilnhq/kiln/internal/snapshot"
 	"github.com/kilnhq/kiln/internal/snapshot/restore"
@@ -193,6 +194,10 @@ func apiError(err error) (int, errorBody) {
 		return http.StatusConflict, errorBody{Error: err.Error() + "; wait for one to finish or cancel one", Code: codeConflict}
 	case errors.Is(err, pull.ErrClosed):
 		return http.StatusServiceUnavailable, errorBody{Error: "remote downloads are unavailable while kiln stops; try again", Code: codeUnavailable}
+	case errors.Is(err, secrets.ErrNotFound):
+		return http.StatusNotFound, errorBody{Error: "secret not found", Code: codeNotFound}
+	case errors.Is(err, secrets.ErrTooMany):
+		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	case errors.Is(err, deploy.ErrNotFound):
 		return http.StatusNotFound, errorBody{Error: "configuration not found", Code: codeConfigNotFound}
 	case errors.Is(err, deploy.ErrVersionNotFound):

@@ -34,6 +34,7 @@ import (
 	"github.com/kilnhq/kiln/internal/pull"
 	"github.com/kilnhq/kiln/internal/ratelimit"
 	"github.com/kilnhq/kiln/internal/secretbox"
+	"github.com/kilnhq/kiln/internal/secrets"
 	"github.com/kilnhq/kiln/internal/servers/serverstest"
 	"github.com/kilnhq/kiln/internal/sftp"
 	"github.com/kilnhq/kiln/internal/snapshot"
@@ -221,7 +222,8 @@ func newHarnessOn(t *testing.T, db *store.DB, so serverstest.Options, opts ...ha
 	t.Cleanup(packs.Close)
 	deps := Deps{Log: log, Auth: a, Limiter: limiter, Servers: env.Service, Catalog: env.Catalog, Files: files.NewService(env.Service),
 		Pulls: pulls, Archives: archive.NewService(env.Service), Deploy: deploy.New(db, env.Catalog, env.Node.Ports()),
-		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Modpacks: packs, Metrics: metrics.New(), Ready: db.Ping}
+		Snapshots: snaps, SFTP: sftpSvc, Catalogs: catalogs, Mods: mods, Modpacks: packs, Metrics: metrics.New(), Ready: db.Ping,
+		Secrets: secrets.New(db, box)}
 	for _, o := range opts {
 		o(&cfg, &deps)
 	}

@@ -66,6 +66,7 @@ var isolationCases = map[string]isolationCase{
 	"listConfigurationVersions": {method: "GET", path: "/deployments/configurations/{configurationId}/versions", want: "CONFIGURATION_NOT_FOUND"},
 	"getConfigurationVersion":   {method: "GET", path: "/deployments/configurations/{configurationId}/versions/{versionNumber}", want: "CONFIGURATION_NOT_FOUND"},
 	"diffConfigurationVersions": {method: "GET", path: "/deployments/configurations/{configurationId}/diff", query: "to=1", want: "CONFIGURATION_NOT_FOUND"},
+	"planConfiguration":         {method: "POST", path: "/deployments/configurations/{configurationId}/plan", body: map[string]any{"yaml": specLobby}, want: "CONFIGURATION_NOT_FOUND"},
 	"getRun":                    {method: "GET", path: "/deployments/runs/{runId}", want: "RUN_NOT_FOUND"},
 	"cancelRun":                 {method: "POST", path: "/deployments/runs/{runId}/cancel", want: "RUN_NOT_FOUND"},
 	"getSnapshot":               {method: "GET", path: "/snapshots/{snapshotId}", want: "SNAPSHOT_NOT_FOUND"},
@@ -73,6 +74,10 @@ var isolationCases = map[string]isolationCase{
 	"restoreSnapshot":           {method: "POST", path: "/snapshots/{snapshotId}/restore", body: map[string]any{}, want: "SNAPSHOT_NOT_FOUND"},
 	"downloadSnapshot":          {method: "GET", path: "/snapshots/{snapshotId}/download", query: "format=tar", want: "SNAPSHOT_NOT_FOUND"},
 	"getRestore":                {method: "GET", path: "/restores/{restoreId}", want: "NOT_FOUND"},
+	"deleteSecret":              {method: "DELETE", path: "/secrets/{name}", want: "NOT_FOUND"},
+	// A name the caller chooses: another team's PUT makes its own secret
+	// (want ""), and the owner's stays as it was (ownerState).
+	"putSecret": {method: "PUT", path: "/secrets/{name}", body: map[string]any{"value": "stolen"}},
 }
 
 // publicPath says whether a route's path names an object that belongs to
@@ -114,6 +119,18 @@ func TestEveryRouteHidesOtherTeams(t *testing.T) {
 				continue
 			}
 			t.Run(rt.op, func(t *testing.T) {
+				if c.want == "" {
+					st, _, got := other.do(c.method, Prefix+strings.ReplaceAll(c.path, "{name}", owner["{name}"]), other.token,
+						strings.NewReader(`{"value":"stolen"}`), "Content-Type", "application/json")
+					if st != 200 || mustJSON(got)["created"] != true {
+						t.Errorf("%s by another team = %d %s, want its own created", c.path, st, got)
+					}
+					// Gone again, so the other routes find only the owner's.
+					if st, _, got := other.do("DELETE", Prefix+"/secrets/"+owner["{name}"], other.token, nil); st != 200 {
+						t.Errorf("delete of the other team's own: %d %s", st, got)
+					}
+					return
+				}
 				st, got := other.sameAsNobodys(t, c, owner, nil)
 				wantError(t, st, got, 404, c.want, "not found")
 			})
@@ -194,9 +211,13 @@ func (h *harness) ownerObjects() map[string]string {
 			t.Fatalf("restore %s did not end within 60 s", rst)
 		}
 	}
+	const secret = "OWNER_SECRET_1"
+	if st, _, body := h.do("PUT", Prefix+"/secrets/"+secret, h.token, strings.NewReader(`{"value":"the owner's"}`), "Content-Type", "application/json"); st != 200 {
+		t.Fatalf("secret: %d %s", st, body)
+	}
 	return map[string]string{
 		"{id}": id, "{downloadId}": dl, "{installId}": install, "{configurationId}": cfg,
-		"{versionNumber}": "1", "{runId}": run, "{snapshotId}": snap, "{restoreId}": rst,
+		"{versionNumber}": "1", "{runId}": run, "{snapshotId}": snap, "{restoreId}": rst, "{name}": secret,
 	}
 }
 
@@ -231,6 +252,7 @@ func (h *harness) ownerState(o map[string]string) string {
 		"/snapshots",
 		"/restores/" + o["{restoreId}"],
 		"/restores",
+		"/secrets",
 	} {
 		st, _, body := h.do("GET", Prefix+p, h.token, nil)
 		fmt.Fprintf(&b, "%s %d %s\n", p, st, body)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kilnhq/kiln/internal/auth"
+	"github.com/kilnhq/kiln/internal/deploy/executor"
 	"github.com/kilnhq/kiln/internal/deploy/plan"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/store"
@@ -39,10 +40,15 @@ dbservices:
     attach: [lobby]
 `
 
-// withRuns gives the harness a run queue, as kiln serve will once its
-// executor runs.
+// withRuns gives the harness a run queue and its executor's planning, as
+// kiln serve has (the executor is not started: nothing executes the runs
+// queued).
 func withRuns(q *runs.Queue) harnessOpt {
-	return func(_ *Config, d *Deps) { d.Runs = q }
+	return func(_ *Config, d *Deps) {
+		d.Runs = q
+		d.Planner = executor.New(q, d.Deploy, d.Servers, d.Catalog, executor.Options{Owner: "inst_api", TeamSecrets: d.Secrets,
+			DigestKey: []byte("0123456789abcdef0123456789abcdef")})
+	}
 }
 
 // newRunsHarness is a harness with a run queue on db.
@@ -527,7 +533,7 @@ func (h *harness) applyRaw(body string) (string, error) {
 }
 
 // TestRunsDisabled: without a run queue (kiln serve before its executor
-// is wired) the four routes answer 503 and nothing is pushed. The seed
+// is wired) the four routes and the plan answer 503 and nothing is pushed. The seed
 // documents no 503 for them, so these answers are validated against our
 // document only.
 func TestRunsDisabled(t *testing.T) {
@@ -539,6 +545,7 @@ func TestRunsDisabled(t *testing.T) {
 		body         io.Reader
 	}{
 		{"POST", "/deployments/apply", bytes.NewReader([]byte(`{"configuration_id":"` + cfg + `"}`))},
+		{"POST", "/deployments/configurations/" + cfg + "/plan", nil},
 		{"GET", "/deployments/runs", nil},
 		{"GET", "/deployments/runs/run_x", nil},
 		{"POST", "/deployments/runs/run_x/cancel", nil},

@@ -69,6 +69,10 @@
 //     DB_PASSWORD. The values are read when the server starts (never
 //     stored with the server, so the password stays sealed in one place);
 //     a profile's own variable of the same name wins.
+//   - Credentials returns the same values (as a deployment spec's
+//     ${dbservices.NAME.…} references name them), read when asked, for
+//     the executor to write into a server's files; their LogValue leaves
+//     the password and the URL holding it out.
 //   - DB_HOST and DB_PORT are the host's address as game servers reach it:
 //     the DSN's host and port unless `dbhost add --address` says otherwise
 //     (a docker-runtime server cannot reach a database at 127.0.0.1).

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -275,11 +276,10 @@ func (s *Service) InjectedEnv(ctx context.Context, configurationID, serverKey st
 		if err != nil {
 			return nil, fmt.Errorf("open the password of %s: %w", key, err)
 		}
-		host, port, _ := net.SplitHostPort(address)
-		e := engines[engineName]
+		c := credentials(engineName, address, name, user, string(p))
 		vars := map[string]string{
-			"HOST": host, "PORT": port, "NAME": name, "USER": user, "PASSWORD": string(p),
-			"URL": e.url(host, port, name, user, string(p)), "JDBC_URL": e.jdbc(host, port, name),
+			"HOST": c.Host, "PORT": c.Port, "NAME": c.Name, "USER": c.User, "PASSWORD": c.Password,
+			"URL": c.URL, "JDBC_URL": c.JDBCURL,
 		}
 		_, dbsName, _ := strings.Cut(key, "/")
 		prefix := "DB_" + strings.ToUpper(strings.ReplaceAll(dbsName, "-", "_")) + "_"
@@ -297,4 +297,43 @@ func (s *Service) InjectedEnv(ctx context.Context, configurationID, serverKey st
 	// dbservice called "jdbc" makes DB_JDBC_URL twice).
 	maps.Copy(env, plain)
 	return env, rows.Err()
+}
+
+// Credentials are what a game server needs to use a dbservice's database:
+// its DB_* variables, and the values of a spec's ${dbservices.NAME.…}
+// references. They hold the password: LogValue redacts it.
+type Credentials struct {
+	Host, Port, Name, User, Password string
+	URL                              string // postgresql:// or mariadb://, with the password
+	JDBCURL                          string // without credentials
+}
+
+// LogValue keeps the password and the URL that holds it out of logs.
+func (c Credentials) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("host", c.Host), slog.String("port", c.Port), slog.String("name", c.Name),
+		slog.String("user", c.User))
+}
+
+// credentials are the credentials of a database of engineName at
+// address (host:port as game servers reach it).
+func credentials(engineName, address, name, user, password string) Credentials {
+	host, port, _ := net.SplitHostPort(address)
+	e := engines[engineName]
+	return Credentials{Host: host, Port: port, Name: name, User: user, Password: password,
+		URL: e.url(host, port, name, user, password), JDBCURL: e.jdbc(host, port, name)}
+}
+
+// Credentials returns the credentials of the database made for o, read
+// now (a password set anew since is the new one). Errors: ErrNotFound
+// (not made yet, or another team's).
+func (s *Service) Credentials(ctx context.Context, teamID string, o Owner) (Credentials, error) {
+	d, err := s.find(ctx, s.db.Read(), teamID, o)
+	if err != nil {
+		return Credentials{}, err
+	}
+	p, err := s.password(ctx, d.ID)
+	if err != nil {
+		return Credentials{}, err
+	}
+	return credentials(d.Engine, d.Address, d.Name, d.User, p), nil
 }

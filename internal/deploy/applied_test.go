@@ -31,7 +31,7 @@ func TestAppliedState(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, err := plan.Make(sp, nil)
+		first, err := plan.Make(sp, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestAppliedState(t *testing.T) {
 		if err != nil || len(live) != 1 || live[0].Key != "server/lobby" {
 			t.Fatalf("Live = %v, %v; want server/lobby", live, err)
 		}
-		again, err := plan.Make(sp, live)
+		again, err := plan.Make(sp, live, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

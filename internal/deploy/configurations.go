@@ -99,8 +99,9 @@ func checkText(c *validate.Collector, field, v string, max int, required, multil
 
 // parse checks yaml as a spec. Its issues keep the spec's own paths
 // ("servers.lobby.memory", as api.md's example shows); one about the
-// whole spec (a syntax error, too many resources) is at "yaml". The
-// nodes a spec names must exist, and a proxy's port must be within the
+// whole spec (a syntax error, too many resources) is at "yaml". A value
+// written literally in a secret variable is refused (spec.LiteralSecrets),
+// the nodes a spec names must exist, and a proxy's port must be within the
 // game ports of the node it names (of the local node when it names
 // none); the error is the database's, reading the nodes.
 func (s *Service) parse(ctx context.Context, c *validate.Collector, yaml string) (*spec.Spec, error) {
@@ -122,6 +123,16 @@ func (s *Service) parse(ctx context.Context, c *validate.Collector, yaml string)
 		return nil, nil
 	case err != nil:
 		c.Add("yaml", "%v", err)
+		return nil, nil
+	}
+	if err := spec.LiteralSecrets(sp, s.cat); err != nil {
+		ve, ok := errors.AsType[*validate.Error](err)
+		if !ok {
+			return nil, err
+		}
+		for _, is := range ve.Issues {
+			c.Add(is.Path, "%s", is.Message)
+		}
 		return nil, nil
 	}
 	ranges, ok, err := s.checkNodes(ctx, c, sp)
@@ -331,6 +342,25 @@ func (s *Service) Update(ctx context.Context, teamID, id string, p Patch) (Confi
 		return Configuration{}, s.insertError(err)
 	}
 	return out, nil
+}
+
+// Check reads yaml as an edit of one of the team's configurations would
+// be read, changing nothing: the spec it holds, or every broken rule at
+// its path as Create and Update give them (a plan of an unsaved edit).
+// Errors: ErrNotFound, *validate.Error.
+func (s *Service) Check(ctx context.Context, teamID, id, yaml string) (*spec.Spec, error) {
+	if _, err := s.Get(ctx, teamID, id); err != nil {
+		return nil, err
+	}
+	var c validate.Collector
+	sp, err := s.parse(ctx, &c, yaml)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Err(); err != nil {
+		return nil, err
+	}
+	return sp, nil
 }
 
 // Delete removes a configuration and its versions (and its finished runs,

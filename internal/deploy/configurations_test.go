@@ -363,3 +363,38 @@ func TestCreateSameNameRacing(t *testing.T) {
 		}
 	})
 }
+
+// TestLiteralSecrets: a value written literally in a variable the
+// software keeps secret (RCON_PASSWORD) is refused when a spec is saved
+// (create, update) or planned as an edit, with a sentence pointing to
+// team secrets; ${secrets.NAME} there is accepted. A configuration saved
+// before the rule keeps pushing: its runs apply it as before.
+func TestLiteralSecrets(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, db *store.DB) {
+		s := newService(t, db)
+		ctx := t.Context()
+		const literal = "version: 1\nservers:\n  lobby:\n    software: paper\n    memory: 2G\n    env: {ENABLE_RCON: true, RCON_PASSWORD: hunter2}\n"
+		const want = `servers.lobby.env.RCON_PASSWORD: RCON_PASSWORD is a secret, and a spec is kept in clear in every version of its configuration: store the value as a team secret (PUT /secrets/NAME {"value": …}) and write ${secrets.NAME} here`
+		_, err := s.Create(ctx, "team_a", "network", "", literal)
+		if got := issuesOf(err); len(got) != 1 || got[0] != want {
+			t.Fatalf("Create with a literal secret = %q, want %q", got, want)
+		}
+		cfg, err := s.Create(ctx, "team_a", "network", "", strings.Replace(literal, "hunter2", `"${secrets.rcon}"`, 1))
+		if err != nil {
+			t.Fatalf("Create with a reference = %v", err)
+		}
+		if _, err := s.Update(ctx, "team_a", cfg.ID, Patch{YAML: new(literal)}); len(issuesOf(err)) != 1 || issuesOf(err)[0] != want {
+			t.Errorf("Update to a literal secret = %v", err)
+		}
+		if _, err := s.Check(ctx, "team_a", cfg.ID, literal); len(issuesOf(err)) != 1 || issuesOf(err)[0] != want {
+			t.Errorf("Check of a literal secret = %v", err)
+		}
+		// Saved before the rule: the row as it was written then.
+		if _, err := db.Write().ExecContext(ctx, `UPDATE configurations SET yaml = $1, spec_hash = 'sha256:before' WHERE id = $2`, literal, cfg.ID); err != nil {
+			t.Fatal(err)
+		}
+		if v, created, err := s.Push(ctx, "team_a", cfg.ID, "user:test", ""); err != nil || !created || v.YAML != literal {
+			t.Errorf("Push of a configuration saved before = %+v, %v, %v; want pushed as it is", v, created, err)
+		}
+	})
+}

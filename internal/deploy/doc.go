@@ -48,6 +48,14 @@
 //     key's insert fail, which rolls the push back too, and the key's run
 //     is answered. The package imports internal/deploy/runs for it, which
 //     writes its own tables; deploy writes only its two.
+//   - Check reads an unsaved YAML as Update would (the same issues at the
+//     same paths), for a plan of an edit; it writes nothing.
+//   - A secret variable (RCON_PASSWORD) written literally in a spec is
+//     refused when the spec is saved or planned as an edit
+//     (spec.LiteralSecrets, an issue at it pointing to team secrets); a
+//     configuration saved before the rule is not refused at push or
+//     apply (nothing parses it again there), so existing networks keep
+//     applying, and its next edit must move the value into a secret.
 //   - Delete removes the versions with the configuration; it is refused
 //     (ErrInUse) while a server created by its runs still exists.
 //   - Applied state (applied.go, table applied_resources): per resource key,

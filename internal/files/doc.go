@@ -18,6 +18,10 @@
 // the roots (internal/serverroot's TestNodeLocalImportsNoDatabase).
 //
 // Decisions:
+//   - WriteFilePrivate writes a file holding a secret (a deployment's
+//     file with a database password): its temporary file is created 0600,
+//     so the secret is never readable by others, not even between the
+//     write and a chmod; an existing file's mode is not kept.
 //   - A root is reached through Servers.Access, which answers a
 //     serverroot.Access (the root, its disk ledger, Kiln's temporary
 //     names, a restore's hold) or serverroot's errors; *servers.Service

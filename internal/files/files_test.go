@@ -437,6 +437,43 @@ func TestWriteFileTemp(t *testing.T) {
 	}
 }
 
+// TestWriteFilePrivate: a file holding a secret is 0600 from its first
+// byte (its temporary file too, never readable by others before a
+// chmod), over a file that was 0644, and keeps the content written.
+func TestWriteFilePrivate(t *testing.T) {
+	r, dir := newRoot(t)
+	write(t, dir, "plugins/db.yml", "old")
+	if err := os.Chmod(filepath.Join(dir, "plugins/db.yml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.WriteFilePrivate("plugins/db.yml", pr, budget(1<<20))
+		done <- err
+	}()
+	pw.Write([]byte("password: "))
+	ents, err := os.ReadDir(filepath.Join(dir, "plugins"))
+	if err != nil || len(ents) != 2 {
+		t.Fatalf("plugins while writing = %v, %v; want the file and its temporary file", ents, err)
+	}
+	for _, e := range ents {
+		if fi, _ := e.Info(); e.Name() != "db.yml" && fi.Mode().Perm() != 0o600 {
+			t.Errorf("temporary file %s is %v, want 0600", e.Name(), fi.Mode().Perm())
+		}
+	}
+	pw.Write([]byte("s3cret\n"))
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "plugins/db.yml"))
+	b, _ := os.ReadFile(filepath.Join(dir, "plugins/db.yml"))
+	if err != nil || fi.Mode().Perm() != 0o600 || string(b) != "password: s3cret\n" {
+		t.Errorf("db.yml = %q, mode %v, %v; want the secret, 0600", b, fi.Mode().Perm(), err)
+	}
+}
+
 // TestModeString: ls's letters, setuid/setgid/sticky included.
 func TestModeString(t *testing.T) {
 	for _, c := range []struct {

@@ -163,7 +163,7 @@ func (s *Service) Write(ctx context.Context, teamID, id, file string, body io.Re
 	}
 	var e Entry
 	err = s.writing(ctx, teamID, id, func(r *Root, res *quota.Reservation) (err error) {
-		e, err = r.write(rel, "", body, res)
+		e, err = r.write(rel, "", body, res, 0)
 		return err
 	})
 	return e, err

@@ -43,8 +43,15 @@ func (q *quotaWriter) Write(p []byte) (int, error) {
 // ErrQuota. The caller commits or releases res. An existing file keeps
 // its permission bits.
 func (r *Root) WriteFile(rel string, src io.Reader, res *quota.Reservation) (Entry, error) {
-	e, err := r.write(rel, "", src, res)
+	e, err := r.write(rel, "", src, res, 0)
 	return e, err
+}
+
+// WriteFilePrivate is WriteFile for a file holding a secret: written 0600
+// whatever the file's mode was, and created so, never readable by others
+// between its write and a chmod.
+func (r *Root) WriteFilePrivate(rel string, src io.Reader, res *quota.Reservation) (Entry, error) {
+	return r.write(rel, "", src, res, 0o600)
 }
 
 // WriteFileTemp is WriteFile with a known temporary file name (res's
@@ -55,7 +62,7 @@ func (r *Root) WriteFileTemp(rel, tag string, src io.Reader, res *quota.Reservat
 	if tag == "" || strings.ContainsAny(tag, "/\x00") || len(tag) > 64 {
 		return Entry{}, fmt.Errorf("files: bad temporary file tag %q", tag)
 	}
-	return r.write(rel, tag, src, res)
+	return r.write(rel, tag, src, res, 0)
 }
 
 // RemoveTemp removes the temporary file of tag in directory dir, if any:
@@ -117,8 +124,9 @@ func (w *writeBehind) Write(p []byte) (int, error) {
 // after the new file is in place.
 const holdMin = 64 << 10
 
-// write is WriteFile and WriteFileTemp.
-func (r *Root) write(rel, tag string, src io.Reader, res *quota.Reservation) (Entry, error) {
+// write is WriteFile, WriteFilePrivate and WriteFileTemp: the new file
+// gets mode (0: the old file's, or 0644).
+func (r *Root) write(rel, tag string, src io.Reader, res *quota.Reservation, mode fs.FileMode) (Entry, error) {
 	if err := checkClean(rel); err != nil {
 		return Entry{}, err
 	}
@@ -126,6 +134,9 @@ func (r *Root) write(rel, tag string, src io.Reader, res *quota.Reservation) (En
 		return Entry{}, ErrNotFile
 	}
 	perm := fs.FileMode(0o644)
+	if mode != 0 {
+		perm = mode
+	}
 	var credit int64
 	var hold *os.File
 	if old, err := r.Stat(rel); err == nil {
@@ -133,7 +144,9 @@ func (r *Root) write(rel, tag string, src io.Reader, res *quota.Reservation) (En
 		case old.IsDir():
 			return Entry{}, ErrNotFile
 		case old.IsFile():
-			perm = old.Mode.Perm()
+			if mode == 0 {
+				perm = old.Mode.Perm()
+			}
 			credit = quota.Cost(old.Size)
 			if old.Size >= holdMin {
 				// O_PATH: a reference to the inode, nothing opened (no

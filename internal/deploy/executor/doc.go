@@ -114,6 +114,42 @@
 //     plan.computed event saying the plan changed, the new steps pending,
 //     the old ones no longer in it skipped, the checkpoint's plan hash —
 //     and the steps done stay done.
+//   - Planning is one function (planSpec, planning.go): the applied state
+//     read, plan.Make, then the refusals that fail a run before its first
+//     step (unsupported, a dbservice's engine changed). A run calls it, and
+//     so does Plan, which answers POST …/plan without executing or writing
+//     anything: the preview and the run cannot disagree about the same
+//     YAML and applied state (the run's checkpoint carries the plan's
+//     hash). Plan of an unsaved edit checks it as an update would
+//     (deploy.Service.Check); of the current YAML, as the run reads a
+//     version (spec.Parse against today's catalog). A refusal is
+//     reported with the steps planned, so a preview says both what and
+//     why not.
+//   - References (references.go): at planning their values are read (a
+//     dbservice's credentials through Databases.Credentials, a server's
+//     address) and digested: HMAC-SHA256 under Options.DigestKey, a key
+//     derived from the secret key, so a digest in a run's resources
+//     cannot be checked against guesses of a password. An object the plan
+//     creates or replaces has no value yet: what references it gets a
+//     digest that matches nothing and is updated after it. At execution
+//     a step resolves its references again, writes its files (0600 when
+//     one references a password: files.Root.WriteFilePrivate, created
+//     so), and records the digest of what it wrote (plan.WithReferences):
+//     the plan's digest may be provisional, the applied one never is. A
+//     referenced object missing at execution fails the step (internal).
+//     The values exist only in the server's root: never in a version, a
+//     run's resources or events, the applied state or a log
+//     (TestReferencesWired reads every table). A step of an update that
+//     changes "references" restarts a running server, as files do.
+//   - Team secrets (${secrets.NAME}, Options.TeamSecrets): checked at
+//     planning, since a secret may be stored after the spec that names
+//     it (and deleted after): one the team has not fails the run before
+//     anything changes, class validation, the sentence naming it and
+//     where it is (a plan says the same). A step reads them again; a
+//     variable gets its value (the servers service seals a secret
+//     variable with the server), a file is written 0600. A value that
+//     changes changes the digest: the plan updates (and restarts) the
+//     servers using it.
 //   - Faults are tested through the Queue interface: the tests put a
 //     queue that fails Renew as they say in front of the real one
 //     (faults_test.go); nothing in this package knows about tests.

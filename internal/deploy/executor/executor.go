@@ -61,6 +61,15 @@ type Options struct {
 	// Databases makes and drops the dbservices' databases
 	// (*dbservice.Service); a version with dbservices fails without it.
 	Databases Databases
+	// TeamSecrets reads the values of the teams' secrets a spec
+	// references (*secrets.Service); a spec referencing one is refused at
+	// planning without it.
+	TeamSecrets TeamSecrets
+	// DigestKey keys the digests of the values a spec's references
+	// resolve to (secretbox.Box.Derive(DigestPurpose)), which the applied
+	// state records instead of the values; a spec with references is
+	// refused at planning without it.
+	DigestKey []byte
 	// Snapshots takes the snapshot of a server before a replace or delete
 	// destroys it (*snapshot.Service); without it those steps fail and
 	// destroy nothing.
@@ -75,11 +84,20 @@ type Snapshots interface {
 	Before(ctx context.Context, teamID, serverID, reason string) (string, error)
 }
 
+// TeamSecrets is what the executor needs of internal/secrets.
+type TeamSecrets interface {
+	// Values returns the values of the team's secrets among names, by
+	// name; a name without one is left out.
+	Values(ctx context.Context, teamID string, names []string) (map[string]string, error)
+}
+
 // Databases is what the executor needs of internal/dbservice.
 type Databases interface {
 	Ensure(ctx context.Context, teamID string, o dbservice.Owner, engine string, attach []string, maxConnections int) (dbservice.Database, error)
 	Detach(ctx context.Context, teamID string, o dbservice.Owner) error
 	Drop(ctx context.Context, teamID string, o dbservice.Owner) error
+	// Credentials are the values of a spec's ${dbservices.…} references.
+	Credentials(ctx context.Context, teamID string, o dbservice.Owner) (dbservice.Credentials, error)
 }
 
 func (o *Options) defaults() {
@@ -346,26 +364,18 @@ func (x *exec) do() error {
 	if err != nil {
 		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The version to apply cannot be read: "+err.Error()+".", runs.FailInternal)
 	}
-	sp, err := spec.Parse([]byte(v.YAML), e.cat)
-	if err != nil {
-		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The version's spec is no longer valid: "+err.Error()+".", runs.FailValidation)
+	sp, refusal := parseSpec(v.YAML, e.cat)
+	if refusal != "" {
+		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, refusal, runs.FailValidation)
 	}
-	if msg := unsupported(sp, e.opts.Databases != nil, e.cat); msg != "" {
-		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, msg, runs.FailValidation)
-	}
-	live, err := e.deploy.Live(ctx, r.TeamID, r.ConfigurationID)
+	planned, err := e.planSpec(ctx, r.TeamID, r.ConfigurationID, sp)
 	if err != nil {
 		return err
 	}
-	p, err := plan.Make(sp, live)
-	if err != nil {
-		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, "The run cannot be planned: "+err.Error()+".", runs.FailInternal)
+	if planned.Refusal != "" {
+		return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, planned.Refusal, planned.Class)
 	}
-	for _, st := range p.Steps {
-		if st.Kind == plan.DBService && st.Action == plan.Replace {
-			return q.Finish(ctx, r.ID, owner, runs.Failed, runs.Summary{}, fmt.Sprintf("%s: changing a dbservice's engine would drop its database, and Kiln cannot snapshot a database; add a dbservice under a new name instead (and remove the old one when its data has moved). Nothing was changed.", st.Key), runs.FailValidation)
-		}
-	}
+	p := *planned.Plan
 	// A dbservice about to be deleted is attached to nothing from now on:
 	// the servers updated before its delete step must not get its
 	// credentials again.
@@ -672,7 +682,8 @@ func (x *exec) step(ctx context.Context, st plan.Step) (*stepError, error) {
 			}
 		}
 		var objectID string
-		objectID, serr = x.apply(ctx, st, &res)
+		var applied json.RawMessage
+		objectID, applied, serr = x.apply(ctx, st, &res)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -684,12 +695,12 @@ func (x *exec) step(ctx context.Context, st plan.Step) (*stepError, error) {
 				if err := x.e.deploy.ForgetApplied(ctx, r.TeamID, r.ConfigurationID, st.Key); err != nil {
 					serr = &stepError{class: runs.FailInternal, msg: err.Error(), transient: true}
 				}
-			} else if err := x.e.deploy.RecordApplied(ctx, r.TeamID, r.ConfigurationID, st.Key, objectID, st.Desired, r.ID); err != nil {
+			} else if err := x.e.deploy.RecordApplied(ctx, r.TeamID, r.ConfigurationID, st.Key, objectID, applied, r.ID); err != nil {
 				serr = &stepError{class: runs.FailInternal, msg: err.Error(), transient: true}
 			}
 		}
 		if serr == nil {
-			res.Status, res.After, res.CompletedAt, res.Error = runs.ResourceSucceeded, st.Desired, time.Now().UnixMilli(), ""
+			res.Status, res.After, res.CompletedAt, res.Error = runs.ResourceSucceeded, applied, time.Now().UnixMilli(), ""
 			if err := q.UpsertResources(ctx, r.ID, owner, []runs.Resource{res}); err != nil {
 				return nil, err
 			}
@@ -724,35 +735,38 @@ func actionWord(a plan.Action) string {
 	return strings.ToUpper(w[:1]) + w[1:] + "ing"
 }
 
-// apply does one attempt of a step; it returns the object's id.
-func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (string, *stepError) {
+// apply does one attempt of a step; it returns the object's id and the
+// state to record as applied (st.Desired, its references' digest that of
+// the values written).
+func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (string, json.RawMessage, *stepError) {
 	if st.Kind == plan.DBService {
-		return x.applyDatabase(ctx, st, res)
+		id, serr := x.applyDatabase(ctx, st, res)
+		return id, st.Desired, serr
 	}
 	switch st.Action {
 	case plan.Replace, plan.Delete:
 		if serr := x.destroy(ctx, st, res); serr != nil || st.Action == plan.Delete {
-			return "", serr
+			return "", nil, serr
 		}
 		// A replace goes on as a create of the new software.
 	case plan.Noop:
-		return "", nil
+		return "", st.Desired, nil
 	}
 	var want spec.Server
 	var proxy *spec.Proxy
 	switch st.Kind {
 	case plan.Server:
 		if err := json.Unmarshal(st.Desired, &want); err != nil {
-			return "", fail(runs.FailInternal, "the desired state cannot be read: %v", err)
+			return "", nil, fail(runs.FailInternal, "the desired state cannot be read: %v", err)
 		}
 	case plan.Proxy:
 		var p spec.Proxy
 		if err := json.Unmarshal(st.Desired, &p); err != nil {
-			return "", fail(runs.FailInternal, "the desired state cannot be read: %v", err)
+			return "", nil, fail(runs.FailInternal, "the desired state cannot be read: %v", err)
 		}
 		want, proxy = p.Server, &p
 	default:
-		return "", fail(runs.FailValidation, "%s resources are not supported yet", st.Kind)
+		return "", nil, fail(runs.FailValidation, "%s resources are not supported yet", st.Kind)
 	}
 	r := x.run
 	o := servers.Owner{ConfigurationID: r.ConfigurationID, ResourceKey: st.Key}
@@ -761,12 +775,21 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 	if proxy != nil {
 		port = proxy.Port
 	}
+	// The variables with the secrets they reference (never recorded but
+	// with the server, whose secret variables it seals).
+	ew, serr := x.wire(ctx, spec.Server{Env: want.Env})
+	if serr != nil {
+		return "", nil, serr
+	}
+	env := ew.server.Env
 	var sv servers.Server
 	var err error
+	var applied json.RawMessage // st.Desired with the digest of the values written
+	written := false            // the files and properties were written
 	switch st.Action {
 	case plan.Create, plan.Replace:
 		sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port,
+			Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: env, Image: want.Image, Port: port,
 			Node: want.Node})
 	case plan.Update:
 		var before spec.Server
@@ -779,18 +802,28 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 				// Naming the node a server already runs on changes
 				// nothing; another one would move it, which needs a
 				// transfer of its files (issue 32), not an update.
-				return cur.ID, fail(runs.FailValidation, "it runs on node %s: moving it to node %s needs a transfer, which this version does not do; name node %s or none",
+				return cur.ID, nil, fail(runs.FailValidation, "it runs on node %s: moving it to node %s needs a transfer, which this version does not do; name node %s or none",
 					cur.Node, want.Node, cur.Node)
 			}
 			if cur.Status == servers.StatusInstalling {
-				return cur.ID, classify(servers.ErrInstalling)
+				return cur.ID, nil, classify(servers.ErrInstalling)
 			}
-			if serr := x.writeConfig(ctx, cur, want, before); serr != nil {
-				return cur.ID, serr
+			w, serr := x.wire(ctx, want)
+			if serr != nil {
+				return cur.ID, nil, serr
 			}
+			if serr := x.writeConfig(ctx, cur, w, before); serr != nil {
+				return cur.ID, nil, serr
+			}
+			if applied, serr = appliedOf(st.Desired, w); serr != nil {
+				return cur.ID, nil, serr
+			}
+			written = true
 		}
-		restart := slices.ContainsFunc(st.Changes, func(c string) bool { return c == "databases" || c == "files" || c == "properties" })
-		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: want.Env, Restart: restart, Image: &want.Image, Port: &port}
+		restart := slices.ContainsFunc(st.Changes, func(c string) bool {
+			return c == "databases" || c == "files" || c == "properties" || c == "references"
+		})
+		c := servers.Change{MemoryMB: &mem, DiskMB: &disk, CPUPercent: &want.CPU, Env: env, Restart: restart, Image: &want.Image, Port: &port}
 		if c.Env == nil {
 			c.Env = map[string]string{}
 		}
@@ -802,38 +835,47 @@ func (x *exec) apply(ctx context.Context, st plan.Step, res *runs.Resource) (str
 			// Deleted by hand meanwhile (it cannot be through the API):
 			// make it again.
 			sv, _, err = x.e.servers.CreateOwned(ctx, r.TeamID, o, servers.NewServer{Name: st.Name, Software: want.Software,
-				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: want.Env, Image: want.Image, Port: port,
+				Version: want.Version, MemoryMB: mem, DiskMB: disk, CPUPercent: want.CPU, Env: env, Image: want.Image, Port: port,
 				Node: want.Node})
 		}
 	}
 	if serr := classify(err); serr != nil {
-		return "", serr
+		return "", nil, serr
 	}
 	res.Log = append(res.Log, fmt.Sprintf("server %s (%s)", sv.ID, sv.Address))
 	if sv, err = x.waitInstalled(ctx, o); err != nil {
-		return sv.ID, classify(err)
+		return sv.ID, nil, classify(err)
 	}
 	if sv.InstallError != nil {
-		return sv.ID, fail(runs.FailInstall, "the install failed: %s", *sv.InstallError)
+		return sv.ID, nil, fail(runs.FailInstall, "the install failed: %s", *sv.InstallError)
 	}
-	if st.Action != plan.Update {
-		if serr := x.writeConfig(ctx, sv, want, spec.Server{}); serr != nil {
-			return sv.ID, serr
+	if !written {
+		// Made now: its own address, and those of the servers made
+		// before it, are known.
+		w, serr := x.wire(ctx, want)
+		if serr != nil {
+			return sv.ID, nil, serr
+		}
+		if serr := x.writeConfig(ctx, sv, w, spec.Server{}); serr != nil {
+			return sv.ID, nil, serr
+		}
+		if applied, serr = appliedOf(st.Desired, w); serr != nil {
+			return sv.ID, nil, serr
 		}
 	}
 	if proxy != nil {
 		if serr := x.wireProxy(ctx, *proxy, sv); serr != nil {
-			return sv.ID, serr
+			return sv.ID, nil, serr
 		}
 		if sv.Status == servers.StatusRunning {
 			// A running proxy reads its configuration at start only.
 			if err := x.e.servers.Power(ctx, r.TeamID, sv.ID, "restart"); err != nil {
-				return sv.ID, classify(err)
+				return sv.ID, nil, classify(err)
 			}
 			sv.Status = servers.StatusStarting
 		}
 	}
-	return sv.ID, x.converge(ctx, o, sv, want.State)
+	return sv.ID, applied, x.converge(ctx, o, sv, want.State)
 }
 
 // destroy snapshots the server or proxy of a replace or delete step, then
@@ -974,10 +1016,12 @@ func (x *exec) waitFor(ctx context.Context, o servers.Owner, timeout time.Durati
 }
 
 // writeConfig writes the spec's files and properties into the server's
-// root, through its disk ledger: the files as given, the properties into
+// root, through its disk ledger: the files with their references'
+// values (w: 0600 those holding a password), the properties into
 // server.properties (keys set, keys the previous spec had and this one
 // has not removed, every other line kept).
-func (x *exec) writeConfig(ctx context.Context, sv servers.Server, want, before spec.Server) *stepError {
+func (x *exec) writeConfig(ctx context.Context, sv servers.Server, w wiring, before spec.Server) *stepError {
+	want := w.server
 	var removed []string
 	for k := range before.Properties {
 		if _, ok := want.Properties[k]; !ok {
@@ -993,7 +1037,11 @@ func (x *exec) writeConfig(ctx context.Context, sv servers.Server, want, before 
 	}
 	err = files.Writing(a, func(r *files.Root, res *quota.Reservation) error {
 		for _, f := range want.Files {
-			if _, err := r.WriteFile(f.Path, strings.NewReader(f.Content), res); err != nil {
+			write := r.WriteFile
+			if w.private[f.Path] {
+				write = r.WriteFilePrivate
+			}
+			if _, err := write(f.Path, strings.NewReader(f.Content), res); err != nil {
 				return fmt.Errorf("write %s: %w", f.Path, err)
 			}
 		}

@@ -20,6 +20,10 @@ import (
 	"github.com/kilnhq/kiln/internal/store/storetest"
 )
 
+// testDigestKey keys the references' digests of the tests' executors
+// (kiln serve derives its own from the secret key).
+var testDigestKey = []byte("0123456789abcdef0123456789abcdef")
+
 type env struct {
 	t      *testing.T
 	teamID string
@@ -69,6 +73,9 @@ func (e *env) startWith(owner string, parallel int) *executor.Executor {
 func (e *env) startOpts(o executor.Options) *executor.Executor {
 	lease := o.Lease
 	o.Poll, o.Lease, o.RetryBackoff, o.HealthTimeout = 20*time.Millisecond, 3*time.Second, 10*time.Millisecond, 30*time.Second
+	if o.DigestKey == nil {
+		o.DigestKey = testDigestKey
+	}
 	if lease > 0 {
 		o.Lease = lease
 	}

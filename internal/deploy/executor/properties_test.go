@@ -3,10 +3,13 @@ package executor_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/kilnhq/kiln/internal/catalog"
+	"github.com/kilnhq/kiln/internal/catalog/install"
 	"github.com/kilnhq/kiln/internal/deploy"
 	"github.com/kilnhq/kiln/internal/deploy/runs"
 	"github.com/kilnhq/kiln/internal/node"
@@ -126,5 +129,47 @@ func TestProxyPort(t *testing.T) {
 	_, r = e.apply(cfgID, outside)
 	if got := e.wait(r.ID); got.Status != runs.Failed || got.FailureClass != runs.FailValidation || !strings.Contains(got.Error, "port range") {
 		t.Errorf("a port outside the range = %s %s %q; want failed validation", got.Status, got.FailureClass, got.Error)
+	}
+}
+
+// TestPropertiesDocumented: the properties keys docs/deployments.md and
+// docs/operations.md say a spec cannot set are those the run refuses
+// (install.ManagedProperties of every server profile, env unset), so the
+// documents and the code cannot drift apart.
+func TestPropertiesDocumented(t *testing.T) {
+	cat, err := catalog.Load(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(strings.Fields(string(b)), " ")
+	}
+	deployments, operations := read("deployments.md"), read("operations.md")
+	const always = "`motd`, `max-players`, `online-mode` and `enable-rcon`"
+	for _, doc := range []struct{ name, text, want string }{
+		{"deployments.md", deployments, "For every game-server profile that is " + always + " always"},
+		{"deployments.md", deployments, "`server-ip` and `server-port`"},
+		{"deployments.md", deployments, "for `kiln-test`, `motd`."},
+		{"operations.md", operations, "(" + always + " always come from the variables)"},
+	} {
+		if !strings.Contains(doc.text, doc.want) {
+			t.Errorf("docs/%s does not say %q", doc.name, doc.want)
+		}
+	}
+	for _, p := range cat.List() {
+		if p.Category != catalog.Server {
+			continue
+		}
+		want := []string{"enable-rcon", "max-players", "motd", "online-mode", "server-ip", "server-port"}
+		if p.Type == "kiln-test" {
+			want = []string{"motd", "server-ip", "server-port"}
+		}
+		if got := install.ManagedProperties(p, nil); !slices.Equal(got, want) {
+			t.Errorf("ManagedProperties(%s) = %v, the documents say %v", p.Type, got, want)
+		}
 	}
 }

@@ -17,10 +17,18 @@
 //     so key order and number spelling in a stored state change nothing.
 //   - Replace wins over update when software (server, proxy) or engine
 //     (dbservice) changed along with other fields.
+//   - References: a server's or proxy's desired state carries
+//     "references", a digest of the values its files' references resolve
+//     to (the executor computes it; Make takes the digests by key), never
+//     the values; a value that changes changes the digest, and the
+//     resource is updated ("references" in Changes). Left out without
+//     references, so states applied before keep their JSON.
 //   - Order: creations, replacements and updates first — dbservices, then
 //     servers, then proxies (a proxy's backends exist before it is
 //     configured with them) — then deletions — proxies, then servers, then
 //     dbservices (nothing is deleted while something still points at it).
 //     Within a tier, steps are sorted by name. Noops are reported, in no
 //     tier.
+//     A server whose files reference another server's address runs in a
+//     tier after that server's (one more than the highest it references).
 package plan

@@ -96,8 +96,12 @@ type Plan struct {
 // update (anything else changed), noop (equal), delete (live, not in the
 // spec). Creations, replacements and updates run first, dbservices then
 // servers then proxies; deletions after them, proxies then servers then
-// dbservices. Noops are steps too (a run reports every key), in no tier.
-func Make(s *spec.Spec, live []Live) (Plan, error) {
+// dbservices. Servers whose files reference another server's address run
+// in a tier after it (a server referencing none in the first, and so on).
+// Noops are steps too (a run reports every key), in no tier. references
+// maps a server's or proxy's key to the digest of its references' values
+// (nil: none has references), part of its desired state.
+func Make(s *spec.Spec, live []Live, references map[string]string) (Plan, error) {
 	applied := map[string]json.RawMessage{}
 	for _, l := range live {
 		if _, _, err := ParseKey(l.Key); err != nil {
@@ -108,12 +112,16 @@ func Make(s *spec.Spec, live []Live) (Plan, error) {
 		}
 		applied[l.Key] = l.Applied
 	}
-	desired, err := desiredOf(s)
+	desired, err := desiredOf(s, references)
+	if err != nil {
+		return Plan{}, err
+	}
+	levels, err := addressLevels(s)
 	if err != nil {
 		return Plan{}, err
 	}
 	var p Plan
-	tiers := map[Kind][]int{}
+	tiers := map[tierOf][]int{}
 	for _, k := range kindOrder {
 		for _, name := range slices.Sorted(maps.Keys(desired[k])) {
 			key := Key(k, name)
@@ -129,7 +137,7 @@ func Make(s *spec.Spec, live []Live) (Plan, error) {
 					return Plan{}, fmt.Errorf("plan %s: %w", key, err)
 				}
 			}
-			p.add(st, tiers)
+			p.add(st, tierOf{k, levels[name]}, tiers)
 		}
 	}
 	deletes := map[Kind][]string{}
@@ -139,10 +147,8 @@ func Make(s *spec.Spec, live []Live) (Plan, error) {
 			deletes[k] = append(deletes[k], name)
 		}
 	}
-	for _, k := range kindOrder {
-		if len(tiers[k]) > 0 {
-			p.Tiers = append(p.Tiers, tiers[k])
-		}
+	for _, t := range slices.SortedFunc(maps.Keys(tiers), tierOf.compare) {
+		p.Tiers = append(p.Tiers, tiers[t])
 	}
 	for _, k := range slices.Backward(kindOrder) {
 		var tier []int
@@ -160,9 +166,61 @@ func Make(s *spec.Spec, live []Live) (Plan, error) {
 	return p, nil
 }
 
-// add appends a creating, changing or noop step; all but noops join the
-// tier of their kind.
-func (p *Plan) add(st Step, tiers map[Kind][]int) {
+// tierOf is the tier a creating or changing step joins: its kind's, and
+// for a server the level of its references to other servers' addresses.
+type tierOf struct {
+	kind  Kind
+	level int
+}
+
+func (t tierOf) compare(u tierOf) int {
+	if c := slices.Index(kindOrder, t.kind) - slices.Index(kindOrder, u.kind); c != 0 {
+		return c
+	}
+	return t.level - u.level
+}
+
+// addressLevels gives each server of s that references another server's
+// address (in its files) one level more than the highest of those: a
+// server runs after the servers whose address it writes. spec.Parse
+// refuses a circle; one here is an error.
+func addressLevels(s *spec.Spec) (map[string]int, error) {
+	levels := map[string]int{}
+	const visiting = -1
+	var level func(name string) (int, error)
+	level = func(name string) (int, error) {
+		switch l, seen := levels[name]; {
+		case seen && l == visiting:
+			return 0, fmt.Errorf("plan: the servers' references to each other's address go round in a circle through %s", name)
+		case seen:
+			return l, nil
+		}
+		levels[name] = visiting
+		out := 0
+		for _, r := range s.Servers[name].References() {
+			if _, isServer := s.Servers[r.Name]; r.Kind != spec.RefServer || r.Name == name || !isServer {
+				continue
+			}
+			l, err := level(r.Name)
+			if err != nil {
+				return 0, err
+			}
+			out = max(out, l+1)
+		}
+		levels[name] = out
+		return out, nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.Servers)) {
+		if _, err := level(name); err != nil {
+			return nil, err
+		}
+	}
+	return levels, nil
+}
+
+// add appends a creating, changing or noop step; all but noops join
+// their tier.
+func (p *Plan) add(st Step, t tierOf, tiers map[tierOf][]int) {
 	switch st.Action {
 	case Create:
 		p.Summary.Create++
@@ -175,21 +233,30 @@ func (p *Plan) add(st Step, tiers map[Kind][]int) {
 		p.Steps = append(p.Steps, st)
 		return
 	}
-	tiers[st.Kind] = append(tiers[st.Kind], len(p.Steps))
+	tiers[t] = append(tiers[t], len(p.Steps))
 	p.Steps = append(p.Steps, st)
 }
 
 // ServerState is a server's desired (and applied) state: the spec's
-// server and the dbservices attached to it, by name (omitted when none,
-// so servers without databases keep the JSON of the spec's server).
+// server, the dbservices attached to it, by name, and the digest of its
+// references' values (each omitted when none, so servers without them
+// keep the JSON of the spec's server).
 type ServerState struct {
 	spec.Server
-	Databases []string `json:"databases,omitempty"`
+	Databases  []string `json:"databases,omitempty"`
+	References string   `json:"references,omitempty"`
+}
+
+// ProxyState is a proxy's desired (and applied) state: the spec's proxy
+// and the digest of its references' values (omitted when none).
+type ProxyState struct {
+	spec.Proxy
+	References string `json:"references,omitempty"`
 }
 
 // desiredOf is every resource of the spec as canonical JSON, by kind and
 // name.
-func desiredOf(s *spec.Spec) (map[Kind]map[string]json.RawMessage, error) {
+func desiredOf(s *spec.Spec, references map[string]string) (map[Kind]map[string]json.RawMessage, error) {
 	out := map[Kind]map[string]json.RawMessage{DBService: {}, Server: {}, Proxy: {}}
 	put := func(k Kind, name string, v any) error {
 		raw, err := canonical(v)
@@ -206,12 +273,12 @@ func desiredOf(s *spec.Spec) (map[Kind]map[string]json.RawMessage, error) {
 		}
 	}
 	for name, v := range s.Servers {
-		if err := put(Server, name, ServerState{Server: v, Databases: databases[name]}); err != nil {
+		if err := put(Server, name, ServerState{Server: v, Databases: databases[name], References: references[Key(Server, name)]}); err != nil {
 			return nil, err
 		}
 	}
 	for name, v := range s.Proxies {
-		if err := put(Proxy, name, v); err != nil {
+		if err := put(Proxy, name, ProxyState{Proxy: v, References: references[Key(Proxy, name)]}); err != nil {
 			return nil, err
 		}
 	}
@@ -229,6 +296,22 @@ func canonical(v any) (json.RawMessage, error) {
 		return nil, err
 	}
 	return jcs.Transform(raw)
+}
+
+// WithReferences is a desired state with the digest of its references'
+// values set to digest ("" removes it), canonical: what a step records
+// once it knows the values it wrote.
+func WithReferences(desired json.RawMessage, digest string) (json.RawMessage, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(desired, &m); err != nil {
+		return nil, fmt.Errorf("plan: the desired state is not an object: %w", err)
+	}
+	delete(m, "references")
+	if digest != "" {
+		raw, _ := json.Marshal(digest)
+		m["references"] = raw
+	}
+	return canonical(m)
 }
 
 // replacing names the field whose change replaces a resource of each kind.

@@ -36,7 +36,7 @@ func parse(t *testing.T, yaml string) *spec.Spec {
 // applied is what a run would have recorded after applying yaml.
 func applied(t *testing.T, yaml string) []Live {
 	t.Helper()
-	p, err := Make(parse(t, yaml), nil)
+	p, err := Make(parse(t, yaml), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func wantPlan(t *testing.T, p Plan, want []string) {
 }
 
 func TestMakeFromNothing(t *testing.T) {
-	p, err := Make(parse(t, network), nil)
+	p, err := Make(parse(t, network), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestMakeFromNothing(t *testing.T) {
 
 func TestMakeAgainstLive(t *testing.T) {
 	live := applied(t, network)
-	p, err := Make(parse(t, network), live)
+	p, err := Make(parse(t, network), live, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestMakeAgainstLive(t *testing.T) {
 	pretty, _ := json.MarshalIndent(m, "", "   ")
 	live2 := slices.Clone(live)
 	live2[1].Applied = pretty
-	if p, err := Make(parse(t, network), live2); err != nil || p.Summary.Noop != 4 {
+	if p, err := Make(parse(t, network), live2, nil); err != nil || p.Summary.Noop != 4 {
 		t.Fatalf("an equal state written differently: %+v, %v", p.Summary, err)
 	}
 
@@ -126,7 +126,7 @@ proxies:
 dbservices:
   stats: {engine: mariadb, attach: [lobby]}
 `
-	p, err = Make(parse(t, changed), live)
+	p, err = Make(parse(t, changed), live, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ dbservices:
 	// Removed from the spec: deleted after everything else, proxies
 	// first, then servers, then databases. lobby loses its database
 	// (stats was attached to it): an update, before the deletes.
-	p, err = Make(parse(t, "version: 1\nservers:\n  lobby: {software: paper, memory: 2G}\n"), live)
+	p, err = Make(parse(t, "version: 1\nservers:\n  lobby: {software: paper, memory: 2G}\n"), live, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +171,7 @@ func TestMakeRefusesBadLive(t *testing.T) {
 		{{Key: "server/lobby", Applied: json.RawMessage(`{}`)}, {Key: "server/lobby", Applied: json.RawMessage(`{}`)}},
 		{{Key: "server/lobby", Applied: json.RawMessage(`not json`)}},
 	} {
-		if _, err := Make(s, live); err == nil {
+		if _, err := Make(s, live, nil); err == nil {
 			t.Errorf("Make accepted live %+v", live)
 		}
 	}
@@ -179,15 +179,89 @@ func TestMakeRefusesBadLive(t *testing.T) {
 
 func TestHash(t *testing.T) {
 	s := parse(t, network)
-	a, _ := Make(s, nil)
-	b, _ := Make(s, nil)
+	a, _ := Make(s, nil, nil)
+	b, _ := Make(s, nil, nil)
 	ha, err := a.Hash()
 	hb, _ := b.Hash()
 	if err != nil || ha != hb || !strings.HasPrefix(ha, "sha256:") {
 		t.Fatalf("Hash = %q, %q, %v", ha, hb, err)
 	}
-	c, _ := Make(s, applied(t, network))
+	c, _ := Make(s, applied(t, network), nil)
 	if hc, _ := c.Hash(); hc == ha {
 		t.Error("a plan of noops hashes like a plan of creates")
+	}
+}
+
+// TestMakeReferences: a server or proxy whose files reference values
+// carries their digest in its desired state (a resource without one keeps
+// the JSON it had, so nothing applied before is planned as changed); a
+// digest that differs updates it ("references"), and a server runs in a
+// tier after the servers whose address it writes.
+func TestMakeReferences(t *testing.T) {
+	const wired = `version: 1
+servers:
+  lobby: {software: paper, memory: 2G, files: [{path: a.yml, content: "db: ${dbservices.stats.password}"}]}
+  hub: {software: paper, memory: 2G, files: [{path: a.yml, content: "lobby: ${servers.lobby.address} me: ${servers.hub.address}"}]}
+  top: {software: paper, memory: 2G, files: [{path: a.yml, content: "hub: ${servers.hub.address}"}]}
+  plain: {software: paper, memory: 2G}
+proxies:
+  edge: {software: velocity, memory: 1G, servers: [lobby], files: [{path: m.txt, content: "${servers.top.address}"}]}
+dbservices:
+  stats: {engine: postgres}
+`
+	s := parse(t, wired)
+	digests := map[string]string{"server/lobby": "hmac-sha256:1", "server/hub": "hmac-sha256:2", "server/top": "hmac-sha256:3", "proxy/edge": "hmac-sha256:4"}
+	p, err := Make(s, nil, digests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPlan(t, p, []string{
+		"0: dbservice/stats create",
+		"1: server/lobby create",
+		"1: server/plain create",
+		"2: server/hub create",
+		"3: server/top create",
+		"4: proxy/edge create",
+	})
+	for _, st := range p.Steps {
+		var m map[string]any
+		_ = json.Unmarshal(st.Desired, &m)
+		if want, has := digests[st.Key]; m["references"] != nil != has || has && m["references"] != want {
+			t.Errorf("%s's desired state = %s, want references %q", st.Key, st.Desired, want)
+		}
+	}
+	plain, _ := Make(parse(t, "version: 1\nservers:\n  plain: {software: paper, memory: 2G}\n"), nil, nil)
+	if string(p.Steps[3].Desired) != string(plain.Steps[0].Desired) {
+		t.Errorf("plain's desired state = %s, want %s as without references", p.Steps[3].Desired, plain.Steps[0].Desired)
+	}
+
+	var live []Live
+	for _, st := range p.Steps {
+		live = append(live, Live{Key: st.Key, Applied: st.Desired})
+	}
+	again, err := Make(s, live, digests)
+	if err != nil || again.Summary != (Summary{Noop: 6}) {
+		t.Fatalf("the same values again: %+v, %v; want 6 unchanged", again.Summary, err)
+	}
+	// The dbservice's password changed: lobby's digest did.
+	digests["server/lobby"] = "hmac-sha256:5"
+	changed, err := Make(s, live, digests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPlan(t, changed, []string{"0: server/lobby update references",
+		"-: dbservice/stats noop", "-: server/hub noop", "-: server/plain noop", "-: server/top noop", "-: proxy/edge noop"})
+
+	// What a step records once it knows the values.
+	rec, err := WithReferences(changed.Steps[2].Desired, "hmac-sha256:6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := WithReferences(json.RawMessage(strings.Replace(string(changed.Steps[2].Desired), "hmac-sha256:5", "hmac-sha256:6", 1)), "hmac-sha256:6")
+	if string(rec) != string(want) || !strings.Contains(string(rec), `"references":"hmac-sha256:6"`) {
+		t.Errorf("WithReferences = %s", rec)
+	}
+	if none, _ := WithReferences(changed.Steps[2].Desired, ""); strings.Contains(string(none), "references") {
+		t.Errorf("WithReferences(\"\") = %s, want no digest", none)
 	}
 }

@@ -68,6 +68,29 @@
 //   - files: at most 100 per server, content at most 256 KiB, path relative
 //     and clean (no "..", no leading "/", no "//" or "./"), unique; the
 //     normalized list is sorted by path (the order has no meaning).
+//   - References (refs.go): a file's content may hold
+//     ${dbservices.NAME.FIELD} (host, port, name, user, password,
+//     jdbc_url) and ${servers.NAME.address}, resolved when a run applies
+//     the spec; they are kept as written, so the normalized spec, its hash
+//     and every version hold the template, never a value. "$${" before
+//     one writes "${" literally; any other "${" is text (plugins'
+//     placeholders). Each must name a dbservice, or a server, of the spec
+//     (a proxy is made after the servers, which could not read its
+//     address): an issue at the file's content path naming the reference
+//     and its line (exact in a literal block, the value's first line
+//     otherwise). A variable may not hold one (a dbservice reaches a
+//     server's environment through attach). Servers referencing each
+//     other's address in a circle are refused (each would need the other
+//     made first); a server may reference its own.
+//   - Team secrets: ${secrets.NAME} (NAME as internal/secrets allows: a
+//     letter or _, then letters, digits or _) may be in a file's content
+//     and in the value of a variable the profile keeps secret
+//     (RCON_PASSWORD) — any other variable is stored with the server and
+//     answered by the API in clear, so a secret there is an issue at it.
+//     Whether the team has the secret is not known here: a run checks it.
+//     LiteralSecrets refuses a secret variable written literally; it is
+//     internal/deploy's check of a spec being saved, not Parse's, so a
+//     version saved before it still parses and applies.
 //   - Limits: the YAML at most 1 MiB, at most 1,000 resources (the size
 //     the planner is measured at: bench/deployments.sh).
 //

@@ -15,6 +15,8 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("version: 1\nservers: {a: {software: paper, memory: 1G, files: [{path: a/../b, content: ~}]}}\n"))
 	f.Add([]byte("{version: 1, proxies: {p: {software: velocity, memory: 1G, servers: [p], try: []}}}"))
 	f.Add([]byte("version: 1\ndbservices: {d: {engine: mariadb, max_connections: 0x14}}\n"))
+	f.Add([]byte(wired))
+	f.Add([]byte("version: 1\nservers: {a: {software: paper, memory: 1G, files: [{path: x, content: \"${servers.a.address\\n$${servers.\"}]}}}\n"))
 	cat := testCatalog(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Parse(data, cat)

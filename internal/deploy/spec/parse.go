@@ -3,6 +3,7 @@ package spec
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
 	"slices"
@@ -70,6 +71,17 @@ func syntaxMessage(err error) string {
 type parser struct {
 	c   validate.Collector
 	cat Catalog
+	// texts are the files' contents read, whose references are checked
+	// once every resource's name is known.
+	texts []refText
+}
+
+// refText is a text of the spec that may hold references: a file's
+// content, where it is, and whose it is.
+type refText struct {
+	at    string     // its path: servers.lobby.files[0].content
+	owner string     // the server's or proxy's path: servers.lobby
+	node  *yaml.Node // its value, for line numbers
 }
 
 func (p *parser) add(at, format string, args ...any) { p.c.Add(at, format, args...) }
@@ -315,6 +327,7 @@ func (p *parser) spec(doc *yaml.Node) *Spec {
 			s.DBServices[e.key] = db
 		}
 	}
+	p.references(owner)
 	return s
 }
 
@@ -384,7 +397,7 @@ func (p *parser) server(n *yaml.Node, at string, category catalog.Category, extr
 			sv.Properties, ok = p.properties(f.node, fat)
 			good = good && ok
 		case "files":
-			sv.Files, ok = p.files(f.node, fat)
+			sv.Files, ok = p.files(f.node, fat, at)
 			good = good && ok
 		case "state":
 			sv.State, ok = p.oneOf(f.node, fat, StateRunning, StateStopped)
@@ -436,6 +449,24 @@ func (p *parser) env(n *yaml.Node, at string, prof catalog.Profile, known bool) 
 		if !ok {
 			good = false
 			continue
+		}
+		for _, tk := range scan(v) {
+			written := v[tk.start:tk.end]
+			switch {
+			case tk.escape:
+			case tk.bad != "":
+				p.add(fat, "%s: %s", written, tk.bad)
+			case tk.ref.Kind != RefSecret:
+				p.add(fat, "%s: a variable cannot take a reference to a dbservice or a server; write it in a file (files[].content), or attach the dbservice to the server for its DB_* variables", written)
+			case known && !prof.SecretVar(f.key):
+				// Any other variable is stored with the server and
+				// answered by GET /servers/{id} in clear.
+				p.add(fat, "%s: only a variable %s keeps secret can take a secret (%s); write it in a file (files[].content) instead", written, prof.Type, secretVars(prof))
+			default:
+				continue
+			}
+			good = false
+			break
 		}
 		out[f.key] = v
 	}
@@ -501,7 +532,7 @@ func (p *parser) properties(n *yaml.Node, at string) (map[string]string, bool) {
 	return out, good
 }
 
-func (p *parser) files(n *yaml.Node, at string) ([]File, bool) {
+func (p *parser) files(n *yaml.Node, at, owner string) ([]File, bool) {
 	out := []File{}
 	if isNull(n) {
 		return out, true
@@ -562,6 +593,7 @@ func (p *parser) files(n *yaml.Node, at string) ([]File, bool) {
 					continue
 				}
 				f.Content = v
+				p.texts = append(p.texts, refText{at: fat, owner: owner, node: fl.node})
 			}
 		}
 		for _, req := range []string{"path", "content"} {
@@ -733,4 +765,113 @@ func (p *parser) dbservice(n *yaml.Node, at string, isServer func(string) bool) 
 		good = false
 	}
 	return db, good
+}
+
+// references checks the references of the files' contents once every
+// resource's name is known (owner: name → servers, proxies or
+// dbservices): each must be well formed and name a dbservice, or a
+// server (a proxy is made after the servers, which could not read its
+// address), of this spec; and no two servers may reference each other's
+// address, directly or through others (each needs the other made
+// first). A server may reference its own.
+func (p *parser) references(owner map[string]string) {
+	type edge struct{ at, ref string }
+	next := map[string][]string{} // server → the servers whose address it references
+	first := map[[2]string]edge{} // (from, to) → where it is first referenced
+	for _, t := range p.texts {
+		text := t.node.Value
+		_, self, _ := strings.Cut(t.owner, ".")
+		for _, tk := range scan(text) {
+			if tk.escape {
+				continue
+			}
+			written := text[tk.start:tk.end]
+			where := fmt.Sprintf("%s (line %d)", written, refLine(t.node, text, tk.start))
+			if tk.bad != "" {
+				p.add(t.at, "%s: %s", where, tk.bad)
+				continue
+			}
+			r := tk.ref
+			switch is := owner[r.Name]; {
+			case r.Kind == RefDBService && is != "dbservices":
+				p.add(t.at, "%s: this spec has no dbservice %s%s", where, r.Name, alsoIs(is))
+			case r.Kind == RefServer && is == "proxies":
+				p.add(t.at, "%s: %s is a proxy; only a server's address can be referenced (proxies are made after the servers)", where, r.Name)
+			case r.Kind == RefServer && is != "servers":
+				p.add(t.at, "%s: this spec has no server %s%s", where, r.Name, alsoIs(is))
+			case r.Kind == RefServer && strings.HasPrefix(t.owner, "servers.") && r.Name != self:
+				if _, seen := first[[2]string{self, r.Name}]; !seen {
+					first[[2]string{self, r.Name}] = edge{t.at, written}
+					next[self] = append(next[self], r.Name)
+				}
+			}
+		}
+	}
+	// A cycle among the servers' references, reported once at the
+	// reference that closes it.
+	state := map[string]int{} // 1: on the path, 2: done
+	var path []string
+	var visit func(string) bool
+	visit = func(s string) bool {
+		state[s] = 1
+		path = append(path, s)
+		for _, n := range next[s] {
+			switch state[n] {
+			case 1:
+				cycle := append(slices.Clone(path[slices.Index(path, n):]), n)
+				e := first[[2]string{s, n}]
+				p.add(e.at, "%s: the servers %s reference each other's address; one of them must be made before the other, so one reference must go", e.ref, strings.Join(cycle, " → "))
+				return true
+			case 0:
+				if visit(n) {
+					return true
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		state[s] = 2
+		return false
+	}
+	for _, s := range slices.Sorted(maps.Keys(next)) {
+		if state[s] == 0 && visit(s) {
+			return
+		}
+	}
+}
+
+// alsoIs says what name is instead, when it is another kind of resource.
+func alsoIs(kind string) string {
+	switch kind {
+	case "servers":
+		return " (it is a server)"
+	case "proxies":
+		return " (it is a proxy)"
+	case "dbservices":
+		return " (it is a dbservice)"
+	}
+	return ""
+}
+
+// refLine is the line of the document where offset of n's text is: exact
+// in a literal block (|), the line where the value starts otherwise (a
+// folded or quoted scalar does not keep its lines).
+func refLine(n *yaml.Node, text string, offset int) int {
+	if n.Style&yaml.LiteralStyle != 0 {
+		return n.Line + 1 + strings.Count(text[:offset], "\n")
+	}
+	return n.Line
+}
+
+// secretVars names the variables prof keeps secret ("none" when none).
+func secretVars(prof catalog.Profile) string {
+	var names []string
+	for _, v := range prof.EnvironmentVariables {
+		if v.Secret {
+			names = append(names, v.Key)
+		}
+	}
+	if len(names) == 0 {
+		return "it has none"
+	}
+	return strings.Join(names, ", ")
 }

@@ -125,6 +125,21 @@ func maps2eq(a, b map[string]string) bool {
 }
 
 // issues parses in and returns its issues as "path: message" lines.
+// wantIssues checks that Parse refuses in with the issues want, each a
+// prefix of one, in order.
+func wantIssues(t *testing.T, in string, want []string) {
+	t.Helper()
+	got := issues(t, in)
+	if len(got) != len(want) {
+		t.Fatalf("%d issues, want %d:\n%s", len(got), len(want), strings.Join(got, "\n"))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(got[i], w) {
+			t.Errorf("issue %d = %q, want it to start with %q", i, got[i], w)
+		}
+	}
+}
+
 func issues(t *testing.T, in string) []string {
 	t.Helper()
 	_, err := Parse([]byte(in), testCatalog(t))
@@ -236,17 +251,7 @@ func TestParseRules(t *testing.T) {
 		{"several at once", "version: 3\nservers:\n  a:\n    software: paper\n    memory: 1K\n    cpu: 1\n",
 			[]string{"version: must be 1", "servers.a.memory: must be a whole number with a unit", "servers.a.cpu: must be between"}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			got := issues(t, c.in)
-			if len(got) != len(c.want) {
-				t.Fatalf("%d issues, want %d:\n%s", len(got), len(c.want), strings.Join(got, "\n"))
-			}
-			for i, w := range c.want {
-				if !strings.HasPrefix(got[i], w) {
-					t.Errorf("issue %d = %q, want it to start with %q", i, got[i], w)
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { wantIssues(t, c.in, c.want) })
 	}
 }
 
