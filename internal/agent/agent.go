@@ -186,7 +186,7 @@ func hostHandler(base http.Handler, host *gameserver.Host) http.Handler {
 		select {
 		case <-host.Recovered():
 		default:
-			writeJSON(w, http.StatusServiceUnavailable, cluster.ErrorBody{Error: "the node is still recovering its game servers", Code: "RECOVERING"})
+			writeJSON(w, http.StatusServiceUnavailable, cluster.ErrorBody{Error: noderpc.ErrRecovering.Error(), Code: noderpc.CodeRecovering})
 			return
 		}
 		ops.ServeHTTP(w, r)

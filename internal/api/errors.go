@@ -117,6 +117,9 @@ func apiError(err error) (int, errorBody) {
 		// The node's name and a sentence; the transport's error is the log's.
 		return http.StatusServiceUnavailable, errorBody{Error: fmt.Sprintf("node %q is unavailable: %s", ue.Node, ue.Reason), Code: codeNodeUnavailable}
 	}
+	if errors.Is(err, noderpc.ErrRecovering) {
+		return http.StatusServiceUnavailable, errorBody{Error: err.Error(), Code: codeNodeUnavailable}
+	}
 	if errors.Is(err, noderpc.ErrNotHere) {
 		return http.StatusConflict, errorBody{Error: err.Error(), Code: codeConflict}
 	}

@@ -16,6 +16,13 @@ import (
 // files are not on this machine (an agent's, asked of the control plane).
 var ErrNotHere = errors.New("the files of a server on an agent are not reachable from the control plane in this version")
 
+// ErrRecovering: the agent has not recovered its game servers yet (it
+// waits for the control plane to read their records): try again.
+var ErrRecovering = errors.New("the node is still recovering its game servers; try again in a moment")
+
+// CodeRecovering is ErrRecovering's code on the wire.
+const CodeRecovering = "RECOVERING"
+
 // errorBody is an error on the wire.
 type errorBody struct {
 	Error    string           `json:"error"`
@@ -69,6 +76,8 @@ func readError(resp *http.Response) error {
 		return fmt.Errorf("the node answered %s", resp.Status)
 	}
 	switch b.Code {
+	case CodeRecovering:
+		return ErrRecovering
 	case "validation":
 		return &validate.Error{Issues: b.Issues}
 	case "eula":

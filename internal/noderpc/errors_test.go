@@ -54,6 +54,11 @@ func TestErrorsCrossTheWire(t *testing.T) {
 	if ve, ok := errors.AsType[*validate.Error](got); status != 400 || !ok || !reflect.DeepEqual(ve.Issues, issues) {
 		t.Errorf("a validation error crossed as %d %#v", status, got)
 	}
+	rec := httptest.NewRecorder()
+	writeJSON(rec, 503, errorBody{Error: "the node is still recovering its game servers", Code: CodeRecovering})
+	if got := readError(rec.Result()); !errors.Is(got, ErrRecovering) {
+		t.Errorf("a recovering agent's answer read as %v", got)
+	}
 	status, got = cross(errors.New("open /srv/kiln/servers/x: no space left on device"))
 	for _, k := range codes {
 		if errors.Is(got, k.err) {
