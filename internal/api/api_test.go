@@ -68,8 +68,8 @@ func TestListServersIsTeamScoped(t *testing.T) {
 			t.Fatalf("status %d: %s", status, body)
 		}
 		want := `{"servers":[` +
-			`{"id":"7a2d3b9f-8e4c-4d3b-8b62-3e4f5a6b7c8d","name":"survival","status":"offline","address":"127.0.0.1:25566","resources":{"cpu":0,"memory_bytes":0,"disk_bytes":0,"uptime_ms":0},"software":"paper","node":"local","configuration_id":"cfg_AAAAAAAAAAAAAAAAAAAA"},` +
-			`{"id":"6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c","name":"lobby","status":"offline","address":"127.0.0.1:25565","resources":{"cpu":0,"memory_bytes":0,"disk_bytes":0,"uptime_ms":0},"software":"paper","node":"local","configuration_id":null}` +
+			`{"id":"7a2d3b9f-8e4c-4d3b-8b62-3e4f5a6b7c8d","name":"survival","status":"offline","address":"127.0.0.1:25566","resources":{"cpu":0,"memory_bytes":0,"disk_bytes":0,"uptime_ms":0},"software":"paper","node":"local","node_status":null,"configuration_id":"cfg_AAAAAAAAAAAAAAAAAAAA"},` +
+			`{"id":"6f1c2a8e-7d3b-4c2a-9a51-2d3f4e5a6b7c","name":"lobby","status":"offline","address":"127.0.0.1:25565","resources":{"cpu":0,"memory_bytes":0,"disk_bytes":0,"uptime_ms":0},"software":"paper","node":"local","node_status":null,"configuration_id":null}` +
 			`],"count":2}` + "\n"
 		if string(body) != want {
 			t.Errorf("body =\n%s\nwant\n%s", body, want)

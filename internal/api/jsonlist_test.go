@@ -40,6 +40,9 @@ func TestServerListEncoding(t *testing.T) {
 		if i%3 == 0 {
 			sv.ConfigurationID = &cfg
 		}
+		if i%2 == 0 {
+			sv.NodeStatus = pick()
+		}
 		list = append(list, sv)
 	}
 	for _, n := range []int{0, 1, len(list)} {
