@@ -228,25 +228,9 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		e.enroll(w, r)
 	case cluster.PathSession:
-		if r.Method != http.MethodPost {
-			writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "use POST")
-			return
-		}
-		m, ok := e.authorize(w, r)
-		if !ok {
-			return
-		}
-		e.session(w, r, m)
+		e.memberPost(w, r, e.session)
 	case cluster.PathRenew:
-		if r.Method != http.MethodPost {
-			writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "use POST")
-			return
-		}
-		m, ok := e.authorize(w, r)
-		if !ok {
-			return
-		}
-		e.renew(w, r, m)
+		e.memberPost(w, r, e.renew)
 	default:
 		if e.opts.Records != nil && strings.HasPrefix(r.URL.Path, PathRecordsPrefix) {
 			m, ok := e.authorize(w, r)
@@ -257,6 +241,17 @@ func (e *Endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeError(w, http.StatusNotFound, cluster.CodeNotFound, "no such call on the node endpoint")
+	}
+}
+
+// memberPost serves a POST of a member node (authorize) with call.
+func (e *Endpoint) memberPost(w http.ResponseWriter, r *http.Request, call func(http.ResponseWriter, *http.Request, member)) {
+	if r.Method != http.MethodPost {
+		writeError(w, http.StatusMethodNotAllowed, "METHOD_NOT_ALLOWED", "use POST")
+		return
+	}
+	if m, ok := e.authorize(w, r); ok {
+		call(w, r, m)
 	}
 }
 
